@@ -1,0 +1,5 @@
+"""The reusable pipeline stages. Importing this package registers every stage;
+each module holds one kind of work (loading data, building a model, training,
+evaluating, reporting).
+"""
+from .registry import STAGES, get_stage, stage, stage_params  # noqa: F401

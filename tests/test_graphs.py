@@ -1,0 +1,50 @@
+import pytest
+import torch
+
+from graphseq import graphs
+
+
+def test_chain_numbers_sequences_one_after_another():
+    assert graphs.chain([3, 2]).tolist() == [[0, 1, 3], [1, 2, 4]]
+
+
+def test_chain_skips_empty_and_single_node_sequences():
+    assert graphs.chain([1, 0, 2]).tolist() == [[1], [2]]
+    assert graphs.chain([]).shape == (2, 0)
+
+
+def test_causal_receives_from_itself_and_earlier_nodes():
+    edges = set(map(tuple, graphs.causal([3, 1]).t().tolist()))
+    assert edges == {(0, 0), (0, 1), (1, 1), (0, 2), (1, 2), (2, 2), (3, 3)}
+
+
+def test_fully_connected_blocks_do_not_touch():
+    edge_index = graphs.fully_connected([2, 3])
+    assert edge_index.size(1) == 4 + 9
+    batch = graphs.lengths_to_batch([2, 3])
+    assert torch.equal(batch[edge_index[0]], batch[edge_index[1]])
+
+
+def test_fully_connected_without_self_loops():
+    edge_index = graphs.fully_connected(3, self_loops=False)
+    assert edge_index.size(1) == 6
+    assert (edge_index[0] != edge_index[1]).all()
+
+
+def test_fully_connected_is_ordered_by_target():
+    assert graphs.fully_connected([2]).tolist() == [[0, 1, 0, 1], [0, 0, 1, 1]]
+
+
+def test_reverse_flips_direction():
+    assert graphs.reverse(graphs.chain([3])).tolist() == [[1, 2], [0, 1]]
+
+
+def test_lengths_and_batch_round_trip():
+    batch = graphs.lengths_to_batch([2, 0, 3])
+    assert batch.tolist() == [0, 0, 2, 2, 2]
+    assert graphs.batch_to_lengths(batch, num_graphs=3).tolist() == [2, 0, 3]
+
+
+def test_negative_length_is_refused():
+    with pytest.raises(ValueError, match="non-negative"):
+        graphs.chain([2, -1])
