@@ -344,10 +344,15 @@ class ChainRecurrence(MessagePassing):
         ``h``, ``c`` (or None) and a per-node extra (or None)."""
         raise NotImplementedError
 
+    def predecessor_states(self, h: Tensor, edge_index: Tensor) -> Tensor:
+        """The message every node receives: its predecessor's state ``h``
+        ``[num_nodes, channels]``, zeros where a chain starts. This is what
+        each step of :meth:`forward` gathers for its frontier, there by
+        slicing the step layout rather than scattering along the edges."""
+        return self.propagate(edge_index, h=h, size=(h.size(0), h.size(0)))
+
     def message(self, h_j: Tensor) -> Tensor:
-        # The message along a chain edge is the predecessor's state; the engine
-        # gathers it by slicing the step layout instead of propagating.
-        return h_j
+        return h_j  # [num_edges, channels]
 
     def _keep_extras(self, extras: List[Optional[Tensor]]) -> None:
         pass
