@@ -288,25 +288,29 @@ class ChainRecurrence(MessagePassing):
         else:
             projected = torch.addmm(input_bias, x, weight_ih.t())
 
-        # The chains ending at step t are the rows sizes[t + 1]: of that step;
-        # they come out from the shortest chains up, hence the reversal below.
+        # Split, not slice: the backward of a slice fills a zero tensor the
+        # size of the whole input per step, the backward of one split
+        # concatenates once. Likewise each step splits its states into those
+        # carried on (the first sizes[t + 1] chains) and those of the chains
+        # that end there; the ends come out shortest chain first, hence the
+        # reversal in _per_graph.
+        inputs = projected.split(sizes)  # per step [sizes[t], gate_size]
         h = h_0.index_select(0, schedule.chain_graph)  # [num_chains, hidden_size]
         c = None if c_0 is None else c_0.index_select(0, schedule.chain_graph)
         w_hh = weight_hh.t()
         hs, extras, h_ends, c_ends = [], [], [], []
-        start = 0
         for t, size in enumerate(sizes):
-            h, c, extra = self.cell(projected[start:start + size], h[:size],
-                                    None if c is None else c[:size], w_hh, hidden_bias)
+            h, c, extra = self.cell(inputs[t], h, c, w_hh, hidden_bias)
             hs.append(h)
             if extra is not None:
                 extras.append(extra)
-            ending = sizes[t + 1] if t + 1 < len(sizes) else 0
-            if ending < size:
-                h_ends.append(h[ending:])
+            carried = sizes[t + 1] if t + 1 < len(sizes) else 0
+            if carried < size:
+                h, h_end = h.split([carried, size - carried])
+                h_ends.append(h_end)
                 if c is not None:
-                    c_ends.append(c[ending:])
-            start += size
+                    c, c_end = c.split([carried, size - carried])
+                    c_ends.append(c_end)
 
         hidden = weight_hh.size(1)
         out = torch.cat(hs) if hs else projected.new_zeros(0, hidden)
@@ -376,15 +380,20 @@ class ChainRecurrence(MessagePassing):
         return x, edge_index, batch
 
     def _num_graphs(self, state: Optional[State], batch: Optional[Tensor]) -> int:
-        given = None
-        if state is not None:
-            h = state[0] if isinstance(state, (tuple, list)) else state
-            given = h.size(1) if h.dim() == 3 else None
-        needed = int(batch.max()) + 1 if batch is not None and batch.numel() else 1
-        if given is not None and given < needed:
+        """One graph without ``batch``; else as many as the initial state has
+        (trailing graphs may be empty), or the largest graph id plus one."""
+        if batch is None:
+            return 1
+        needed = int(batch.max()) + 1 if batch.numel() else 1
+        if state is None:
+            return needed
+        h_0 = state[0] if isinstance(state, (tuple, list)) else state
+        if h_0.dim() != 3:
+            return needed  # _initial_state names the expected shape.
+        if h_0.size(1) < needed:
             raise ValueError(f"{type(self).__name__}: batch holds {needed} graphs, "
-                             f"but the initial state has {given}")
-        return given if given is not None else needed
+                             f"but the initial state has {h_0.size(1)}")
+        return h_0.size(1)
 
     def _initial_state(self, state: Optional[State], num_graphs: int, x: Tensor):
         """``(h_0, c_0)`` ``[num_layers * num_directions, num_graphs, hidden_size]``

@@ -248,6 +248,10 @@ def test_step_order_is_packed_layout():
      r"expects state as a pair"),
     (lambda l: l(torch.randn(5, 3), chain(5), state=(torch.zeros(2, 1, 4), torch.zeros(2, 1, 4))),
      r"h_0 of shape \[1, 1, 4\]"),
+    (lambda l: l(torch.randn(5, 3), chain(5), state=(torch.zeros(1, 2, 4), torch.zeros(1, 2, 4))),
+     r"h_0 of shape \[1, 1, 4\]"),  # no batch: one graph
+    (lambda l: l(torch.randn(2, 3), chain([1, 1]), torch.tensor([0, 2]),
+                 (torch.zeros(1, 2, 4), torch.zeros(1, 2, 4))), "batch holds 3 graphs"),
     (lambda l: l(torch.randn(5, 3), chain([2, 3])), "graph 0 holds 2 chains.*pass `batch`"),
     (lambda l: l(torch.randn(3, 3), torch.tensor([[0, 1], [2, 2]])), "node 2 has 2 predecessors"),
     (lambda l: l(torch.randn(3, 3), torch.tensor([[0, 0], [1, 2]])), "node 0 has 2 successors"),
