@@ -26,6 +26,11 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="output directory (default runs/NAME-TIME)")
     p.add_argument("--resume", action="store_true", help="continue the run stored in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bars or console log")
+    p.add_argument("--oracle", choices=["simulated", "human", "file"], default=None,
+                   help="who answers an active-learning pipeline's questions: the ground truth "
+                        "(default), you at the terminal (or a pipe), or --labels")
+    p.add_argument("--labels", default=None, metavar="F.csv",
+                   help="answers for --oracle file, rows item,label (implies --oracle file)")
     p.set_defaults(handler=_run)
 
 
@@ -34,14 +39,26 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.resume and args.out is None:
         raise GraphseqError("--resume needs --out DIR, the run to continue")
+    options = {}
+    if args.oracle == "human":
+        from .active.prompt import HumanOracle
+        options["oracle"] = HumanOracle(sys.stdin, sys.stdout)
+    elif args.oracle or args.labels:
+        options["oracle"] = args.oracle or "file"
+    if args.labels:
+        options["labels"] = args.labels
     summary = run(args.pipeline, overrides=args.overrides, seed=args.seed, runs=args.runs,
                   device=args.device, out=args.out, data_root=args.data_root,
-                  data_mirror=args.data_mirror, quiet=args.quiet, resume=args.resume)
+                  data_mirror=args.data_mirror, quiet=args.quiet, resume=args.resume, **options)
     mean, std = summary["mean"], summary["std"]
-    figures = ", ".join(f"{k} {v:.4f}" + (f" ± {std[k]:.4f}" if args.runs > 1 else "")
+    figures = ", ".join(f"{k} {_number(v)}" + (f" ± {_number(std[k])}" if args.runs > 1 else "")
                         for k, v in mean.items() if k != "seed")
     print(f"{summary['pipeline']}: {figures}")
     return 0
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.4f}"
 
 
 def _add_list(commands: argparse._SubParsersAction) -> None:
@@ -59,11 +76,98 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_labels(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("labels", help="print the labels an active-learning run stored, as CSV")
+    p.add_argument("dir", help="the run's --out directory")
+    p.add_argument("--strategy", default=None, help="which strategy's labels, when the run compared several")
+    p.set_defaults(handler=_labels)
+
+
+def _labels(args: argparse.Namespace) -> int:
+    from .active.store import labels_csv
+
+    sys.stdout.write(labels_csv(args.dir, args.strategy))
+    return 0
+
+
+def _add_plot_curves(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("plot-curves", help="draw an active-learning run's learning curves (all seeds)")
+    p.add_argument("dir", help="the run's --out directory")
+    p.set_defaults(handler=_plot_curves)
+
+
+def _plot_curves(args: argparse.Namespace) -> int:
+    from .active.curves import plot_run
+
+    print(plot_run(args.dir))
+    return 0
+
+
+def _add_sample(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("sample", help="generate text from a charlm run, or map its hidden units over a text")
+    p.add_argument("dir", help="the run's --out directory (holding checkpoint.pt)")
+    p.add_argument("--prime", default="", help="text the sample starts with (default: none)")
+    p.add_argument("--length", type=int, default=500, help="characters generated after the prime (default 500)")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="softmax temperature; lower is safer, 0 always takes the likeliest (default 1)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the draws (default: random)")
+    p.add_argument("--device", default="cpu", help="auto, cpu or cuda (default cpu)")
+    p.add_argument("--html", default=None, metavar="OUT.html",
+                   help="instead of sampling, write a heat map of hidden units over a text")
+    p.add_argument("--cells", default=None, metavar="I,J,K",
+                   help="the units --html draws (default: those that best track line position, "
+                        "speaker lines, words, ...)")
+    p.add_argument("--text-file", default=None, metavar="F",
+                   help="the text --html and --units read (default: a sample generated as above)")
+    p.add_argument("--units", type=int, default=0, metavar="K",
+                   help="list the K units that best track each feature of the text")
+    p.set_defaults(handler=_sample)
+
+
+def _sample(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .models import charlm
+    from .pipeline import resolve_device
+
+    model, vocab = charlm.load_char_lm(args.dir, resolve_device(args.device))
+    text = charlm.sample(model, vocab, args.prime, args.length, args.temperature, args.seed) \
+        if args.text_file is None else _read_text(Path(args.text_file))
+    if not args.html and not args.units:
+        print(text)
+        return 0
+    if args.units:
+        activations = charlm.hidden_activations(model, vocab, text)
+        print(charlm.describe_units(charlm.interesting_units(text, activations, args.units)))
+    if args.html:
+        cells = None if args.cells is None else _int_list(args.cells, "--cells")
+        drawn = charlm.write_heatmap(model, vocab, text, args.html, cells)
+        print(f"wrote {args.html}: units {', '.join(map(str, drawn))} over {len(text)} characters")
+    return 0
+
+
+def _read_text(path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise GraphseqError(f"cannot read --text-file {path}: {error.strerror}") from None
+
+
+def _int_list(text: str, option: str) -> List[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise GraphseqError(f"{option} takes comma-separated integers like 3,17,42, got {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="graphseq", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     _add_run(commands)
     _add_list(commands)
+    _add_labels(commands)
+    _add_plot_curves(commands)
+    _add_sample(commands)
     return parser
 
 

@@ -92,3 +92,13 @@ def test_wrong_input_shape_is_named():
 
 def test_repr():
     assert repr(GATConv(16, 8, heads=4)) == "GATConv(16, 8, heads=4)"
+
+
+def test_sparse_csr_features_give_dense_gradients():
+    conv = GATConv(5, 4, heads=2)
+    x = torch.randn(6, 5) * (torch.rand(6, 5) < 0.4)
+    conv(x, EDGE_INDEX).square().sum().backward()
+    dense_grad = conv.lin.weight.grad.clone()
+    conv.zero_grad()
+    conv(x.to_sparse_csr(), EDGE_INDEX).square().sum().backward()
+    assert torch.allclose(conv.lin.weight.grad, dense_grad, atol=1e-5)

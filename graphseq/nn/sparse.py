@@ -1,0 +1,41 @@
+"""Sparse node features. Bag-of-words features are mostly zeros (98.7% on
+Cora): multiplying them as a sparse CSR matrix skips the zeros in both the
+forward pass and the weight gradient, which torch's generic sparse backward
+does not do quickly on CPU.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch_geometric.index import index2ptr, ptr2index
+
+
+class _SparseDenseMM(torch.autograd.Function):
+    """``x @ weight`` for a constant CSR ``x``; the backward multiplies by the
+    transpose of ``x``, built in CSR by a stable sort of its columns."""
+
+    @staticmethod
+    def forward(ctx, crow: Tensor, col: Tensor, values: Tensor, num_cols: int,
+                weight: Tensor) -> Tensor:
+        ctx.save_for_backward(crow, col, values)
+        ctx.num_cols = num_cols
+        x = torch.sparse_csr_tensor(crow, col, values, (crow.numel() - 1, num_cols))
+        return x @ weight
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        crow, col, values = ctx.saved_tensors
+        num_rows = crow.numel() - 1
+        rows = ptr2index(crow, output_size=col.numel())
+        col_sorted, perm = torch.sort(col, stable=True)
+        x_t = torch.sparse_csr_tensor(index2ptr(col_sorted, ctx.num_cols), rows[perm], values[perm],
+                                      (ctx.num_cols, num_rows))
+        return None, None, None, None, x_t @ grad_out
+
+
+def sparse_dense_mm(x: Tensor, weight: Tensor) -> Tensor:
+    """``x @ weight`` where ``x`` is a sparse (CSR or COO) matrix without
+    gradient and ``weight`` a dense one, differentiable in ``weight``."""
+    if x.layout != torch.sparse_csr:
+        x = x.to_sparse_csr()
+    return _SparseDenseMM.apply(x.crow_indices(), x.col_indices(), x.values(), x.size(1), weight)

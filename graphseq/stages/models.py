@@ -1,0 +1,16 @@
+"""Stages that build a model for the data an earlier stage loaded."""
+from __future__ import annotations
+
+from ..models import GAT
+from .registry import stage
+
+
+@stage("gat")
+def gat(ctx, *, hidden_channels: int = 8, heads: int = 8, output_heads: int = 1,
+        dropout: float = 0.6, attention_dropout: float = 0.6) -> None:
+    """The two-layer GAT of the paper, as ``ctx.model``."""
+    model = GAT(ctx.require("num_features", "gat"), ctx.require("num_classes", "gat"),
+                hidden_channels=hidden_channels, heads=heads, output_heads=output_heads,
+                dropout=dropout, attention_dropout=attention_dropout)
+    ctx.model = model.to(ctx.device)
+    ctx.log.info(f"model: {model}")

@@ -1,0 +1,22 @@
+"""Stage: load a Planetoid citation graph onto the run's device."""
+from __future__ import annotations
+
+from ..data.planetoid import load_planetoid
+from .registry import stage
+
+
+@stage("planetoid")
+def planetoid(ctx, *, name: str = "Cora", split: str = "public", normalize_features: bool = True,
+              sparse_features: bool = True) -> None:
+    """Sets ``ctx.data`` (features stored sparsely if ``sparse_features``),
+    ``ctx.num_features`` and ``ctx.num_classes``."""
+    data = load_planetoid(name, ctx.data_root, ctx.data_mirror, split=split,
+                          normalize_features=normalize_features)
+    ctx.log.info(f"{name}: {data.num_nodes} nodes, {data.num_edges} edges, "
+                 f"{data.num_features} features, split {split} "
+                 f"({int(data.train_mask.sum())}/{int(data.val_mask.sum())}/{int(data.test_mask.sum())})")
+    ctx.num_features = data.num_features
+    ctx.num_classes = int(data.y.max()) + 1
+    if sparse_features:
+        data.x = data.x.to_sparse_csr()
+    ctx.data = data.to(ctx.device)

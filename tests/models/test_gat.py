@@ -1,0 +1,35 @@
+import torch
+import torch_geometric.nn as pyg_nn
+
+from graphseq.models import GAT, sparse_dropout
+
+EDGE_INDEX = torch.tensor([[1, 2, 0, 3, 4, 2, 3, 3],
+                           [0, 2, 1, 1, 3, 4, 2, 3]])
+
+
+def test_gat_model_equals_two_pyg_layers_with_copied_weights():
+    torch.manual_seed(0)
+    model = GAT(5, 3, hidden_channels=4, heads=2, output_heads=2).eval()
+    conv1 = pyg_nn.GATConv(5, 4, heads=2)
+    conv2 = pyg_nn.GATConv(8, 3, heads=2, concat=False)
+    conv1.load_state_dict(model.conv1.state_dict())
+    conv2.load_state_dict(model.conv2.state_dict())
+    x = torch.randn(6, 5)
+    expected = conv2(torch.nn.functional.elu(conv1(x, EDGE_INDEX)), EDGE_INDEX)
+    assert torch.allclose(model(x, EDGE_INDEX), expected, atol=1e-5)
+    assert torch.allclose(model(x.to_sparse_csr(), EDGE_INDEX), expected, atol=1e-5)
+
+
+def test_sparse_dropout_keeps_the_dense_distribution_on_non_zeros():
+    torch.manual_seed(0)
+    x = torch.rand(200, 50) * (torch.rand(200, 50) < 0.1)
+    dropped = sparse_dropout(x.to_sparse_csr(), 0.6, training=True).to_dense()
+    kept = dropped[x != 0] != 0
+    assert abs(kept.float().mean().item() - 0.4) < 0.05
+    assert torch.allclose(dropped[x != 0][kept], x[x != 0][kept] / 0.4)
+    assert (dropped[x == 0] == 0).all()
+
+
+def test_sparse_dropout_is_identity_in_eval():
+    x = torch.rand(4, 3).to_sparse_csr()
+    assert sparse_dropout(x, 0.6, training=False) is x
