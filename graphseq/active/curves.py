@@ -1,0 +1,74 @@
+"""Learning curves: test accuracy against the number of labels, one line
+per query strategy. With several seeds each line is the mean over seeds and
+the band around it one standard deviation, so that a gap between two
+strategies can be read against the seed-to-seed spread.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ..errors import GraphseqError
+
+Curves = Dict[str, List[List[float]]]  # strategy -> [[num_labels, accuracy], ...]
+PLOT_NAME = "learning_curves.png"
+
+
+def mean_curve(curves: Sequence[List[List[float]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and standard deviation over seeds at every number of labels that
+    every seed reached: ``(num_labels, mean, std)``."""
+    shared = sorted(set.intersection(*(set(int(n) for n, _ in c) for c in curves)))
+    values = np.array([[dict((int(n), a) for n, a in c)[x] for x in shared] for c in curves])
+    return np.array(shared), values.mean(axis=0), values.std(axis=0, ddof=1 if len(curves) > 1 else 0)
+
+
+def plot_learning_curves(runs: Sequence[Curves], path: str | Path, title: str,
+                         reference: Optional[float] = None) -> Path:
+    """Draws the curves of one or more seeds into a PNG at ``path``;
+    ``reference`` (an accuracy) is drawn as a dashed line."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in runs if r]
+    if not runs:
+        raise GraphseqError("no learning curves to plot")
+    figure, axes = plt.subplots(figsize=(8, 5.5), dpi=120)
+    colours = plt.get_cmap("tab10")
+    for i, strategy in enumerate(runs[0]):
+        x, mean, std = mean_curve([r[strategy] for r in runs if strategy in r])
+        label = f"{strategy} ({mean[-1]:.3f}" + (f" ± {std[-1]:.3f})" if len(runs) > 1 else ")")
+        axes.plot(x, mean, marker="o", markersize=2.5, color=colours(i % 10), label=label)
+        if len(runs) > 1:
+            axes.fill_between(x, mean - std, mean + std, color=colours(i % 10), alpha=0.15)
+    if reference is not None:
+        axes.axhline(reference, color="black", linestyle="--", linewidth=1,
+                     label=f"standard split ({reference:.3f})")
+    axes.set_xlabel("labelled items")
+    axes.set_ylabel("test accuracy")
+    seeds = f"{len(runs)} seeds, mean ± std" if len(runs) > 1 else "1 seed"
+    axes.set_title(f"{title}: learning curves ({seeds})")
+    axes.grid(True, alpha=0.3)
+    axes.legend(title="strategy (final accuracy)", fontsize=8, loc="lower right")
+    figure.tight_layout()
+    path = Path(path)
+    figure.savefig(path)
+    plt.close(figure)
+    return path
+
+
+def plot_run(run_dir: str | Path) -> Path:
+    """Draws ``run_dir/learning_curves.png`` from the run's ``metrics.json``
+    (every seed of that run: ``graphseq plot-curves DIR``)."""
+    metrics_path = Path(run_dir) / "metrics.json"
+    if not metrics_path.is_file():
+        raise GraphseqError(f"{run_dir} holds no metrics.json; is it the --out of a finished run?")
+    metrics = json.loads(metrics_path.read_text())
+    runs = [r.get("curves") for r in metrics.get("runs", []) if r.get("curves")]
+    if not runs:
+        raise GraphseqError(f"{metrics_path} holds no learning curves; was it an active-learning run?")
+    reference = metrics.get("mean", {}).get("standard_split_accuracy")
+    return plot_learning_curves(runs, Path(run_dir) / PLOT_NAME, metrics.get("pipeline", "active"), reference)

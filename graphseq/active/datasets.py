@@ -1,0 +1,118 @@
+"""The tasks the active-learning pipelines label: Cora's citation graph
+(nodes are papers; a person sees a paper's neighbourhood and the model's
+guess) and the sentence-polarity snippets joined into a k-nearest-neighbour
+graph over TF-IDF (nodes are sentences a person can read and judge).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import List, Mapping, Optional, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.utils import to_undirected
+
+from ..data.planetoid import load_planetoid
+from ..data.polarity import CLASS_NAMES as POLARITY_CLASSES
+from ..data.polarity import load_polarity
+from .loop import Task
+from .prompt import wrap
+
+# Cora's classes in Planetoid's label order. Planetoid ships indices only;
+# the names follow from the class sizes, which are all different (351 Theory,
+# 217 Reinforcement_Learning, 418 Genetic_Algorithms, 818 Neural_Networks,
+# 426 Probabilistic_Methods, 298 Case_Based, 180 Rule_Learning).
+CORA_CLASSES = ["Theory", "Reinforcement_Learning", "Genetic_Algorithms", "Neural_Networks",
+                "Probabilistic_Methods", "Case_Based", "Rule_Learning"]
+
+
+def top_predictions(probabilities: Tensor, class_names, top: int = 3) -> str:
+    values, indices = probabilities.topk(min(top, probabilities.numel()))
+    return ", ".join(f"{class_names[i]} {v:.2f}" for v, i in zip(values.tolist(), indices.tolist()))
+
+
+def neighbour_summary(item: int, neighbours: List[List[int]], labelled: Mapping[int, int],
+                      class_names) -> List[str]:
+    known = Counter(class_names[labelled[j]] for j in neighbours[item] if j in labelled)
+    unknown = len(neighbours[item]) - sum(known.values())
+    labels = ", ".join(f"{name} x{count}" for name, count in known.most_common()) or "none yet"
+    return [f"  degree {len(neighbours[item])}; neighbours' known labels: {labels}"
+            f" ({unknown} unlabelled)"]
+
+
+def adjacency_lists(edge_index: Tensor, num_nodes: int) -> List[List[int]]:
+    neighbours: List[List[int]] = [[] for _ in range(num_nodes)]
+    for source, target in edge_index.t().tolist():
+        if source != target:
+            neighbours[target].append(source)
+    return neighbours
+
+
+def cora_task(root: Path, mirror: Optional[Path] = None, name: str = "cora") -> Tuple[Task, Data]:
+    """Cora with its standard test nodes held out; the pool is every node
+    outside the standard validation and test sets."""
+    data = load_planetoid(name, root, mirror)
+    if name.lower() != "cora":
+        class_names = [f"class_{i}" for i in range(int(data.y.max()) + 1)]
+    else:
+        class_names = CORA_CLASSES
+    pool = (~(data.val_mask | data.test_mask)).nonzero().view(-1)
+    neighbours = adjacency_lists(data.edge_index, data.num_nodes)
+
+    def describe(item: int, probabilities: Tensor, labelled: Mapping[int, int]) -> List[str]:
+        return ([f"  a paper citing or cited by {len(neighbours[item])} others"]
+                + neighbour_summary(item, neighbours, labelled, class_names)
+                + [f"  model: {top_predictions(probabilities[item].cpu(), class_names)}"])
+
+    return Task(class_names, pool, data.edge_index, describe), data
+
+
+def knn_graph_tfidf(sentences: List[str], k: int) -> Tuple[Tensor, "object"]:
+    """TF-IDF vectors of the sentences and the undirected graph joining each
+    sentence to its ``k`` nearest neighbours by cosine similarity."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.neighbors import NearestNeighbors
+
+    tfidf = TfidfVectorizer(sublinear_tf=True, min_df=2).fit_transform(sentences)
+    nearest = NearestNeighbors(n_neighbors=k + 1, metric="cosine").fit(tfidf)
+    _, indices = nearest.kneighbors(tfidf)  # [num_sentences, k + 1]; the first is usually itself
+    source = np.repeat(np.arange(len(sentences)), k)
+    target = indices[:, 1:].reshape(-1)
+    edge_index = torch.as_tensor(np.stack([source, target]), dtype=torch.long)
+    mask = edge_index[0] != edge_index[1]  # A duplicate sentence may be its own neighbour.
+    return to_undirected(edge_index[:, mask], num_nodes=len(sentences)), tfidf
+
+
+def polarity_task(root: Path, mirror: Optional[Path] = None, neighbours: int = 10,
+                  dimensions: int = 128, test_fraction: float = 0.2, limit: int = 0) -> Tuple[Task, Data]:
+    """The polarity sentences as nodes of a k-nearest-neighbour graph over
+    TF-IDF, with features reduced to ``dimensions`` by truncated SVD (LSA).
+    A fixed fifth of the sentences (the same for every seed) is held out for
+    testing; the rest is the pool. ``limit`` keeps that many sentences, drawn
+    evenly from both classes (0: all), for quick runs."""
+    from sklearn.decomposition import TruncatedSVD
+
+    sentences, labels = load_polarity(root, mirror)
+    if limit:
+        order = np.random.default_rng(0).permutation(len(sentences))[:limit]
+        sentences, labels = [sentences[i] for i in order], [labels[i] for i in order]
+    edge_index, tfidf = knn_graph_tfidf(sentences, neighbours)
+    dimensions = min(dimensions, tfidf.shape[1] - 1, len(sentences) - 1)
+    features = TruncatedSVD(n_components=dimensions, random_state=0).fit_transform(tfidf)
+    x = torch.as_tensor(features, dtype=torch.float)
+    x = x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    num_items = len(sentences)
+    test = torch.zeros(num_items, dtype=torch.bool)
+    test[torch.as_tensor(np.random.default_rng(1).permutation(num_items)[:int(test_fraction * num_items)])] = True
+    data = Data(x=x, edge_index=edge_index, y=torch.tensor(labels), test_mask=test)
+    graph_neighbours = adjacency_lists(edge_index, num_items)
+
+    def describe(item: int, probabilities: Tensor, labelled: Mapping[int, int]) -> List[str]:
+        return (wrap(f'"{sentences[item]}"')
+                + neighbour_summary(item, graph_neighbours, labelled, POLARITY_CLASSES)
+                + [f"  model: {top_predictions(probabilities[item].cpu(), POLARITY_CLASSES)}"])
+
+    return Task(list(POLARITY_CLASSES), (~test).nonzero().view(-1), edge_index, describe), data

@@ -1,0 +1,152 @@
+"""The active-learning loop: train, ask about the items the strategy
+wants, store each answer the moment it is given, retrain; until the budget
+of labels is spent, the pool is empty, or the oracle says quit.
+
+Every answer goes into the :class:`~graphseq.active.store.LabelStore`
+before the next question, and the loop rebuilds its state from the store
+when resumed: labelled items keep their labels, skipped items stay skipped
+(a skip means "not this one, not ever, in this run"), and only the rest of
+the pool is asked about. The test accuracy after every round is stored too:
+the learning curve.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from ..errors import GraphseqError
+from .oracles import QUIT, SKIP, UNDO, Question, Reply
+from .store import LabelStore
+from .strategies import get_strategy
+
+# What a person reads about an item: (item, probabilities [num_items,
+# num_classes], labelled {item: class}) -> lines.
+Describe = Callable[[int, Tensor, Mapping[int, int]], List[str]]
+
+
+@dataclass
+class Task:
+    """What is being labelled: the items' graph and classes, the pool of
+    items that may be asked about, and how to show an item to a person."""
+
+    class_names: List[str]
+    pool: Tensor        # [num_pool] item indices
+    edge_index: Tensor  # [2, num_edges] over all items
+    describe: Describe
+
+
+class Learner(Protocol):
+    def fit(self, items: Tensor, labels: Tensor) -> None: ...
+    def predict(self) -> Tuple[Tensor, Tensor]: ...  # probabilities, embeddings
+    def accuracy(self) -> float: ...
+
+
+class Oracle(Protocol):
+    source: str
+    def ask(self, question: Question) -> Reply: ...
+    def tell(self, text: str) -> None: ...
+    def restrict(self, pool: Tensor) -> Tensor: ...
+
+
+def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelStore, *,
+                    strategy: str, initial: Mapping[int, int], budget: int, batch_size: int,
+                    generator: Optional[torch.Generator] = None, resume: bool = False,
+                    progress: bool = False, log: Optional[logging.Logger] = None) -> List[List[float]]:
+    """Runs the loop for one strategy and returns its learning curve,
+    ``[[num_labels, test_accuracy], ...]``.
+
+    ``initial`` are the labels known before the first question (stored with
+    source ``initial``). ``budget`` counts every label, the initial ones
+    included; ``batch_size`` items are asked about per round.
+    """
+    log = log or logging.getLogger("graphseq")
+    select = get_strategy(strategy)
+    if budget < len(initial):
+        raise GraphseqError(f"the budget ({budget}) is smaller than the initial labelled set ({len(initial)})")
+    if batch_size < 1:
+        raise GraphseqError(f"batch_size must be at least 1, got {batch_size}")
+    names = list(task.class_names)
+    index_of = {name: i for i, name in enumerate(names)}
+
+    if not resume:
+        if store.has_human_answers(strategy):
+            raise GraphseqError(f"{store.path} already holds answers a person gave; continue them with "
+                                f"--resume, or choose another --out")
+        store.clear(strategy)
+    if not store.answers(strategy):
+        for item, label in initial.items():
+            store.add(strategy, item, names[label], "initial")
+    labelled: Dict[int, int] = {}
+    for answer in store.answers(strategy):
+        if answer.label not in index_of:
+            raise GraphseqError(f"{store.path}: item {answer.item} has the label {answer.label!r}, "
+                                f"which is no class of this task ({', '.join(names)})")
+        labelled[answer.item] = index_of[answer.label]
+    skipped = set(store.skipped(strategy))
+    if resume:
+        log.info(f"{strategy}: resumed with {len(labelled)} labels and {len(skipped)} skipped items")
+
+    pool = oracle.restrict(task.pool)
+    curve = store.rounds(strategy)
+    round = len(curve)
+    quit = False
+    bar = tqdm(total=budget, initial=len(labelled), desc=strategy, disable=not progress, leave=False)
+    try:
+        while True:
+            items = torch.tensor(list(labelled), dtype=torch.long)
+            learner.fit(items, torch.tensor([labelled[i] for i in labelled], dtype=torch.long))
+            accuracy = learner.accuracy()
+            store.add_round(strategy, len(labelled), accuracy)
+            curve = store.rounds(strategy)
+            log.info(f"{strategy}: {len(labelled)} labels, test accuracy {accuracy:.4f}")
+            candidates = pool[~torch.isin(pool, torch.tensor(sorted(set(labelled) | skipped),
+                                                             dtype=pool.dtype, device=pool.device))]
+            if quit or len(labelled) >= budget or candidates.numel() == 0:
+                break
+            probabilities, embeddings = learner.predict()
+            chosen = select(probabilities, candidates.to(probabilities.device),
+                            min(batch_size, budget - len(labelled)),
+                            generator=generator, edge_index=task.edge_index.to(probabilities.device),
+                            embeddings=embeddings, round=round,
+                            labelled=items.to(probabilities.device))
+            queue = [int(i) for i in chosen]
+            before = len(labelled)
+            while queue and not quit:
+                item = queue.pop(0)
+                question = Question(item, names, task.describe(item, probabilities, labelled),
+                                    f"{strategy}: {len(labelled)} of {budget} labels, round {round + 1}")
+                reply = oracle.ask(question)
+                if reply is QUIT:
+                    quit = True
+                elif reply is SKIP:
+                    store.add(strategy, item, None, oracle.source)
+                    skipped.add(item)
+                elif reply is UNDO:
+                    queue.insert(0, item)
+                    undone = store.undo(strategy)
+                    if undone is None:
+                        oracle.tell("  nothing to undo")
+                        continue
+                    labelled.pop(undone.item, None)
+                    skipped.discard(undone.item)
+                    queue.insert(0, undone.item)
+                    oracle.tell(f"  undone: item {undone.item} " +
+                                (f"= {undone.label}" if undone.label is not None else "(skipped)"))
+                else:
+                    store.add(strategy, item, names[reply], oracle.source)
+                    labelled[item] = reply
+                bar.update(len(labelled) - bar.n)
+            round += 1
+            if quit and len(labelled) == before:
+                break
+    finally:
+        bar.close()
+    if quit:
+        oracle.tell(f"stopped with {len(labelled)} labels stored in {store.path}; "
+                    f"continue with --resume --out {store.path.parent}")
+    return curve

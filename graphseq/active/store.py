@@ -1,0 +1,164 @@
+"""The label store: every answer in a SQLite file in the run directory
+(``labels.sqlite``), committed before the next question is asked, so that
+Ctrl-C, a crash or a kill loses no answer.
+
+One row per answer: the strategy that asked, the item, the class name (NULL
+for a skip), where the answer came from (``human``, ``simulated``, ``file``
+or ``initial``) and the time (ISO 8601, UTC). Undo deletes the last row a
+person wrote. The test accuracy after each round is kept beside the answers,
+so that a resumed run continues its learning curve.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from ..errors import GraphseqError
+
+STORE_NAME = "labels.sqlite"
+SOURCES = ("human", "simulated", "file", "initial")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS answers (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    strategy TEXT    NOT NULL,
+    item     INTEGER NOT NULL,
+    label    TEXT,               -- the class name; NULL when the item was skipped
+    source   TEXT    NOT NULL,   -- human, simulated, file or initial
+    time     TEXT    NOT NULL    -- ISO 8601, UTC
+);
+CREATE TABLE IF NOT EXISTS rounds (
+    strategy TEXT    NOT NULL,
+    labels   INTEGER NOT NULL,   -- how many items were labelled when the model was trained
+    accuracy REAL    NOT NULL,   -- its test accuracy
+    PRIMARY KEY (strategy, labels)
+);
+"""
+
+
+@dataclass(frozen=True)
+class Answer:
+    item: int
+    label: Optional[str]  # None for a skip
+    source: str
+    time: str
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class LabelStore:
+    """Answers of one run, in ``path`` (created if missing). Every write is
+    committed at once. ``read_only`` opens an existing store for looking."""
+
+    def __init__(self, path: str | Path, read_only: bool = False):
+        self.path = Path(path)
+        if read_only:
+            self.connection = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.connection = sqlite3.connect(self.path)
+        self.connection.executescript(SCHEMA)
+        self.connection.commit()
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> "LabelStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _write(self, sql: str, params: Tuple) -> sqlite3.Cursor:
+        cursor = self.connection.execute(sql, params)
+        self.connection.commit()
+        return cursor
+
+    # Answers ------------------------------------------------------------- #
+
+    def add(self, strategy: str, item: int, label: Optional[str], source: str) -> None:
+        """Stores one answer (``label=None``: a skip) and commits it."""
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
+        self._write("INSERT INTO answers (strategy, item, label, source, time) VALUES (?, ?, ?, ?, ?)",
+                    (strategy, int(item), label, source, now()))
+
+    def undo(self, strategy: str) -> Optional[Answer]:
+        """Deletes the last row a person wrote for ``strategy`` (an answer or
+        a skip) and returns it; None if a person wrote nothing."""
+        row = self.connection.execute(
+            "SELECT id, item, label, source, time FROM answers WHERE strategy = ? AND source = 'human' "
+            "ORDER BY id DESC LIMIT 1", (strategy,)).fetchone()
+        if row is None:
+            return None
+        self._write("DELETE FROM answers WHERE id = ?", (row[0],))
+        return Answer(*row[1:])
+
+    def answers(self, strategy: Optional[str] = None, skips: bool = False) -> List[Answer]:
+        """The stored labels in the order given (with the skips if asked)."""
+        sql = "SELECT item, label, source, time FROM answers WHERE (? IS NULL OR strategy = ?)"
+        if not skips:
+            sql += " AND label IS NOT NULL"
+        return [Answer(*row) for row in self.connection.execute(sql + " ORDER BY id", (strategy, strategy))]
+
+    def skipped(self, strategy: str) -> List[int]:
+        return [a.item for a in self.answers(strategy, skips=True) if a.label is None]
+
+    def strategies(self) -> List[str]:
+        return [row[0] for row in self.connection.execute(
+            "SELECT strategy FROM answers GROUP BY strategy ORDER BY MIN(id)")]
+
+    def has_human_answers(self, strategy: str) -> bool:
+        return self.connection.execute("SELECT 1 FROM answers WHERE strategy = ? AND source = 'human'",
+                                       (strategy,)).fetchone() is not None
+
+    def clear(self, strategy: str) -> None:
+        """Forgets a strategy's answers and rounds (a fresh run)."""
+        self.connection.execute("DELETE FROM answers WHERE strategy = ?", (strategy,))
+        self._write("DELETE FROM rounds WHERE strategy = ?", (strategy,))
+
+    # Learning curve ------------------------------------------------------ #
+
+    def add_round(self, strategy: str, labels: int, accuracy: float) -> None:
+        self._write("INSERT OR REPLACE INTO rounds (strategy, labels, accuracy) VALUES (?, ?, ?)",
+                    (strategy, int(labels), float(accuracy)))
+
+    def rounds(self, strategy: str) -> List[List[float]]:
+        """The learning curve so far, ``[[num_labels, accuracy], ...]``."""
+        return [[n, acc] for n, acc in self.connection.execute(
+            "SELECT labels, accuracy FROM rounds WHERE strategy = ? ORDER BY labels", (strategy,))]
+
+
+def labels_csv(run_dir: str | Path, strategy: Optional[str] = None) -> str:
+    """The labels stored in a run directory as CSV, header ``item,label,source,time``.
+
+    A run that compared several strategies holds one set of labels per
+    strategy; name one with ``strategy``."""
+    path = Path(run_dir) / STORE_NAME
+    if not path.is_file():
+        seeds = sorted(p.name for p in Path(run_dir).glob(f"seed-*/{STORE_NAME}"))
+        hint = (f"; this run has one per seed: {', '.join(str(Path(run_dir) / s) for s in seeds)}"
+                if seeds else "")
+        raise GraphseqError(f"no label store in {run_dir} (no {STORE_NAME}){hint}")
+    # Read-only, so that looking never changes a run.
+    with LabelStore(path, read_only=True) as store:
+        known = store.strategies()
+        if strategy is None and len(known) > 1:
+            raise GraphseqError(f"{path} holds the labels of {len(known)} strategies; "
+                                f"choose one with --strategy: {', '.join(known)}")
+        if strategy is not None and strategy not in known:
+            raise GraphseqError(f"{path} holds no labels of strategy {strategy!r}; "
+                                f"it holds: {', '.join(known) or '(none)'}")
+        text = io.StringIO()
+        writer = csv.writer(text, lineterminator="\n")
+        writer.writerow(["item", "label", "source", "time"])
+        for answer in store.answers(strategy):
+            writer.writerow([answer.item, answer.label, answer.source, answer.time])
+    return text.getvalue()

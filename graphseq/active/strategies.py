@@ -1,0 +1,186 @@
+"""Query strategies: which items of the pool to ask about next.
+
+Each strategy is a plain function ``(probabilities, pool, k, **inputs) ->
+indices``: ``probabilities`` ``[num_items, num_classes]`` are the model's
+predictions for every item, ``pool`` ``[num_pool]`` the indices still
+unlabelled, and the result the ``k`` chosen indices (a subset of ``pool``,
+most wanted first). Every strategy accepts the same keyword inputs that the
+loop offers and ignores those it does not need:
+
+- ``generator`` (torch.Generator): the seeded source of randomness;
+- ``edge_index`` ``[2, num_edges]``: the graph over the items;
+- ``embeddings`` ``[num_items, dim]``: the model's hidden representation;
+- ``labelled`` ``[num_labelled]``: the indices already labelled;
+- ``round`` (int): how many rounds of queries came before this one.
+
+Measures of uncertainty live in :mod:`graphseq.active.measures`; here they
+are only ranked.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional
+
+import networkx as nx
+import numpy as np
+import torch
+from sklearn.cluster import KMeans
+from torch import Tensor
+from torch_geometric.utils import degree
+
+from ..errors import GraphseqError
+from .measures import entropy, least_confidence, margin
+
+Strategy = Callable[..., Tensor]
+
+
+# --------------------------------------------------------------------------- #
+# Selection
+# --------------------------------------------------------------------------- #
+
+def top_k(scores: Tensor, pool: Tensor, k: int) -> Tensor:
+    """The ``k`` items of ``pool`` with the highest ``scores`` (one score per
+    item, ``[num_items]``); ties go to the lower index, so the choice is
+    reproducible."""
+    k = min(k, pool.numel())
+    order = torch.sort(scores[pool], descending=True, stable=True).indices[:k]
+    return pool[order]
+
+
+def percentile(scores: Tensor) -> Tensor:
+    """Each score's rank among ``scores`` as a fraction in [0, 1); the
+    highest score is closest to 1. Puts unlike measures on one scale."""
+    ranks = torch.empty_like(scores, dtype=torch.float)
+    ranks[scores.argsort(stable=True)] = torch.arange(scores.numel(), dtype=torch.float,
+                                                      device=scores.device)
+    return ranks / max(scores.numel(), 1)
+
+
+# --------------------------------------------------------------------------- #
+# Strategies that ignore the graph
+# --------------------------------------------------------------------------- #
+
+def random_sampling(probabilities: Tensor, pool: Tensor, k: int, *,
+                    generator: Optional[torch.Generator] = None, **_) -> Tensor:
+    """``k`` items of the pool drawn uniformly without replacement."""
+    order = torch.randperm(pool.numel(), generator=generator)[:k]
+    return pool[order.to(pool.device)]
+
+
+def entropy_sampling(probabilities: Tensor, pool: Tensor, k: int, **_) -> Tensor:
+    """The items whose predicted class distribution has the highest entropy."""
+    return top_k(entropy(probabilities), pool, k)
+
+
+def margin_sampling(probabilities: Tensor, pool: Tensor, k: int, **_) -> Tensor:
+    """The items whose two most probable classes are closest."""
+    return top_k(margin(probabilities), pool, k)
+
+
+def least_confidence_sampling(probabilities: Tensor, pool: Tensor, k: int, **_) -> Tensor:
+    """The items whose most probable class is least probable."""
+    return top_k(least_confidence(probabilities), pool, k)
+
+
+# --------------------------------------------------------------------------- #
+# Strategies that read the graph
+# --------------------------------------------------------------------------- #
+
+def degree_centrality(edge_index: Tensor, num_nodes: int) -> Tensor:
+    """The number of edges into each node, ``[num_nodes]``."""
+    return degree(edge_index[1], num_nodes=num_nodes)
+
+
+def pagerank_centrality(edge_index: Tensor, num_nodes: int, damping: float = 0.85) -> Tensor:
+    """PageRank of each node (networkx), ``[num_nodes]``, on the edge list's device."""
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(num_nodes))
+    graph.add_edges_from(edge_index.t().tolist())
+    rank = nx.pagerank(graph, alpha=damping)
+    return torch.tensor([rank[i] for i in range(num_nodes)], device=edge_index.device)
+
+
+def degree_sampling(probabilities: Tensor, pool: Tensor, k: int, *, edge_index: Tensor, **_) -> Tensor:
+    """The best-connected items: the most edges first."""
+    return top_k(degree_centrality(edge_index, probabilities.size(0)), pool, k)
+
+
+def pagerank_sampling(probabilities: Tensor, pool: Tensor, k: int, *, edge_index: Tensor, **_) -> Tensor:
+    """The items of highest PageRank."""
+    return top_k(pagerank_centrality(edge_index, probabilities.size(0)), pool, k)
+
+
+def kmeans_density(embeddings: Tensor, num_clusters: int, seed: int = 0) -> Tensor:
+    """How typical each item is: :math:`1 / (1 + \\lVert e_i - \\mu_{c(i)} \\rVert)`
+    for its k-means centre, ``[num_items]``."""
+    points = embeddings.detach().cpu().double().numpy()
+    kmeans = KMeans(n_clusters=num_clusters, n_init=3, random_state=seed).fit(points)
+    distance = np.linalg.norm(points - kmeans.cluster_centers_[kmeans.labels_], axis=1)
+    return torch.as_tensor(1.0 / (1.0 + distance), dtype=torch.float, device=embeddings.device)
+
+
+def age_sampling(probabilities: Tensor, pool: Tensor, k: int, *, edge_index: Tensor,
+                 round: int = 0, embeddings: Optional[Tensor] = None,
+                 generator: Optional[torch.Generator] = None, basef: float = 0.9, **_) -> Tensor:
+    r"""AGE, from `"Active Learning for Graph Embedding"
+    <https://arxiv.org/abs/1705.05085>`_ (Cai et al., 2017): a time-varying
+    mix of three percentiles over the pool,
+
+    .. math::
+        \alpha\, P_{\text{entropy}} + \beta\, P_{\text{density}} + \gamma\, P_{\text{PageRank}},
+        \qquad \gamma_t = \frac{1}{2.005 - b^t}, \quad \alpha = \beta = \frac{1 - \gamma_t}{2}.
+
+    At first the model knows little and centrality leads (:math:`\gamma \approx 1`);
+    with every round :math:`t` uncertainty and density weigh more, towards an
+    even mix. :math:`\gamma_t` is the mean of AGE's draw
+    :math:`\mathrm{Beta}(1, 1.005 - b^t)`, so the choice is reproducible.
+    Density is measured by k-means (one cluster per class) on ``embeddings``,
+    the model's predictions where none are given, as AGE does.
+    """
+    gamma = 1.0 / (2.005 - basef ** round)
+    alpha = beta = (1.0 - gamma) / 2.0
+    points = probabilities if embeddings is None else embeddings
+    seed = int(torch.randint(2**31 - 1, (1,), generator=generator)) if generator is not None else 0
+    scores = torch.zeros(probabilities.size(0), device=probabilities.device)
+    scores[pool] = (alpha * percentile(entropy(probabilities[pool]))
+                    + beta * percentile(kmeans_density(points, probabilities.size(1), seed)[pool])
+                    + gamma * percentile(pagerank_centrality(edge_index, probabilities.size(0))[pool]))
+    return top_k(scores, pool, k)
+
+
+def coreset_sampling(probabilities: Tensor, pool: Tensor, k: int, *, embeddings: Tensor,
+                     labelled: Tensor, **_) -> Tensor:
+    """Greedy k-center, from `"Active Learning for Convolutional Neural
+    Networks: A Core-Set Approach" <https://arxiv.org/abs/1708.00489>`_
+    (Sener and Savarese, ICLR 2018): again and again, the pool item farthest
+    from every labelled or already chosen item in embedding space."""
+    points = embeddings.detach()
+    if labelled.numel():
+        nearest = torch.cdist(points[pool], points[labelled]).min(dim=1).values  # [num_pool]
+    else:
+        nearest = torch.full((pool.numel(),), float("inf"), device=points.device)
+    chosen = []
+    for _ in range(min(k, pool.numel())):
+        best = int(nearest.argmax())
+        chosen.append(best)
+        distance = torch.cdist(points[pool], points[pool[best]].unsqueeze(0)).squeeze(1)
+        nearest = torch.minimum(nearest, distance)
+        nearest[best] = -1.0  # Never chosen twice.
+    return pool[torch.tensor(chosen, dtype=torch.long, device=pool.device)]
+
+
+STRATEGIES: Dict[str, Strategy] = {
+    "random": random_sampling,
+    "entropy": entropy_sampling,
+    "margin": margin_sampling,
+    "least_confidence": least_confidence_sampling,
+    "degree": degree_sampling,
+    "pagerank": pagerank_sampling,
+    "age": age_sampling,
+    "coreset": coreset_sampling,
+}
+
+
+def get_strategy(name: str) -> Strategy:
+    if name not in STRATEGIES:
+        raise GraphseqError(f"unknown query strategy {name!r}; known strategies: {', '.join(STRATEGIES)}")
+    return STRATEGIES[name]

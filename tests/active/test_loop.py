@@ -1,0 +1,105 @@
+"""The loop with a scripted person: what is stored is exactly what was
+accepted, whatever else was typed, and a resumed run picks up where the
+last one stopped."""
+import io
+
+import pytest
+import torch
+
+from graphseq.active.loop import Task, active_learning
+from graphseq.active.oracles import SimulatedOracle
+from graphseq.active.prompt import HumanOracle
+from graphseq.active.store import STORE_NAME, LabelStore
+from graphseq.errors import GraphseqError
+
+CLASSES = ["Theory", "Rule_Learning", "Case_Based"]
+TRUTH = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+
+
+class FractionLearner:
+    """Predicts node i's class with certainty (i % 3) / 3, so entropy asks in a fixed
+    order; its accuracy is the fraction of items labelled."""
+
+    def __init__(self):
+        self.fitted = []
+
+    def fit(self, items, labels):
+        self.fitted.append(sorted(items.tolist()))
+
+    def predict(self):
+        certainty = torch.tensor([1.0 - (i % 4) / 4 for i in range(8)])
+        probabilities = torch.stack([certainty, (1 - certainty) / 2, (1 - certainty) / 2], dim=1)
+        return probabilities, probabilities
+
+    def accuracy(self):
+        return len(self.fitted[-1]) / 8
+
+
+def task():
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7]])
+    return Task(CLASSES, torch.arange(8), edge_index, lambda item, p, labelled: [f"  node {item}"])
+
+
+def run(store, oracle, resume=False, budget=6, batch_size=2, learner=None):
+    return active_learning(task(), learner or FractionLearner(), oracle, store, strategy="entropy",
+                           initial={0: 0}, budget=budget, batch_size=batch_size, resume=resume)
+
+
+def stored(store):
+    return [(a.item, a.label, a.source) for a in store.answers("entropy")]
+
+
+def test_stored_labels_are_exactly_the_accepted_answers(tmp_path):
+    # Entropy asks 3, 7 first (certainty 1/4), then 2, 6, then 1, 5.
+    script = "theory\nbanana\n\nrule\nu\nca\n7\n?\n1\ns\nq\n"
+    output = io.StringIO()
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        curve = run(store, HumanOracle(io.StringIO(script), output))
+        assert stored(store) == [(0, "Theory", "initial"), (3, "Theory", "human"), (7, "Case_Based", "human"),
+                                 (2, "Rule_Learning", "human")]
+        assert store.skipped("entropy") == [6]
+    assert "undone: item 7 = Rule_Learning" in output.getvalue()
+    assert "continue with --resume" in output.getvalue()
+    # A round after the first two answers and a last one after quitting, with the new label.
+    assert curve == [[1, 1 / 8], [3, 3 / 8], [4, 4 / 8]]
+
+
+def test_resume_asks_only_unanswered_unskipped_items_and_keeps_the_curve(tmp_path):
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        run(store, HumanOracle(io.StringIO("t\nr\ns\n"), io.StringIO()))  # 3, 7 answered; 2 skipped; EOF
+    learner = FractionLearner()
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        curve = run(store, HumanOracle(io.StringIO("c\nt\nr\n"), io.StringIO()), resume=True, learner=learner)
+        assert stored(store)[-3:] == [(6, "Case_Based", "human"), (1, "Theory", "human"),
+                                      (5, "Rule_Learning", "human")]
+        assert store.skipped("entropy") == [2]
+    assert learner.fitted[0] == [0, 3, 7]  # the stored labels, not a fresh start
+    assert [n for n, _ in curve] == [1, 3, 5, 6]
+
+
+def test_undo_reaches_back_into_the_previous_round(tmp_path):
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        run(store, HumanOracle(io.StringIO("t\nr\nu\nc\nq\n"), io.StringIO()))
+        # 7 was answered in round 1; undo in round 2 takes it back and asks it again.
+        assert stored(store) == [(0, "Theory", "initial"), (3, "Theory", "human"), (7, "Case_Based", "human")]
+
+
+def test_a_fresh_run_refuses_to_overwrite_a_persons_answers(tmp_path):
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        run(store, HumanOracle(io.StringIO("t\n"), io.StringIO()))
+        with pytest.raises(GraphseqError, match="--resume"):
+            run(store, SimulatedOracle(TRUTH))
+
+
+def test_the_simulated_oracle_spends_the_budget_exactly(tmp_path):
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        curve = run(store, SimulatedOracle(TRUTH), budget=5, batch_size=3)
+        answers = store.answers("entropy")
+    assert len(answers) == 5
+    assert all(CLASSES[TRUTH[a.item]] == a.label for a in answers)
+    assert [n for n, _ in curve] == [1, 4, 5]
+
+
+def test_budget_below_the_initial_set_is_refused(tmp_path):
+    with LabelStore(tmp_path / STORE_NAME) as store, pytest.raises(GraphseqError, match="budget"):
+        run(store, SimulatedOracle(TRUTH), budget=0)

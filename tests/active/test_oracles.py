@@ -1,0 +1,85 @@
+import io
+
+import pytest
+import torch
+
+from graphseq.active.oracles import QUIT, SKIP, UNDO, FileOracle, Question, SimulatedOracle, parse_class
+from graphseq.active.prompt import HumanOracle
+from graphseq.errors import GraphseqError
+
+CLASSES = ["Theory", "Reinforcement_Learning", "Genetic_Algorithms", "Rule_Learning"]
+
+
+def question(item=5):
+    return Question(item, CLASSES, ["  some detail"], "age: 3 of 10 labels, round 1")
+
+
+@pytest.mark.parametrize("text,index", [("Theory", 0), ("theory", 0), ("t", 0), ("GEN", 2),
+                                        ("re", 1), ("ru", 3), ("3", 3), (" 0 ", 0)])
+def test_parse_class_accepts_names_unique_prefixes_and_numbers(text, index):
+    assert parse_class(text, CLASSES) == index
+
+
+@pytest.mark.parametrize("text,problem", [("r", "could be Reinforcement_Learning or Rule_Learning"),
+                                          ("4", "no class number 4"), ("xyz", "is no class")])
+def test_parse_class_says_what_is_wrong(text, problem):
+    with pytest.raises(ValueError, match=problem):
+        parse_class(text, CLASSES)
+
+
+def test_human_oracle_asks_again_after_garbage_and_reads_commands():
+    output = io.StringIO()
+    oracle = HumanOracle(io.StringIO("banana\n\n9\n?\nge\ns\nu\nq\n"), output)
+    assert oracle.ask(question()) == 2
+    assert oracle.ask(question()) is SKIP
+    assert oracle.ask(question()) is UNDO
+    assert oracle.ask(question()) is QUIT
+    text = output.getvalue()
+    assert "'banana' is no class" in text
+    assert "type a class name or number" in text
+    assert "no class number 9" in text
+    assert "save and quit" in text  # the help
+    assert "some detail" in text and "age: 3 of 10 labels" in text
+
+
+def test_human_oracle_treats_the_end_of_input_as_quit_and_stays_closed():
+    output = io.StringIO()
+    oracle = HumanOracle(io.StringIO("ru\n"), output)
+    assert oracle.ask(question()) == 3
+    assert oracle.ask(question()) is QUIT
+    assert oracle.ask(question()) is QUIT
+    assert "end of input" in output.getvalue()
+
+
+def test_simulated_oracle_answers_the_truth_without_noise():
+    truth = torch.tensor([0, 1, 2, 3, 0, 1])
+    oracle = SimulatedOracle(truth)
+    assert [oracle.ask(question(i)) for i in range(6)] == truth.tolist()
+
+
+def test_simulated_oracle_noise_rate_is_seeded_and_never_gives_the_truth_when_wrong():
+    truth = torch.zeros(2000, dtype=torch.long)
+    oracle, same_seed = SimulatedOracle(truth, noise=0.3, seed=1), SimulatedOracle(truth, noise=0.3, seed=1)
+    answers = [oracle.ask(question(i)) for i in range(2000)]
+    again = [same_seed.ask(question(i)) for i in range(5)]
+    wrong = sum(a != 0 for a in answers) / len(answers)
+    assert 0.26 < wrong < 0.34
+    assert answers[:5] == again
+    assert set(answers) == {0, 1, 2, 3}
+
+
+def test_file_oracle_reads_names_and_numbers_and_skips_unknown_items(tmp_path):
+    path = tmp_path / "labels.csv"
+    path.write_text("item,label\n5,gen\n7,3\n")
+    oracle = FileOracle(path)
+    assert oracle.ask(question(5)) == 2
+    assert oracle.ask(question(7)) == 3
+    assert oracle.ask(question(8)) is SKIP
+    assert oracle.restrict(torch.tensor([4, 5, 6, 7])).tolist() == [5, 7]
+
+
+def test_file_oracle_names_a_bad_line(tmp_path):
+    path = tmp_path / "labels.csv"
+    path.write_text("item,label\n5,gen\nfive,Theory\n")
+    with pytest.raises(GraphseqError, match="line 3"):
+        FileOracle(path)

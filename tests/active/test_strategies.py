@@ -1,0 +1,69 @@
+import networkx as nx
+import pytest
+import torch
+
+from graphseq.active.strategies import (STRATEGIES, age_sampling, coreset_sampling, degree_sampling,
+                                        entropy_sampling, get_strategy, least_confidence_sampling,
+                                        margin_sampling, pagerank_centrality, percentile,
+                                        random_sampling)
+from graphseq.errors import GraphseqError
+
+# A 6-node star around node 0 plus the edge 4-5, both directions.
+EDGES = [(0, 1), (0, 2), (0, 3), (0, 4), (4, 5)]
+EDGE_INDEX = torch.tensor(EDGES + [(b, a) for a, b in EDGES]).t()
+PROBABILITIES = torch.tensor([[0.9, 0.1], [0.5, 0.5], [0.6, 0.4], [0.99, 0.01], [0.55, 0.45], [0.8, 0.2]])
+POOL = torch.tensor([1, 2, 3, 4, 5])
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_every_strategy_returns_k_distinct_items_of_the_pool(name):
+    chosen = get_strategy(name)(PROBABILITIES, POOL, 3, generator=torch.Generator().manual_seed(0),
+                                edge_index=EDGE_INDEX, embeddings=PROBABILITIES, round=1,
+                                labelled=torch.tensor([0]))
+    assert chosen.numel() == 3
+    assert len(set(chosen.tolist())) == 3
+    assert set(chosen.tolist()) <= set(POOL.tolist())
+
+
+def test_uncertainty_strategies_rank_the_most_unsure_first():
+    for select in (entropy_sampling, margin_sampling, least_confidence_sampling):
+        assert select(PROBABILITIES, POOL, 3).tolist() == [1, 4, 2]
+
+
+def test_degree_sampling_takes_the_best_connected_and_breaks_ties_by_index():
+    # Node 4 has degree 2; 1, 2, 3 and 5 have degree 1.
+    assert degree_sampling(PROBABILITIES, POOL, 2, edge_index=EDGE_INDEX).tolist() == [4, 1]
+
+
+def test_pagerank_matches_networkx():
+    graph = nx.DiGraph(EDGES + [(b, a) for a, b in EDGES])
+    expected = nx.pagerank(graph)
+    assert torch.allclose(pagerank_centrality(EDGE_INDEX, 6), torch.tensor([expected[i] for i in range(6)]))
+
+
+def test_random_sampling_repeats_with_the_same_seed_and_differs_across_seeds():
+    draws = [random_sampling(PROBABILITIES, torch.arange(100), 10, generator=torch.Generator().manual_seed(s)).tolist()
+             for s in (0, 0, 1)]
+    assert draws[0] == draws[1]
+    assert draws[0] != draws[2]
+
+
+def test_coreset_takes_the_point_farthest_from_the_labelled_ones():
+    embeddings = torch.tensor([[0.0], [0.1], [0.2], [5.0], [5.1], [10.0]])
+    chosen = coreset_sampling(PROBABILITIES, POOL, 2, embeddings=embeddings, labelled=torch.tensor([0]))
+    # 5 is farthest from 0; then 3 (5.0 from both 0 and 5) beats 4 (4.9 from 5).
+    assert chosen.tolist() == [5, 3]
+
+
+def test_age_starts_with_centrality():
+    # In round 0 PageRank weighs 0.995; the star's leaves 1-3 tie, node 4 leads.
+    assert age_sampling(PROBABILITIES, POOL, 1, edge_index=EDGE_INDEX, round=0).tolist() == [4]
+
+
+def test_percentile_ranks_scores_on_zero_to_one():
+    assert percentile(torch.tensor([3.0, 1.0, 2.0])).tolist() == pytest.approx([2 / 3, 0.0, 1 / 3])
+
+
+def test_unknown_strategy_lists_the_known_ones():
+    with pytest.raises(GraphseqError, match="known strategies: random, entropy"):
+        get_strategy("entropyy")
