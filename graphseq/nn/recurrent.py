@@ -118,15 +118,15 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
             f"(e.g. batch=graphseq.graphs.lengths_to_batch(lengths))")
 
     num_chains = starts.numel()
-    length = torch.bincount(root, minlength=num_nodes)[starts]  # [num_chains]
+    nodes_per_root = torch.bincount(root, minlength=num_nodes)
+    length = nodes_per_root[starts]  # [num_chains]
     by_length = torch.sort(length, descending=True, stable=True).indices
     rank = torch.empty(num_nodes, dtype=torch.long)
     rank[starts[by_length]] = torch.arange(num_chains)
     sizes = torch.bincount(depth, minlength=0).tolist() if num_nodes else []
 
     orders, positions = [], []
-    chain_length = torch.bincount(root, minlength=num_nodes)[root]  # [num_nodes]
-    for step in (depth, chain_length - 1 - depth):  # forward, reverse
+    for step in (depth, nodes_per_root[root] - 1 - depth):  # forward, reverse
         order = torch.argsort(step * max(num_chains, 1) + rank[root])
         position = torch.empty_like(order)
         position[order] = torch.arange(num_nodes)
@@ -240,10 +240,9 @@ class ChainRecurrence(MessagePassing):
             ``out`` ``[num_nodes, num_directions * hidden_size]`` and the final
             state of each graph, shaped like ``state``.
         """
-        name = type(self).__name__
-        x, edge_index, batch = self._check_inputs(x, edge_index, batch)
+        self._check_inputs(x, edge_index, batch)
         num_graphs = self._num_graphs(state, batch)
-        schedule = chain_schedule(edge_index, x.size(0), batch, num_graphs, name)
+        schedule = chain_schedule(edge_index, x.size(0), batch, num_graphs, type(self).__name__)
         h_0, c_0 = self._initial_state(state, num_graphs, x)
 
         distances = []
@@ -361,7 +360,7 @@ class ChainRecurrence(MessagePassing):
     def _keep_extras(self, extras: List[Optional[Tensor]]) -> None:
         pass
 
-    def _check_inputs(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor]):
+    def _check_inputs(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor]) -> None:
         name = type(self).__name__
         if x.dim() != 2 or x.size(1) != self.input_size:
             raise ValueError(f"{name} expects x of shape [num_nodes, {self.input_size}], "
@@ -377,7 +376,6 @@ class ChainRecurrence(MessagePassing):
         if batch is not None and (batch.dim() != 1 or batch.size(0) != x.size(0)):
             raise ValueError(f"{name} expects batch of shape [{x.size(0)}] (one graph id per node), "
                              f"got {list(batch.shape)}")
-        return x, edge_index, batch
 
     def _num_graphs(self, state: Optional[State], batch: Optional[Tensor]) -> int:
         """One graph without ``batch``; else as many as the initial state has
