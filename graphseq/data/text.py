@@ -1,0 +1,206 @@
+"""Text for sequence models: tiny-shakespeare as one character stream for
+language models (read window by window from contiguous streams, as char-rnn
+does), vocabularies of characters or words, and the tokenisation, download and
+split of the sentence-polarity snippets (read by
+:mod:`graphseq.data.polarity`). Raw files come from the data root, the
+read-only mirror, or the web, through
+:func:`graphseq.data.files.locate_raw_files`.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from ..errors import GraphseqError
+from .files import locate_raw_files
+
+TINY_SHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/"
+                        "data/tinyshakespeare/input.txt")
+POLARITY_URL = "http://www.cs.cornell.edu/people/pabo/movie-review-data/rt-polaritydata.tar.gz"
+POLARITY_FILES = ["rt-polarity.pos", "rt-polarity.neg"]
+
+
+# --------------------------------------------------------------------------- #
+# Vocabularies
+# --------------------------------------------------------------------------- #
+
+class Vocabulary:
+    """Symbols (characters or words) and their ids.
+
+    Args:
+        symbols (list of str): the symbols, in id order.
+        unknown (str, optional): a symbol of the list that stands for every
+            symbol outside it. Without one, encoding an unknown symbol raises
+            a :class:`GraphseqError` naming it. (default: :obj:`None`)
+    """
+
+    def __init__(self, symbols: Sequence[str], unknown: Optional[str] = None):
+        self.symbols = list(symbols)
+        self.index = {s: i for i, s in enumerate(self.symbols)}
+        if len(self.index) != len(self.symbols):
+            raise ValueError("a vocabulary's symbols must be distinct")
+        if unknown is not None and unknown not in self.index:
+            raise ValueError(f"the unknown symbol {unknown!r} is not among the symbols")
+        self.unknown = unknown
+
+    @classmethod
+    def of_characters(cls, text: str) -> "Vocabulary":
+        """Every character of ``text``, sorted (char-rnn's vocabulary)."""
+        return cls(sorted(set(text)))
+
+    @classmethod
+    def of_words(cls, sentences: Iterable[Sequence[str]], min_freq: int = 1,
+                 unknown: str = "<unk>") -> "Vocabulary":
+        """Words seen at least ``min_freq`` times, most frequent first, after
+        the unknown-word symbol (id 0)."""
+        counts = Counter(word for sentence in sentences for word in sentence)
+        words = sorted((w for w, c in counts.items() if c >= min_freq and w != unknown),
+                       key=lambda w: (-counts[w], w))
+        return cls([unknown] + words, unknown=unknown)
+
+    def __len__(self) -> int:
+        return len(self.symbols)
+
+    def encode(self, symbols: Iterable[str]) -> Tensor:
+        """The ids of ``symbols`` (a string is read character by character)."""
+        symbols = list(symbols)
+        if self.unknown is None:
+            missing = sorted({s for s in symbols if s not in self.index})
+            if missing:
+                raise GraphseqError(f"{len(missing)} symbol(s) not in the vocabulary: "
+                                    f"{', '.join(map(repr, missing[:10]))}")
+            return torch.tensor([self.index[s] for s in symbols], dtype=torch.long)
+        fallback = self.index[self.unknown]
+        return torch.tensor([self.index.get(s, fallback) for s in symbols], dtype=torch.long)
+
+    def decode(self, ids: Iterable[int] | Tensor, separator: str = "") -> str:
+        if isinstance(ids, Tensor):
+            ids = ids.tolist()
+        return separator.join(self.symbols[i] for i in ids)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Vocabulary) and self.symbols == other.symbols
+                and self.unknown == other.unknown)
+
+    def __repr__(self) -> str:
+        return f"Vocabulary({len(self)} symbols)"
+
+
+# --------------------------------------------------------------------------- #
+# Character streams
+# --------------------------------------------------------------------------- #
+
+def _download(url: str, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
+            shutil.copyfileobj(response, f)
+        Path(tmp).replace(path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def load_tiny_shakespeare(root: Path, mirror: Optional[Path] = None) -> str:
+    """The 1,115,394 characters of Karpathy's tiny-shakespeare."""
+    folder = locate_raw_files("tinyshakespeare", ["input.txt"], Path(root), mirror,
+                              lambda target: _download(TINY_SHAKESPEARE_URL, target / "input.txt"))
+    return (folder / "input.txt").read_text(encoding="utf-8")
+
+
+def split_stream(ids: Tensor, val_fraction: float = 0.1) -> Tuple[Tensor, Tensor]:
+    """The first ``1 - val_fraction`` of a stream for training, the rest for validation."""
+    if not 0.0 < val_fraction < 1.0:
+        raise GraphseqError(f"val_fraction must lie strictly between 0 and 1, got {val_fraction}")
+    cut = int(ids.numel() * (1.0 - val_fraction))
+    return ids[:cut], ids[cut:]
+
+
+class TextStreams:
+    """A stream of ids cut into ``batch_size`` contiguous streams read window
+    by window, char-rnn's batching: row ``b`` of window ``k+1`` continues row
+    ``b`` of window ``k``, so a recurrent state can be carried across windows.
+
+    Window ``k`` is ``(inputs, targets)``, both ``[batch_size, window]``; the
+    targets are the inputs shifted one character on. With
+    ``drop_last=False`` a shorter last window covers the tail of every stream.
+    """
+
+    def __init__(self, ids: Tensor, batch_size: int, window: int, drop_last: bool = True):
+        if batch_size < 1 or window < 1:
+            raise GraphseqError(f"batch_size and window must be positive, got {batch_size} and {window}")
+        length = (ids.numel() - 1) // batch_size
+        if length < (window if drop_last else 1):
+            raise GraphseqError(f"a text of {ids.numel()} characters is too short for "
+                                f"{batch_size} streams read {window} characters at a time")
+        self.window = window
+        self.inputs = ids[:length * batch_size].view(batch_size, length)
+        self.targets = ids[1:length * batch_size + 1].view(batch_size, length)
+        self.num_windows = length // window if drop_last else -(-length // window)
+
+    def __len__(self) -> int:
+        return self.num_windows
+
+    def __getitem__(self, k: int) -> Tuple[Tensor, Tensor]:
+        if not 0 <= k < self.num_windows:
+            raise IndexError(f"window {k} of {self.num_windows}")
+        cols = slice(k * self.window, (k + 1) * self.window)
+        return self.inputs[:, cols], self.targets[:, cols]
+
+    @property
+    def num_targets(self) -> int:
+        """How many characters the windows predict in all."""
+        return min(self.inputs.numel(), len(self) * self.window * self.inputs.size(0))
+
+
+# --------------------------------------------------------------------------- #
+# Sentence polarity
+# --------------------------------------------------------------------------- #
+
+def _download_polarity(target: Path) -> None:
+    """Fetches Cornell's tarball and copies out only the two data files:
+    no member is extracted by the name it carries, so a crafted archive
+    cannot write outside ``target``."""
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target) as tmp:
+        archive = Path(tmp) / "rt-polaritydata.tar.gz"
+        _download(POLARITY_URL, archive)
+        with tarfile.open(archive, "r:gz") as tar:
+            for member in tar.getmembers():
+                name = Path(member.name).name
+                if member.isfile() and name in POLARITY_FILES:
+                    with tar.extractfile(member) as source, open(target / name, "wb") as f:
+                        shutil.copyfileobj(source, f)
+
+
+def fetch_sentence_polarity(root: Path, mirror: Optional[Path] = None) -> Path:
+    """Makes sure ``root/rt-polaritydata`` holds the two polarity files (from
+    the mirror or Cornell's tarball) and returns the folder;
+    :func:`graphseq.data.polarity.load_polarity` then reads them."""
+    return locate_raw_files("rt-polaritydata", POLARITY_FILES, Path(root), mirror, _download_polarity)
+
+
+def tokenize(sentence: str) -> List[str]:
+    """Lower-cased runs of word characters; everything else separates them."""
+    return re.findall(r"\w+", sentence.lower())
+
+
+def split_indices(num_items: int, test_fraction: float = 0.1, seed: int = 0) -> Tuple[Tensor, Tensor]:
+    """A seeded random split of ``range(num_items)`` into train and test ids;
+    the same seed gives the same split on every machine."""
+    if not 0.0 < test_fraction < 1.0:
+        raise GraphseqError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction}")
+    order = torch.randperm(num_items, generator=torch.Generator().manual_seed(seed))
+    num_test = round(num_items * test_fraction)
+    return order[num_test:].sort().values, order[:num_test].sort().values
