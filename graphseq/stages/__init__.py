@@ -3,3 +3,6 @@ each module holds one kind of work (loading data, building a model, training,
 evaluating, reporting).
 """
 from .registry import STAGES, get_stage, stage, stage_params  # noqa: F401
+
+# Stage modules register themselves on import.
+from . import charlm, polarity  # noqa: F401,E402
