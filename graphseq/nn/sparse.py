@@ -5,9 +5,15 @@ does not do quickly on CPU.
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor
 from torch_geometric.index import index2ptr, ptr2index
+
+# CSR support is stable for what is used here (matmul, values, indices); the
+# "beta" notice would otherwise print on every run.
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
 
 
 class _SparseDenseMM(torch.autograd.Function):
@@ -19,7 +25,8 @@ class _SparseDenseMM(torch.autograd.Function):
                 weight: Tensor) -> Tensor:
         ctx.save_for_backward(crow, col, values)
         ctx.num_cols = num_cols
-        x = torch.sparse_csr_tensor(crow, col, values, (crow.numel() - 1, num_cols))
+        x = torch.sparse_csr_tensor(crow, col, values, (crow.numel() - 1, num_cols),
+                                    check_invariants=False)
         return x @ weight
 
     @staticmethod
@@ -29,7 +36,7 @@ class _SparseDenseMM(torch.autograd.Function):
         rows = ptr2index(crow, output_size=col.numel())
         col_sorted, perm = torch.sort(col, stable=True)
         x_t = torch.sparse_csr_tensor(index2ptr(col_sorted, ctx.num_cols), rows[perm], values[perm],
-                                      (ctx.num_cols, num_rows))
+                                      (ctx.num_cols, num_rows), check_invariants=False)
         return None, None, None, None, x_t @ grad_out
 
 

@@ -1,0 +1,40 @@
+import pytest
+
+from graphseq.data.planetoid import load_planetoid
+from graphseq.errors import GraphseqError
+
+
+def test_pubmed_loads_from_a_mirror_in_the_planetoid_format(tmp_path, write_fake_planetoid):
+    mirror = tmp_path / "mirror"
+    num_nodes = write_fake_planetoid(mirror / "PubMed" / "raw", "PubMed")
+    data = load_planetoid("PubMed", tmp_path / "root", mirror)
+    assert data.num_nodes == num_nodes
+    assert int(data.train_mask.sum()) == 15 and int(data.test_mask.sum()) == 100
+    assert (mirror / "PubMed" / "processed").exists() is False  # The mirror is never written.
+
+
+def test_missing_raw_file_is_named_with_the_places_looked(tmp_path, monkeypatch, write_fake_planetoid):
+    mirror = tmp_path / "mirror"
+    write_fake_planetoid(mirror / "PubMed" / "raw", "PubMed")
+    (mirror / "PubMed" / "raw" / "ind.pubmed.allx").unlink()
+
+    def offline(*args, **kwargs):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr("torch_geometric.datasets.Planetoid.download", offline)
+    with pytest.raises(GraphseqError) as error:
+        load_planetoid("PubMed", tmp_path / "root", mirror)
+    message = str(error.value)
+    assert "ind.pubmed.allx" in message and str(mirror / "PubMed" / "raw") in message
+    assert "network is unreachable" in message
+
+
+def test_real_cora_from_the_shared_mirror(data_root, mirror):
+    data = load_planetoid("Cora", data_root, mirror)
+    assert (data.num_nodes, data.num_edges, data.num_features) == (2708, 10556, 1433)
+    assert int(data.train_mask.sum()) == 140
+
+
+def test_unknown_dataset_lists_known_ones(tmp_path):
+    with pytest.raises(GraphseqError, match="known: Cora, CiteSeer, PubMed"):
+        load_planetoid("Pumbed", tmp_path)
