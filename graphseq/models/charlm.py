@@ -35,7 +35,7 @@ class CharLM(nn.Module):
         vocab_size (int): number of distinct characters.
         cell (str): ``"rnn"``, ``"lstm"``, ``"gru"`` or ``"onlstm"``. (default: ``"lstm"``)
         embedding_dim (int): size of each character embedding. (default: :obj:`64`)
-        hidden_size (int): size of each recurrent layer's state. (default: :obj:`512`)
+        hidden_size (int): size of each recurrent layer's state. (default: :obj:`256`)
         num_layers (int): stacked recurrent layers. (default: :obj:`1`)
         dropout (float): dropout between recurrent layers and before the
             read-out. (default: :obj:`0.`)
@@ -50,7 +50,7 @@ class CharLM(nn.Module):
     """
 
     def __init__(self, vocab_size: int, cell: str = "lstm", embedding_dim: int = 64,
-                 hidden_size: int = 512, num_layers: int = 1, dropout: float = 0.0,
+                 hidden_size: int = 256, num_layers: int = 1, dropout: float = 0.0,
                  chunk_size: int = 8):
         super().__init__()
         if cell not in CELLS:

@@ -51,7 +51,7 @@ def char_corpus(ctx, *, text_file: str = "", val_fraction: float = 0.1) -> None:
 
 
 @stage("char_lm")
-def char_lm(ctx, *, cell: str = "lstm", embedding_dim: int = 64, hidden_size: int = 512,
+def char_lm(ctx, *, cell: str = "lstm", embedding_dim: int = 64, hidden_size: int = 256,
             num_layers: int = 1, dropout: float = 0.0, chunk_size: int = 8) -> None:
     """A character language model: embedding, chain recurrent layers, read-out."""
     data = ctx.require("data", "char_lm")
@@ -92,7 +92,8 @@ def _set_rng_state(state: Dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
-def _plot_curves(history: Dict[str, List[float]], path: Path, title: str) -> None:
+def _plot_curves(history: Dict[str, List[float]], final: tuple[int, float], path: Path,
+                 title: str) -> None:
     # The object-oriented API with the Agg canvas: no pyplot, no global backend.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -101,7 +102,8 @@ def _plot_curves(history: Dict[str, List[float]], path: Path, title: str) -> Non
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     axes.plot(history["train_step"], history["train_loss"], label="train (mean since last point)")
-    axes.plot(history["val_step"], history["val_loss"], "o-", label="validation")
+    axes.plot(history["val_step"], history["val_loss"], "o-", label="validation (first characters)")
+    axes.plot(*final, "*", markersize=12, label="validation (all characters)")
     axes.set_xlabel("step")
     axes.set_ylabel("cross-entropy (nats / character)")
     axes.set_title(title)
@@ -113,7 +115,7 @@ def _plot_curves(history: Dict[str, List[float]], path: Path, title: str) -> Non
 
 
 @stage("tbptt")
-def tbptt(ctx, *, batch_size: int = 32, window: int = 128, lr: float = 2e-3,
+def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
           lr_decay: float = 0.5, decay_steps: int = 2000, clip: float = 5.0,
           steps: int = 0, minutes: float = 25.0, eval_every: int = 250, eval_chars: int = 30000,
           eval_batch_size: int = 32, eval_window: int = 256, checkpoint_every: int = 250) -> None:
@@ -137,14 +139,16 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 128, lr: float = 2e-3,
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     path = ctx.out / CHECKPOINT
     step, seconds, state = 0, 0.0, None
-    history: Dict[str, List[float]] = {"train_step": [], "train_loss": [], "val_step": [], "val_loss": []}
+    running, count = 0.0, 0  # the training loss summed since the last evaluation
+    history: Dict[str, List[float]] = {"train_step": [], "train_loss": [], "val_step": [], "val_loss": [],
+                                       "val_minutes": []}
     if ctx.resume:
-        step, seconds, state, history = _restore(ctx, path, model, optimizer, data.vocab)
+        step, seconds, state, history, (running, count) = _restore(ctx, path, model, optimizer, data.vocab)
 
     def save() -> None:
         save_checkpoint(checkpoint_payload(
             model, data.vocab, optimizer=optimizer.state_dict(), step=step, seconds=seconds,
-            state=state, rng=_rng_state(), history=history), path)
+            state=state, rng=_rng_state(), history=history, running=[running, count]), path)
 
     def out_of_budget() -> bool:
         return (steps > 0 and step >= steps) or (minutes > 0 and seconds >= 60 * minutes)
@@ -152,7 +156,6 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 128, lr: float = 2e-3,
     ctx.log.info(f"training: {len(streams)} windows of {batch_size} x {window} characters per epoch"
                  + (f", resuming at step {step}" if step else ""))
     model.train()
-    running, count = 0.0, 0
     bar = tqdm(total=steps if steps > 0 else None, initial=step, desc=ctx.pipeline,
                disable=ctx.quiet, unit="step", dynamic_ncols=True)
     started = time.perf_counter() - seconds
@@ -181,6 +184,7 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 128, lr: float = 2e-3,
             history["train_loss"].append(running / count)
             history["val_step"].append(step)
             history["val_loss"].append(val)
+            history["val_minutes"].append((time.perf_counter() - started) / 60)
             ctx.log.info(f"step {step}: train {running / count:.4f}, validation (first "
                          f"{eval_chars:,} characters) {val:.4f} nats/char, "
                          f"{(time.perf_counter() - started) / 60:.1f} min")
@@ -190,24 +194,20 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 128, lr: float = 2e-3,
             save()
     bar.close()
 
-    if count:
-        history["train_step"].append(step)
-        history["train_loss"].append(running / count)
-    val = evaluate(model, data.val, eval_batch_size, eval_window, ctx.device)
-    history["val_step"].append(step)
-    history["val_loss"].append(val)
     save()
-    _plot_curves(history, ctx.out / "curves.png", f"{ctx.pipeline}: validation {val:.3f} nats/char")
-    write_json(ctx.out / "history.json", history)
+    val = evaluate(model, data.val, eval_batch_size, eval_window, ctx.device)
+    _plot_curves(history, (step, val), ctx.out / "curves.png",
+                 f"{ctx.pipeline}: validation {val:.3f} nats/char after {step} steps")
+    write_json(ctx.out / "history.json", {**history, "final_step": step, "final_val_loss": val})
+    train_loss = running / count if count else (history["train_loss"] or [math.nan])[-1]
     ctx.metrics.update(val_nats=val, val_bits=nats_to_bits(val), steps=step,
-                       train_minutes=seconds / 60,
-                       train_loss=history["train_loss"][-1] if history["train_loss"] else math.nan)
+                       train_minutes=seconds / 60, train_loss=train_loss)
     ctx.log.info(f"validation: {val:.4f} nats/char = {nats_to_bits(val):.4f} bits/char "
                  f"after {step} steps, {seconds / 60:.1f} min of training")
 
 
 def _restore(ctx, path: Path, model: CharLM, optimizer: torch.optim.Optimizer,
-             vocab: Vocabulary) -> tuple[int, float, Optional[State], Dict[str, List[float]]]:
+             vocab: Vocabulary) -> tuple[int, float, Optional[State], Dict[str, List[float]], list]:
     if not path.is_file():
         raise GraphseqError(f"--resume: no {CHECKPOINT} in {ctx.out}; the run stopped before its "
                             f"first checkpoint, so start it again without --resume")
@@ -221,7 +221,8 @@ def _restore(ctx, path: Path, model: CharLM, optimizer: torch.optim.Optimizer,
     optimizer.load_state_dict(checkpoint["optimizer"])
     _set_rng_state(checkpoint["rng"])
     ctx.log.info(f"resumed from {path} at step {checkpoint['step']}")
-    return checkpoint["step"], checkpoint["seconds"], checkpoint["state"], checkpoint["history"]
+    return (checkpoint["step"], checkpoint["seconds"], checkpoint["state"], checkpoint["history"],
+            checkpoint["running"])
 
 
 @stage("char_sample")

@@ -1,0 +1,96 @@
+"""Smoke runs of the charlm pipelines on the real tiny-shakespeare for a few
+steps, resuming from a checkpoint, and ``graphseq sample``."""
+import math
+import re
+
+import pytest
+import torch
+
+from graphseq import GraphseqError, run
+from graphseq.cli import main
+from graphseq.io import load_checkpoint
+
+# A model and budget small enough for seconds on a CPU; real data all the same.
+TINY = {"model.hidden_size": 16, "model.embedding_dim": 8, "train.batch_size": 4,
+        "train.window": 16, "train.minutes": 0.0, "train.steps": 4, "train.eval_every": 2,
+        "train.eval_chars": 2000, "train.checkpoint_every": 2, "train.eval_batch_size": 1024,
+        "sample.length": 20}
+
+
+def _run(name, out, data_root, mirror, resume=False, **overrides):
+    return run(name, overrides={**TINY, **overrides}, out=out, data_root=data_root,
+               data_mirror=mirror, quiet=True, resume=resume)["runs"][0]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, data_root, mirror):
+    out = tmp_path_factory.mktemp("charlm-lstm")
+    return out, _run("charlm-lstm", out, data_root, mirror)
+
+
+def test_charlm_lstm_writes_its_results(trained):
+    out, figures = trained
+    assert figures["steps"] == 4
+    assert figures["val_bits"] == pytest.approx(figures["val_nats"] / torch.log(torch.tensor(2.0)).item())
+    for name in ("checkpoint.pt", "curves.png", "history.json", "sample.txt", "metrics.json"):
+        assert (out / name).is_file(), name
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "sample.txt").read_text().startswith("ROMEO:")
+
+
+@pytest.mark.parametrize("name", ["charlm-rnn", "charlm-onlstm"])
+def test_other_charlm_pipelines_run_a_few_steps(name, tmp_path, data_root, mirror):
+    overrides = {"model.chunk_size": 4} if name == "charlm-onlstm" else {}
+    figures = _run(name, tmp_path, data_root, mirror, **overrides)
+    assert figures["steps"] == 4 and math.isfinite(figures["val_nats"])
+    assert (tmp_path / "sample.txt").read_text().startswith("ROMEO:")
+
+
+def test_resume_continues_from_the_checkpoint(tmp_path, data_root, mirror):
+    straight = _run("charlm-lstm", tmp_path / "straight", data_root, mirror,
+                    **{"model.dropout": 0.2})
+    _run("charlm-lstm", tmp_path / "split", data_root, mirror, **{"model.dropout": 0.2, "train.steps": 2})
+    assert load_checkpoint(tmp_path / "split" / "checkpoint.pt")["step"] == 2
+    resumed = _run("charlm-lstm", tmp_path / "split", data_root, mirror, resume=True,
+                   **{"model.dropout": 0.2})
+    assert "resumed from" in (tmp_path / "split" / "log.txt").read_text()
+    assert resumed["steps"] == 4
+    # Dropout draws, the carried state and Adam's moments all continue, so
+    # two steps plus two resumed steps equal four steps in one go.
+    assert resumed["val_nats"] == pytest.approx(straight["val_nats"], abs=1e-6)
+    one = load_checkpoint(tmp_path / "straight" / "checkpoint.pt")
+    two = load_checkpoint(tmp_path / "split" / "checkpoint.pt")
+    assert one["history"]["val_step"] == two["history"]["val_step"] == [2, 4]
+    for key, weight in one["model"].items():
+        assert torch.allclose(weight, two["model"][key], atol=1e-6), key
+
+
+def test_resume_without_a_checkpoint_is_an_error(tmp_path, data_root, mirror):
+    (tmp_path / "config.toml").write_text("")
+    with pytest.raises(GraphseqError, match="no checkpoint.pt"):
+        _run("charlm-lstm", tmp_path, data_root, mirror, resume=True)
+
+
+def test_sample_prints_prime_and_length_characters(trained, capsys):
+    out, _ = trained
+    assert main(["sample", str(out), "--prime", "ROMEO:", "--length", "50",
+                 "--temperature", "0.8", "--seed", "0"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("ROMEO:") and len(text) == len("ROMEO:") + 50 + 1  # print's line break
+
+
+def test_sample_writes_a_heat_map_of_the_chosen_units(trained, tmp_path, capsys):
+    out, _ = trained
+    source = tmp_path / "speech.txt"
+    source.write_text("ROMEO:\nBut, soft! what light through yonder window breaks?\n")
+    page = tmp_path / "units.html"
+    assert main(["sample", str(out), "--cells", "3,7", "--text-file", str(source),
+                 "--html", str(page)]) == 0
+    spans = re.findall(r"<span style=\"background:rgb", page.read_text())
+    assert len(spans) == 2 * len(source.read_text())
+    assert "units 3, 7" in capsys.readouterr().out
+
+
+def test_sample_of_a_folder_without_a_checkpoint_fails_cleanly(tmp_path, capsys):
+    assert main(["sample", str(tmp_path)]) == 2
+    assert "no checkpoint.pt" in capsys.readouterr().err
