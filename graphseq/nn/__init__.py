@@ -1,5 +1,7 @@
 """The MessagePassing layers users import."""
-from .attention import AttentionConv, GATConv
+from .attention import AttentionConv, GATConv, SelfAttentionConv
 from .recurrent import ChainGRU, ChainLSTM, ChainONLSTM, ChainRecurrence, ChainRNN
+from .transformer import TransformerEncoderLayer
 
-__all__ = ["AttentionConv", "GATConv", "ChainRecurrence", "ChainRNN", "ChainLSTM", "ChainGRU", "ChainONLSTM"]
+__all__ = ["AttentionConv", "GATConv", "SelfAttentionConv", "ChainRecurrence", "ChainRNN", "ChainLSTM", "ChainGRU", "ChainONLSTM",
+           "TransformerEncoderLayer"]
