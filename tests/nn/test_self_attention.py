@@ -1,0 +1,210 @@
+import pytest
+import torch
+
+from graphseq import graphs
+from graphseq.nn import SelfAttentionConv
+from graphseq.nn import attention
+
+CHANNELS, HEADS = 8, 2
+
+
+def copied_pair(bias=True):
+    torch.manual_seed(0)
+    ours = SelfAttentionConv(CHANNELS, HEADS, bias=bias)
+    if bias:  # MultiheadAttention starts its biases at zero; make them count.
+        torch.nn.init.normal_(ours.in_proj_bias)
+        torch.nn.init.normal_(ours.out_proj.bias)
+    theirs = torch.nn.MultiheadAttention(CHANNELS, HEADS, bias=bias, batch_first=True)
+    theirs.load_state_dict(ours.state_dict())
+    return ours.eval(), theirs.eval()
+
+
+def reference(mha, x, mask=None, padding=None):
+    return mha(x, x, x, attn_mask=mask, key_padding_mask=padding, need_weights=False)[0]
+
+
+def graph_of_mask(mask: torch.Tensor, num_graphs: int) -> torch.Tensor:
+    """The edges ``j -> i`` that a boolean attention mask (True = blocked) allows, per graph."""
+    target, source = (~mask).nonzero().t()
+    n = mask.size(0)
+    return torch.cat([torch.stack([source + g * n, target + g * n]) for g in range(num_graphs)], dim=1)
+
+
+def test_state_dict_matches_multihead_attention():
+    for bias in (True, False):
+        ours = SelfAttentionConv(CHANNELS, HEADS, bias=bias)
+        theirs = torch.nn.MultiheadAttention(CHANNELS, HEADS, bias=bias, batch_first=True)
+        assert {k: v.shape for k, v in ours.state_dict().items()} == \
+            {k: v.shape for k, v in theirs.state_dict().items()}
+
+
+def test_loads_multihead_attention_weights():
+    theirs = torch.nn.MultiheadAttention(CHANNELS, HEADS, batch_first=True).eval()
+    ours = SelfAttentionConv(CHANNELS, HEADS).eval()
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(1, 5, CHANNELS)
+    assert torch.allclose(ours(x[0]), reference(theirs, x)[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_fully_connected_equals_multihead_attention(bias):
+    ours, theirs = copied_pair(bias)
+    x = torch.randn(3, 5, CHANNELS)
+    out = ours(x.reshape(15, CHANNELS), batch=graphs.lengths_to_batch([5, 5, 5]))
+    assert torch.allclose(out, reference(theirs, x).reshape(15, CHANNELS), atol=1e-5)
+
+
+def test_graphs_of_unequal_sizes_equal_key_padding_mask():
+    ours, theirs = copied_pair()
+    sizes = [2, 6, 1, 4]
+    x = torch.randn(sum(sizes), CHANNELS)
+    padded = torch.zeros(len(sizes), max(sizes), CHANNELS)
+    padding = torch.ones(len(sizes), max(sizes), dtype=torch.bool)
+    for i, part in enumerate(x.split(sizes)):
+        padded[i, :len(part)], padding[i, :len(part)] = part, False
+    out = ours(x, batch=graphs.lengths_to_batch(sizes))
+    assert torch.allclose(out, reference(theirs, padded, padding=padding)[~padding], atol=1e-5)
+    per_graph = torch.cat([reference(theirs, part[None])[0] for part in x.split(sizes)])
+    assert torch.allclose(out, per_graph, atol=1e-5)
+
+
+def test_causal_graph_equals_causal_mask():
+    ours, theirs = copied_pair()
+    x = torch.randn(2, 6, CHANNELS)
+    mask = torch.ones(6, 6, dtype=torch.bool).triu(1)
+    out = ours(x.reshape(12, CHANNELS), graphs.causal([6, 6]))
+    assert torch.allclose(out, reference(theirs, x, mask).reshape(12, CHANNELS), atol=1e-5)
+
+
+def test_any_graph_equals_its_boolean_mask():
+    ours, theirs = copied_pair()
+    torch.manual_seed(1)
+    mask = torch.rand(6, 6) < 0.6
+    mask[torch.arange(6), torch.randint(0, 6, (6,))] = False  # Every node receives something.
+    edge_index = graph_of_mask(mask, 2)
+    edge_index = edge_index[:, torch.randperm(edge_index.size(1))]  # Order does not matter.
+    x = torch.randn(2, 6, CHANNELS)
+    out = ours(x.reshape(12, CHANNELS), edge_index)
+    assert torch.allclose(out, reference(theirs, x, mask).reshape(12, CHANNELS), atol=1e-5)
+
+
+def test_gradients_match_multihead_attention_on_a_masked_graph():
+    ours, theirs = copied_pair()
+    mask = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    mask[4, 0] = True
+    x = torch.randn(1, 5, CHANNELS, requires_grad=True)
+    x_ours = x.detach()[0].clone().requires_grad_()
+    ours(x_ours, graph_of_mask(mask, 1)).square().sum().backward()
+    reference(theirs, x, mask).square().sum().backward()
+    assert torch.allclose(x_ours.grad, x.grad[0], atol=1e-5)
+    for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-5), name
+
+
+def test_dense_and_edge_wise_paths_give_the_same_numbers():
+    torch.manual_seed(0)
+    conv = SelfAttentionConv(CHANNELS, HEADS)
+    sizes = [3, 7, 1, 5]
+    x = torch.randn(sum(sizes), CHANNELS, requires_grad=True)
+    dense = conv(x, batch=graphs.lengths_to_batch(sizes))
+    (grad_dense,) = torch.autograd.grad(dense.square().sum(), x)
+    sparse = conv(x, graphs.fully_connected(sizes))
+    (grad_sparse,) = torch.autograd.grad(sparse.square().sum(), x)
+    assert torch.allclose(dense, sparse, atol=1e-5)
+    assert torch.allclose(grad_dense, grad_sparse, atol=1e-5)
+
+
+def test_cpu_sparse_kernels_equal_the_edge_gathers(monkeypatch):
+    """The CPU path (sampled dense-dense and sparse-dense products) and the
+    gather path other devices take give the same scores and gradients,
+    repeated edges included."""
+    torch.manual_seed(0)
+    edge_index = torch.tensor([[0, 2, 2, 1, 3, 3, 0], [0, 1, 1, 2, 2, 3, 3]])
+    ptr = torch.tensor([0, 1, 3, 5, 7])
+    results = []
+    for sparse in (True, False):
+        monkeypatch.setattr(attention, "_use_sparse_kernels", lambda *args: sparse)
+        torch.manual_seed(0)
+        query = torch.randn(4, HEADS, 3, dtype=torch.double, requires_grad=True)
+        key = torch.randn(4, HEADS, 3, dtype=torch.double, requires_grad=True)
+        score = attention.DotProductAlongEdges.apply(query, key, edge_index, ptr)
+        score.mul(torch.arange(score.numel(), dtype=torch.double).view_as(score)).sum().backward()
+        results.append((score, query.grad, key.grad))
+        assert torch.autograd.gradcheck(attention.DotProductAlongEdges.apply, (query, key, edge_index, ptr))
+    for ours, theirs in zip(*results):
+        assert torch.allclose(ours, theirs)
+
+
+def test_node_without_incoming_edges_gets_zero_attention_output():
+    ours, _ = copied_pair()
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 1]])  # Nodes 0 and 3 receive nothing.
+    x = torch.randn(4, CHANNELS, requires_grad=True)
+    out = ours(x, edge_index)
+    assert not out.isnan().any()
+    # Zero attention output, so the layer's output is out_proj applied to zero: its bias.
+    assert torch.allclose(out[0], ours.out_proj.bias) and torch.allclose(out[3], ours.out_proj.bias)
+    assert not torch.allclose(out[1], ours.out_proj.bias)
+    out.sum().backward()
+    assert not x.grad.isnan().any()
+
+
+def test_empty_graph_in_batch_gives_no_nan():
+    torch.manual_seed(0)
+    conv = SelfAttentionConv(CHANNELS, HEADS)
+    batch = torch.tensor([0, 0, 2, 2, 2])  # Graph 1 has no nodes.
+    x = torch.randn(5, CHANNELS, requires_grad=True)
+    out = conv(x, batch=batch)
+    out.square().sum().backward()
+    assert not out.isnan().any() and not x.grad.isnan().any()
+    assert torch.allclose(out, conv(x, graphs.fully_connected([2, 0, 3])), atol=1e-5)
+
+
+def test_attention_weights_follow_the_given_edges():
+    ours, theirs = copied_pair()
+    x = torch.randn(1, 4, CHANNELS)
+    edge_index = graphs.fully_connected([4])
+    shuffled = edge_index[:, torch.randperm(edge_index.size(1))]
+    _, (edges, alpha) = ours(x[0], shuffled, return_attention_weights=True)
+    assert torch.equal(edges, shuffled)
+    _, weights = theirs(x, x, x, average_attn_weights=False)  # [1, heads, target, source]
+    expected = weights[0][:, shuffled[1], shuffled[0]].t()
+    assert torch.allclose(alpha, expected, atol=1e-5)
+
+
+def test_attention_weights_without_edges_are_over_the_fully_connected_graph():
+    conv = SelfAttentionConv(CHANNELS, HEADS).eval()
+    x = torch.randn(5, CHANNELS)
+    batch = graphs.lengths_to_batch([2, 3])
+    out, (edges, alpha) = conv(x, batch=batch, return_attention_weights=True)
+    assert torch.equal(edges, graphs.fully_connected([2, 3]))
+    assert torch.allclose(torch.zeros(5, HEADS).index_add_(0, edges[1], alpha), torch.ones(5, HEADS))
+    assert torch.allclose(out, conv(x, batch=batch), atol=1e-5)
+
+
+def test_dropout_acts_only_in_training():
+    torch.manual_seed(0)
+    conv = SelfAttentionConv(CHANNELS, HEADS, dropout=0.5)
+    x = torch.randn(6, CHANNELS)
+    for edge_index in (None, graphs.fully_connected([6])):
+        conv.eval()
+        assert torch.allclose(conv(x, edge_index), conv(x, edge_index))
+        conv.train()
+        assert not torch.allclose(conv(x, edge_index), conv(x, edge_index))
+
+
+def test_wrong_inputs_are_named():
+    conv = SelfAttentionConv(CHANNELS, HEADS)
+    with pytest.raises(ValueError, match="divisible"):
+        SelfAttentionConv(7, 2)
+    with pytest.raises(ValueError, match=f"{CHANNELS} input channels"):
+        conv(torch.randn(4, 3))
+    with pytest.raises(ValueError, match="edge_index of shape"):
+        conv(torch.randn(4, CHANNELS), torch.zeros(3, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="batch of shape"):
+        conv(torch.randn(4, CHANNELS), batch=torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="sorted batch"):
+        conv(torch.randn(4, CHANNELS), batch=torch.tensor([0, 1, 0, 1]))
+
+
+def test_repr():
+    assert repr(SelfAttentionConv(16, 4)) == "SelfAttentionConv(16, num_heads=4)"

@@ -1,0 +1,91 @@
+import pytest
+import torch
+
+from graphseq import graphs
+from graphseq.nn import TransformerEncoderLayer
+
+D_MODEL, HEADS, FEEDFORWARD = 8, 2, 16
+
+
+def copied_pair(**kwargs):
+    torch.manual_seed(0)
+    ours = TransformerEncoderLayer(D_MODEL, HEADS, FEEDFORWARD, **kwargs)
+    for p in ours.parameters():  # Non-trivial biases and layer-norm scales.
+        torch.nn.init.normal_(p, std=0.5)
+    theirs = torch.nn.TransformerEncoderLayer(D_MODEL, HEADS, FEEDFORWARD, batch_first=True, **kwargs)
+    theirs.load_state_dict(ours.state_dict())
+    return ours.eval(), theirs.eval()
+
+
+def test_state_dict_matches_torch_keys_and_shapes():
+    ours = TransformerEncoderLayer(D_MODEL, HEADS, FEEDFORWARD)
+    theirs = torch.nn.TransformerEncoderLayer(D_MODEL, HEADS, FEEDFORWARD, batch_first=True)
+    assert {k: v.shape for k, v in ours.state_dict().items()} == \
+        {k: v.shape for k, v in theirs.state_dict().items()}
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_fully_connected_equals_torch_encoder_layer(norm_first, activation):
+    ours, theirs = copied_pair(norm_first=norm_first, activation=activation, dropout=0.2)
+    x = torch.randn(3, 5, D_MODEL)
+    out = ours(x.reshape(15, D_MODEL), batch=graphs.lengths_to_batch([5, 5, 5]))
+    assert torch.allclose(out, theirs(x).reshape(15, D_MODEL), atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_graphs_of_unequal_sizes_equal_key_padding_mask(norm_first):
+    ours, theirs = copied_pair(norm_first=norm_first)
+    sizes = [2, 5, 3]
+    x = torch.randn(sum(sizes), D_MODEL)
+    padded = torch.zeros(len(sizes), max(sizes), D_MODEL)
+    padding = torch.ones(len(sizes), max(sizes), dtype=torch.bool)
+    for i, part in enumerate(x.split(sizes)):
+        padded[i, :len(part)], padding[i, :len(part)] = part, False
+    out = ours(x, batch=graphs.lengths_to_batch(sizes))
+    with torch.no_grad():
+        expected = theirs(padded, src_key_padding_mask=padding)[~padding]
+    assert torch.allclose(out, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_causal_graph_equals_causal_mask(norm_first):
+    ours, theirs = copied_pair(norm_first=norm_first)
+    x = torch.randn(2, 5, D_MODEL)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(5)
+    out = ours(x.reshape(10, D_MODEL), graphs.causal([5, 5]))
+    assert torch.allclose(out, theirs(x, src_mask=mask, is_causal=True).reshape(10, D_MODEL), atol=1e-5)
+
+
+def test_gradients_match_torch_in_training_without_dropout():
+    ours, theirs = copied_pair(dropout=0.0, norm_first=True)
+    ours.train(), theirs.train()
+    x = torch.randn(2, 4, D_MODEL, requires_grad=True)
+    x_ours = x.detach().reshape(8, D_MODEL).clone().requires_grad_()
+    ours(x_ours, batch=graphs.lengths_to_batch([4, 4])).square().sum().backward()
+    theirs(x).square().sum().backward()
+    assert torch.allclose(x_ours.grad, x.grad.reshape(8, D_MODEL), atol=1e-4)
+    for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-4), name
+
+
+def test_sparse_graph_attends_along_its_edges_only():
+    torch.manual_seed(0)
+    layer = TransformerEncoderLayer(D_MODEL, HEADS, FEEDFORWARD, dropout=0.0).eval()
+    x = torch.randn(4, D_MODEL)
+    edge_index = torch.tensor([[0, 1, 1], [1, 0, 1]])  # Nodes 0 and 1 talk; 2 and 3 hear nothing.
+    out = layer(x, edge_index)
+    changed = x.clone()
+    changed[2:] = torch.randn(2, D_MODEL)
+    assert torch.allclose(layer(changed, edge_index)[:2], out[:2])
+    assert not out.isnan().any()
+
+
+def test_unknown_activation_is_named():
+    with pytest.raises(ValueError, match="relu, gelu"):
+        TransformerEncoderLayer(D_MODEL, HEADS, activation="tanh")
+
+
+def test_repr():
+    assert repr(TransformerEncoderLayer(16, 4, 32)) == \
+        "TransformerEncoderLayer(16, nhead=4, dim_feedforward=32, norm_first=False)"
