@@ -157,6 +157,18 @@ def hidden_activations(model: CharLM, vocab: Vocabulary, text: str) -> Tensor:
     return hidden.cpu()
 
 
+@torch.no_grad()
+def master_forget_distances(model: CharLM, vocab: Vocabulary, text: str) -> Optional[Tensor]:
+    """For an ON-LSTM, the top layer's master-forget distance after each
+    character of ``text`` as a fraction of its chunks ``[len(text)]``: near 1
+    when the step erases most of the ordered cell (a constituent closes),
+    near 0 when it keeps it. :obj:`None` for other cells."""
+    if model.config["cell"] != "onlstm":
+        return None
+    hidden_activations(model, vocab, text)  # The layer keeps the distances of its last call.
+    return model.rnn.last_distances[:, -1].cpu() / model.rnn.num_chunks
+
+
 # --------------------------------------------------------------------------- #
 # Looking at single units
 # --------------------------------------------------------------------------- #
@@ -169,11 +181,12 @@ def _colour(value: float) -> str:
 
 
 def heatmap_html(text: str, activations: Tensor, cells: Sequence[int],
-                 title: str = "hidden units") -> str:
+                 title: str = "hidden units", rows: Optional[Dict[str, Tensor]] = None) -> str:
     """An HTML page with one block per unit of ``cells``: every character of
     ``text`` is a span whose background is that unit's activation after it
     (red positive, blue negative, scaled by the unit's largest magnitude when
-    it exceeds 1). Hovering a character shows the value."""
+    it exceeds 1). Hovering a character shows the value. ``rows`` adds named
+    blocks of other per-character values ``[len(text)]`` drawn the same way."""
     if activations.shape[0] != len(text):
         raise ValueError(f"expected activations of shape [{len(text)}, hidden], "
                          f"got {list(activations.shape)}")
@@ -182,16 +195,16 @@ def heatmap_html(text: str, activations: Tensor, cells: Sequence[int],
     if bad:
         raise GraphseqError(f"unit(s) {', '.join(map(str, bad))} out of range: the model has "
                             f"{hidden} hidden units (0..{hidden - 1})")
+    named = [(f"unit {cell}", activations[:, cell]) for cell in cells] + list((rows or {}).items())
     blocks = []
-    for cell in cells:
-        values = activations[:, cell]
+    for name, values in named:
         scale = max(1.0, float(values.abs().max())) if values.numel() else 1.0
         spans = []
         for char, value in zip(text, values.tolist()):
             shown = "\u21b5\n" if char == "\n" else html.escape(char)
             spans.append(f'<span style="background:{_colour(value / scale)}" '
                          f'title="{value:+.3f}">{shown}</span>')
-        blocks.append(f"<h2>unit {cell}</h2>\n<pre>{''.join(spans)}</pre>")
+        blocks.append(f"<h2>{html.escape(name)}</h2>\n<pre>{''.join(spans)}</pre>")
     return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title>"
             "<style>body{font-family:sans-serif} pre{font-size:14px;line-height:1.5;"
@@ -252,12 +265,15 @@ def write_heatmap(model: CharLM, vocab: Vocabulary, text: str, path: str | Path,
                   cells: Optional[Sequence[int]] = None, top: int = 2) -> List[int]:
     """Writes :func:`heatmap_html` of ``cells`` over ``text`` to ``path``.
     Without ``cells`` it draws, for each feature of :func:`text_features`,
-    the ``top`` units that track it best. Returns the units drawn."""
+    the ``top`` units that track it best. An ON-LSTM's master-forget
+    distances come last. Returns the units drawn."""
     activations = hidden_activations(model, vocab, text)
     if cells is None:
         found = interesting_units(text, activations, top)
         cells = list(dict.fromkeys(u for units in found.values() for u, _ in units))
-    atomic_write_text(path, heatmap_html(text, activations, cells,
+    distances = master_forget_distances(model, vocab, text)
+    rows = None if distances is None else {"master-forget distance (top layer, share of chunks)": distances}
+    atomic_write_text(path, heatmap_html(text, activations, cells, rows=rows,
                                          title=f"{model.config['cell']} hidden units"))
     return list(cells)
 

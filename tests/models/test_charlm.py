@@ -8,7 +8,8 @@ import torch
 from graphseq.data.text import Vocabulary
 from graphseq.errors import GraphseqError
 from graphseq.models.charlm import (CharLM, detach_state, heatmap_html, hidden_activations,
-                                    interesting_units, sample, text_features)
+                                    interesting_units, master_forget_distances, sample,
+                                    text_features, write_heatmap)
 
 VOCAB = Vocabulary.of_characters("abcd:\n ")
 
@@ -105,3 +106,16 @@ def test_interesting_units_find_a_unit_that_counts_the_line():
     unit, r = found["position in line"][0]
     assert unit == 4 and r == pytest.approx(-1.0)
     assert "inside quotes" not in found  # the text has no quotes
+
+
+def test_onlstm_heat_map_adds_the_master_forget_distances(tmp_path):
+    model = CharLM(len(VOCAB), cell="onlstm", embedding_dim=4, hidden_size=8, chunk_size=2)
+    distances = master_forget_distances(model, VOCAB, "ab:\ncd")
+    assert distances.shape == (6,) and bool(((distances >= 0) & (distances <= 1)).all())
+    write_heatmap(model, VOCAB, "ab:\ncd", tmp_path / "units.html", cells=[1])
+    page = (tmp_path / "units.html").read_text()
+    assert "<h2>unit 1</h2>" in page and "master-forget distance" in page
+
+
+def test_other_cells_have_no_distances():
+    assert master_forget_distances(CharLM(len(VOCAB), hidden_size=8), VOCAB, "ab") is None
