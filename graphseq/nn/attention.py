@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
-from torch_geometric.index import index2ptr
+from torch_geometric.index import index2ptr, ptr2index
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import glorot, zeros
@@ -41,6 +41,49 @@ def check_edge_index(edge_index: Tensor, num_nodes: int, layer: str) -> None:
     if edge_index.numel() and int(edge_index.max()) >= num_nodes:
         raise ValueError(f"{layer}: edge_index refers to node {int(edge_index.max())}, "
                          f"but x has only {num_nodes} nodes")
+
+
+class _AttentionAggregate(torch.autograd.Function):
+    """``out[i, h] = sum over edges j -> i of alpha[e, h] * value[j, h]`` for
+    edges in CSR order (grouped by target): a sparse product per head forward;
+    backward, the value gradient is a product with the transposed adjacency
+    and the alpha gradient a dot product per edge."""
+
+    @staticmethod
+    def forward(ctx, ptr: Tensor, source: Tensor, alpha: Tensor, value: Tensor) -> Tensor:
+        ctx.save_for_backward(ptr, source, alpha, value)
+        num_targets, num_sources = ptr.numel() - 1, value.size(0)
+        out = value.new_empty(num_targets, value.size(1), value.size(2))
+        for head in range(value.size(1)):
+            adj_t = torch.sparse_csr_tensor(ptr, source, alpha[:, head].contiguous(),
+                                            (num_targets, num_sources), check_invariants=False)
+            out[:, head] = adj_t @ value[:, head]
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        ptr, source, alpha, value = ctx.saved_tensors
+        num_targets, num_sources = ptr.numel() - 1, value.size(0)
+        target = ptr2index(ptr, output_size=source.numel())
+        grad_alpha = grad_value = None
+        if ctx.needs_input_grad[2]:
+            grad_alpha = (grad_out.index_select(0, target) * value.index_select(0, source)).sum(-1)
+        if ctx.needs_input_grad[3]:
+            source_sorted, perm = torch.sort(source, stable=True)
+            source_ptr, target_sorted = index2ptr(source_sorted, num_sources), target[perm]
+            grad_value = torch.empty_like(value)
+            for head in range(value.size(1)):
+                adj = torch.sparse_csr_tensor(source_ptr, target_sorted, alpha[perm, head].contiguous(),
+                                              (num_sources, num_targets), check_invariants=False)
+                grad_value[:, head] = adj @ grad_out[:, head].contiguous()
+        return None, None, grad_alpha, grad_value
+
+
+def attention_aggregate(ptr: Tensor, source: Tensor, alpha: Tensor, value: Tensor) -> Tensor:
+    """Attention-weighted sum of ``value`` ``[num_sources, heads, channels]``
+    over edges given in CSR form (``ptr`` over targets, ``source`` per edge)
+    with coefficients ``alpha`` ``[num_edges, heads]``."""
+    return _AttentionAggregate.apply(ptr, source, alpha, value)
 
 
 class AttentionConv(MessagePassing):
@@ -85,8 +128,11 @@ class AttentionConv(MessagePassing):
         ptr = index2ptr(edge_index[1], num_nodes)
         alpha = softmax(score, ptr=ptr, num_nodes=num_nodes)  # [num_edges, heads]
         alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-        out = self.propagate(edge_index, value=value, alpha=alpha, target_ptr=ptr,
-                             size=(value.size(0), num_nodes))
+        # The graph as a transposed CSR adjacency (row = target), so that
+        # propagate fuses message and aggregation into sparse products.
+        adj_t = torch.sparse_csr_tensor(ptr, edge_index[0], alpha.new_ones(alpha.size(0)),
+                                        (num_nodes, value.size(0)), check_invariants=False)
+        out = self.propagate(adj_t, value=value, alpha=alpha)
         if perm is not None:
             alpha = torch.empty_like(alpha).index_copy_(0, perm, alpha)
         return out, alpha
@@ -104,9 +150,11 @@ class AttentionConv(MessagePassing):
     def message(self, value_j: Tensor, alpha: Tensor) -> Tensor:
         return value_j * alpha.unsqueeze(-1)  # [num_edges, heads, channels]
 
-    def aggregate(self, inputs: Tensor, index: Tensor, target_ptr: Tensor,
-                  dim_size: Optional[int] = None) -> Tensor:
-        return segment(inputs, target_ptr, reduce="sum")  # [num_nodes, heads, channels]
+    def message_and_aggregate(self, adj_t: Tensor, value: Tensor, alpha: Tensor) -> Tensor:
+        # The sum over each target's edges of message(value_j, alpha), as one
+        # sparse-dense product per head: no [num_edges, heads, channels]
+        # tensor is built in the forward pass.
+        return attention_aggregate(adj_t.crow_indices(), adj_t.col_indices(), alpha, value)
 
 
 class GATConv(AttentionConv):
@@ -235,9 +283,11 @@ class DotProductAlongEdges(torch.autograd.Function):
         if not _use_sparse_kernels(query, edge_index):
             return (query.index_select(0, target) * key.index_select(0, source)).sum(dim=-1)
         num_nodes, heads = query.shape[:2]
+        # Zero values, not empty ones: sampled_addmm adds beta * values even
+        # for beta = 0, and 0 * NaN is NaN.
         pattern = torch.sparse_csr_tensor(target_ptr.expand(heads, -1).contiguous(),
                                           source.expand(heads, -1).contiguous(),
-                                          query.new_empty(heads, source.numel()),
+                                          query.new_zeros(heads, source.numel()),
                                           (heads, num_nodes, key.size(0)), check_invariants=False)
         score = torch.sparse.sampled_addmm(pattern, query.transpose(0, 1), key.permute(1, 2, 0),
                                            beta=0.0)  # [heads, num_nodes, num_nodes], sparse
