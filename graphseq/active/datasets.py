@@ -5,6 +5,7 @@ graph over TF-IDF (nodes are sentences a person can read and judge).
 """
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
@@ -70,44 +71,53 @@ def cora_task(root: Path, mirror: Optional[Path] = None, name: str = "cora") -> 
     return Task(class_names, pool, data.edge_index, describe), data
 
 
-def knn_graph_tfidf(sentences: List[str], k: int) -> Tuple[Tensor, "object"]:
-    """TF-IDF vectors of the sentences and the undirected graph joining each
-    sentence to its ``k`` nearest neighbours by cosine similarity."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.neighbors import NearestNeighbors
+def tfidf_knn_graph(sentences: List[str], k: int) -> Tuple[Tensor, Tensor]:
+    """TF-IDF vectors of the sentences (``[num_sentences, vocabulary]``, sparse
+    CSR) and the undirected graph joining each sentence to its ``k`` nearest
+    neighbours by cosine similarity; neighbours sharing no word are left out.
 
-    tfidf = TfidfVectorizer(sublinear_tf=True, min_df=2).fit_transform(sentences)
-    nearest = NearestNeighbors(n_neighbors=k + 1, metric="cosine").fit(tfidf)
-    _, indices = nearest.kneighbors(tfidf)  # [num_sentences, k + 1]; the first is usually itself
-    source = np.repeat(np.arange(len(sentences)), k)
-    target = indices[:, 1:].reshape(-1)
-    edge_index = torch.as_tensor(np.stack([source, target]), dtype=torch.long)
-    mask = edge_index[0] != edge_index[1]  # A duplicate sentence may be its own neighbour.
-    return to_undirected(edge_index[:, mask], num_nodes=len(sentences)), tfidf
+    The rows are L2-normalised, so the cosine similarities are the sparse
+    product ``X X^T``; English stop words are dropped, which keeps that product
+    sparse (and the neighbours about content, not about "the")."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    tfidf = TfidfVectorizer(sublinear_tf=True, min_df=2, stop_words="english").fit_transform(sentences)
+    similarity = (tfidf @ tfidf.T).tocsr()
+    similarity.setdiag(0.0)  # A sentence is not its own neighbour.
+    similarity.eliminate_zeros()
+    sources, targets = [], []
+    for row in range(similarity.shape[0]):
+        start, end = similarity.indptr[row], similarity.indptr[row + 1]
+        values, columns = similarity.data[start:end], similarity.indices[start:end]
+        nearest = columns[np.argsort(-values, kind="stable")[:k]]
+        sources.append(np.full(len(nearest), row))
+        targets.append(nearest)
+    edge_index = torch.as_tensor(np.stack([np.concatenate(sources), np.concatenate(targets)]), dtype=torch.long)
+    coo = tfidf.tocoo()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        x = torch.sparse_coo_tensor(np.stack([coo.row, coo.col]), coo.data.astype(np.float32), coo.shape,
+                                    check_invariants=False).to_sparse_csr()
+    return to_undirected(edge_index, num_nodes=len(sentences)), x
 
 
 def polarity_task(root: Path, mirror: Optional[Path] = None, neighbours: int = 10,
-                  dimensions: int = 128, test_fraction: float = 0.2, limit: int = 0) -> Tuple[Task, Data]:
+                  test_fraction: float = 0.2, limit: int = 0) -> Tuple[Task, Data]:
     """The polarity sentences as nodes of a k-nearest-neighbour graph over
-    TF-IDF, with features reduced to ``dimensions`` by truncated SVD (LSA).
-    A fixed fifth of the sentences (the same for every seed) is held out for
-    testing; the rest is the pool. ``limit`` keeps that many sentences, drawn
-    evenly from both classes (0: all), for quick runs."""
-    from sklearn.decomposition import TruncatedSVD
-
+    TF-IDF, with their TF-IDF vectors (sparse) as features. Items are
+    numbered as :func:`~graphseq.data.polarity.load_polarity` returns them:
+    the negative sentences first. A fixed fifth of the sentences (the same
+    for every seed) is held out for testing; the rest is the pool. ``limit``
+    keeps that many sentences, drawn at random (0: all), for quick runs."""
     sentences, labels = load_polarity(root, mirror)
     if limit:
-        order = np.random.default_rng(0).permutation(len(sentences))[:limit]
+        order = np.sort(np.random.default_rng(0).permutation(len(sentences))[:limit])
         sentences, labels = [sentences[i] for i in order], [labels[i] for i in order]
-    edge_index, tfidf = knn_graph_tfidf(sentences, neighbours)
-    dimensions = min(dimensions, tfidf.shape[1] - 1, len(sentences) - 1)
-    features = TruncatedSVD(n_components=dimensions, random_state=0).fit_transform(tfidf)
-    x = torch.as_tensor(features, dtype=torch.float)
-    x = x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    edge_index, x = tfidf_knn_graph(sentences, neighbours)
     num_items = len(sentences)
     test = torch.zeros(num_items, dtype=torch.bool)
     test[torch.as_tensor(np.random.default_rng(1).permutation(num_items)[:int(test_fraction * num_items)])] = True
-    data = Data(x=x, edge_index=edge_index, y=torch.tensor(labels), test_mask=test)
+    data = Data(x=x, edge_index=edge_index, y=torch.tensor(labels), test_mask=test, num_nodes=num_items)
     graph_neighbours = adjacency_lists(edge_index, num_items)
 
     def describe(item: int, probabilities: Tensor, labelled: Mapping[int, int]) -> List[str]:

@@ -23,7 +23,9 @@ def load_polarity(root: Path, mirror: Optional[Path] = None) -> Tuple[List[str],
     labels: List[int] = []
     for label, name in enumerate(FILES):
         # The files are latin-1; a few lines hold accented names.
-        lines = (folder / name).read_text(encoding="latin-1").splitlines()
+        # Split on newlines only: latin-1 decodes byte 0x85 to U+0085, which
+        # str.splitlines() would also take for a line break.
+        lines = (folder / name).read_text(encoding="latin-1").split("\n")
         kept = [line.strip() for line in lines if line.strip()]
         sentences += kept
         labels += [label] * len(kept)

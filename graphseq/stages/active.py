@@ -1,0 +1,147 @@
+"""Stages of the active-learning pipelines (``active-cora``,
+``active-polarity``): load a task, choose the learner, run the loop for
+each query strategy, plot the learning curves.
+
+The oracle is ``simulated`` unless the run says otherwise: the TOML key
+``active.oracle``, or ``graphseq run ... --oracle human|file --labels F.csv``
+(which reach the stage as ``ctx.options``; the CLI hands a ready
+:class:`~graphseq.active.prompt.HumanOracle` reading standard input).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List
+
+import torch
+
+from ..active.curves import PLOT_NAME, plot_learning_curves
+from ..active.datasets import cora_task, polarity_task
+from ..active.learners import GCNLearner
+from ..active.loop import active_learning as run_loop
+from ..active.oracles import FileOracle, SimulatedOracle
+from ..active.prompt import HumanOracle
+from ..active.store import STORE_NAME, LabelStore
+from ..active.strategies import get_strategy
+from ..errors import GraphseqError
+from ..io import write_json
+from .registry import stage
+
+ORACLES = ("simulated", "human", "file")
+
+
+@stage("active_cora")
+def active_cora(ctx, *, name: str = "cora"):
+    """Cora (or another Planetoid graph) as a pool of papers to label."""
+    ctx.task, ctx.data = cora_task(ctx.data_root, ctx.data_mirror, name)
+    ctx.log.info(f"{name}: {ctx.data.num_nodes} nodes, pool {ctx.task.pool.numel()}, "
+                 f"test {int(ctx.data.test_mask.sum())}")
+
+
+@stage("active_polarity")
+def active_polarity(ctx, *, neighbours: int = 10, limit: int = 0):
+    """Sentence-polarity snippets as nodes of a TF-IDF k-nearest-neighbour graph."""
+    ctx.task, ctx.data = polarity_task(ctx.data_root, ctx.data_mirror, neighbours, limit=limit)
+    ctx.log.info(f"polarity: {ctx.data.num_nodes} sentences, {ctx.data.edge_index.size(1)} edges, "
+                 f"pool {ctx.task.pool.numel()}, test {int(ctx.data.test_mask.sum())}")
+
+
+@stage("active_gcn")
+def active_gcn(ctx, *, hidden: int = 16, epochs: int = 200, lr: float = 0.01,
+               weight_decay: float = 5e-4, dropout: float = 0.5):
+    """The learner retrained every round: a two-layer GCN."""
+    data = ctx.require("data", "active_gcn")
+    num_classes = len(ctx.require("task", "active_gcn").class_names)
+    ctx.make_learner = lambda: GCNLearner(data, num_classes, ctx.device, seed=ctx.seed, hidden=hidden,
+                                          epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout)
+
+
+def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int):
+    if not isinstance(kind, str):
+        return kind  # An oracle object handed in through graphseq.run(..., oracle=...).
+    if kind == "simulated":
+        return SimulatedOracle(truth, noise, seed)
+    if kind == "human":
+        return HumanOracle(sys.stdin, sys.stdout)
+    if kind == "file":
+        if not labels:
+            raise GraphseqError("--oracle file needs --labels F.csv (rows item,label)")
+        return FileOracle(labels)
+    raise GraphseqError(f"unknown oracle {kind!r}; choose one of {', '.join(ORACLES)}")
+
+
+@stage("active_learning")
+def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin", "least_confidence",
+                                                  "degree", "pagerank", "age", "coreset"),
+                    strategy: str = "age", budget: int = 140, initial: int = 14, batch_size: int = 7,
+                    oracle: str = "simulated", labels: str = "", noise: float = 0.0,
+                    reference: bool = True):
+    """Runs the loop, writing every answer to ``labels.sqlite`` in the run directory.
+
+    With the simulated oracle every strategy in ``compare`` is run from the
+    same ``initial`` random labels; a person (``human``) or a labels file
+    (``file``) answers for ``strategy`` alone. ``budget`` counts every
+    label, the initial ones included. ``reference`` also trains on the
+    dataset's standard training split, when it has one, for comparison.
+    Metrics: ``final_accuracy_<strategy>`` and the ``curves``.
+    """
+    task, data = ctx.require("task", "active_learning"), ctx.require("data", "active_learning")
+    make_learner = ctx.require("make_learner", "active_learning")
+    kind = ctx.options.get("oracle") or oracle
+    labels = ctx.options.get("labels") or labels
+    the_oracle = make_oracle(kind, labels, data.y, noise, ctx.seed)
+    names = list(compare) if the_oracle.source == "simulated" else [strategy]
+    for name in names:
+        get_strategy(name)  # Unknown names fail before any question is asked.
+    if initial < 1:
+        raise GraphseqError(f"active_learning.initial must be at least 1 (the model needs a label), got {initial}")
+
+    # The same initial labels for every strategy of this seed.
+    generator = torch.Generator().manual_seed(ctx.seed)
+    pool = the_oracle.restrict(task.pool).cpu()
+    first = pool[torch.randperm(pool.numel(), generator=generator)[:initial]]
+    initial_labels = {int(i): int(data.y[i]) for i in first}
+
+    curves = {}
+    with LabelStore(Path(ctx.out) / STORE_NAME) as store:
+        for name in names:
+            curves[name] = run_loop(task, make_learner(), the_oracle, store, strategy=name,
+                                    initial=initial_labels, budget=budget, batch_size=batch_size,
+                                    generator=torch.Generator().manual_seed(ctx.seed + 1), resume=ctx.resume,
+                                    progress=not ctx.quiet and the_oracle.source != "human", log=ctx.log)
+            ctx.metrics[f"final_accuracy_{name}"] = curves[name][-1][1]
+            ctx.metrics[f"labels_{name}"] = int(curves[name][-1][0])
+    if reference and hasattr(data, "train_mask"):
+        learner = make_learner()
+        learner.fit(data.train_mask.nonzero().view(-1), data.y[data.train_mask])
+        ctx.metrics["standard_split_accuracy"] = learner.accuracy()
+        ctx.log.info(f"standard split ({int(data.train_mask.sum())} labels): "
+                     f"test accuracy {ctx.metrics['standard_split_accuracy']:.4f}")
+    ctx.metrics["curves"] = curves
+    ctx.curves = curves
+
+
+@stage("active_curves")
+def active_curves(ctx, *, title: str = ""):
+    """Plots this run's learning curves into ``learning_curves.png``.
+
+    With ``--runs N`` each seed runs in ``OUT/seed-N``; this stage then also
+    redraws ``OUT/learning_curves.png`` from every seed of the same run done
+    so far (those whose curves were written after the run's ``config.toml``),
+    so after the last seed it shows the mean and spread over all of them.
+    ``graphseq plot-curves OUT`` redraws it from ``OUT/metrics.json``."""
+    curves = ctx.require("curves", "active_curves")
+    title = title or ctx.pipeline
+    reference = ctx.metrics.get("standard_split_accuracy")
+    out = Path(ctx.out)
+    write_json(out / "curves.json", {"curves": curves, "standard_split_accuracy": reference})
+    plot_learning_curves([curves], out / PLOT_NAME, f"{title}, seed {ctx.seed}", reference)
+    parent = out.parent
+    if out.name == f"seed-{ctx.seed}" and (parent / "config.toml").is_file():
+        started = (parent / "config.toml").stat().st_mtime
+        seeds = [json.loads(p.read_text()) for p in sorted(parent.glob("seed-*/curves.json"))
+                 if p.stat().st_mtime >= started]
+        references = [s["standard_split_accuracy"] for s in seeds if s.get("standard_split_accuracy") is not None]
+        plot_learning_curves([s["curves"] for s in seeds], parent / PLOT_NAME, title,
+                             sum(references) / len(references) if references else None)
