@@ -1,0 +1,76 @@
+"""Stage: neighbours versus everyone. One Transformer encoder is trained on a
+node-classification graph twice, attending (a) along the graph's edges and
+(b) over all nodes, beside (c) the GAT of the paper, with the same split, the
+same seed and the same training loop; each one's test accuracy is reported.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import torch
+import torch_geometric.transforms as T
+from torch_geometric.data import Data
+
+from ..errors import GraphseqError
+from ..models import GAT
+from ..models.node_transformer import NodeTransformer
+from .node_training import fit_node_classifier
+from .registry import stage
+
+VARIANTS = ("neighbours", "full", "gat")
+
+
+def node_encodings(data: Data, kind: str, dim: int) -> torch.Tensor | None:
+    """``[num_nodes, dim]`` fixed node encodings: random-walk return
+    probabilities (``"random_walk"``), Laplacian eigenvectors
+    (``"laplacian"``) or none (``"none"``)."""
+    if kind == "none":
+        return None
+    graph = Data(edge_index=data.edge_index.cpu(), num_nodes=data.num_nodes)
+    if kind == "random_walk":
+        graph = T.AddRandomWalkPE(walk_length=dim, attr_name="pe")(graph)
+    elif kind == "laplacian":
+        graph = T.AddLaplacianEigenvectorPE(k=dim, attr_name="pe", is_undirected=True)(graph)
+    else:
+        raise GraphseqError(f"unknown positional_encoding {kind!r}; use random_walk, laplacian or none")
+    return graph.pe.to(data.edge_index.device)
+
+
+@stage("attention_comparison")
+def attention_comparison(ctx, *, variants: List[str] = list(VARIANTS), hidden_channels: int = 64,
+                         heads: int = 2, layers: int = 2, dim_feedforward: int = 128,
+                         dropout: float = 0.6, layer_dropout: float = 0.5, attention_dropout: float = 0.6,
+                         positional_encoding: str = "random_walk", encoding_dim: int = 8,
+                         lr: float = 0.005, weight_decay: float = 5e-4, max_epochs: int = 100_000,
+                         patience: int = 100) -> None:
+    """Trains each of ``variants`` from the run's seed and sets
+    ``test_accuracy_<variant>``, ``val_accuracy_<variant>``,
+    ``epochs_<variant>`` and ``epoch_seconds_<variant>``."""
+    from ..pipeline import seed_everything  # The runner imports the stages first.
+
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise GraphseqError(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+    data = ctx.require("data", "attention_comparison")
+    num_features = ctx.require("num_features", "attention_comparison")
+    num_classes = ctx.require("num_classes", "attention_comparison")
+    encoding = None
+    if any(v != "gat" for v in variants):
+        encoding = node_encodings(data, positional_encoding, encoding_dim)
+
+    for variant in variants:
+        seed_everything(ctx.seed)  # Every model starts from the same seed.
+        if variant == "gat":
+            model = GAT(num_features, num_classes)  # The paper's settings, as in gat-cora.
+        else:
+            model = NodeTransformer(num_features, num_classes, hidden_channels=hidden_channels,
+                                    heads=heads, layers=layers, dim_feedforward=dim_feedforward,
+                                    dropout=dropout, layer_dropout=layer_dropout,
+                                    attention_dropout=attention_dropout,
+                                    attention=variant, positional_encoding=encoding)
+        ctx.log.info(f"{variant}: {sum(p.numel() for p in model.parameters())} parameters")
+        figures = fit_node_classifier(model.to(ctx.device), data, lr=lr, weight_decay=weight_decay,
+                                      max_epochs=max_epochs, patience=patience, quiet=ctx.quiet,
+                                      checkpoint=str(ctx.out / f"best-{variant}.pt"), log=ctx.log)
+        ctx.log.info(f"{variant}: test accuracy {figures['test_accuracy']:.4f}")
+        ctx.metrics.update({f"{key}_{variant}": value for key, value in figures.items()})
