@@ -8,3 +8,4 @@ from .registry import STAGES, get_stage, stage, stage_params  # noqa: F401
 from . import planetoid, models, node_training  # noqa: F401,E402
 from . import active  # noqa: F401,E402
 from . import charlm, polarity  # noqa: F401,E402
+from . import attention_comparison  # noqa: F401,E402
