@@ -158,11 +158,6 @@ class TextStreams:
         cols = slice(k * self.window, (k + 1) * self.window)
         return self.inputs[:, cols], self.targets[:, cols]
 
-    @property
-    def num_targets(self) -> int:
-        """How many characters the windows predict in all."""
-        return min(self.inputs.numel(), len(self) * self.window * self.inputs.size(0))
-
 
 # --------------------------------------------------------------------------- #
 # Sentence polarity

@@ -64,19 +64,24 @@ def char_lm(ctx, *, cell: str = "lstm", embedding_dim: int = 64, hidden_size: in
 
 
 @torch.no_grad()
-def evaluate(model: CharLM, ids: Tensor, batch_size: int, window: int, device: torch.device) -> float:
+def evaluate(model: CharLM, ids: Tensor, batch_size: int, window: int, device: torch.device,
+             max_chars: int = 0) -> float:
     """Mean cross-entropy in nats per character over ``ids`` read as
-    ``batch_size`` streams with the state carried from window to window."""
+    ``batch_size`` streams with the state carried from window to window.
+    With ``max_chars`` only the first windows of each stream are read, so
+    that a quick estimate still samples the whole text."""
     was_training = model.training
     model.eval()
     streams = TextStreams(ids, batch_size, window, drop_last=False)
-    total, state = 0.0, None
-    for k in range(len(streams)):
+    windows = len(streams) if max_chars <= 0 else min(len(streams), max(1, max_chars // (batch_size * window)))
+    total, count, state = 0.0, 0, None
+    for k in range(windows):
         inputs, targets = (t.to(device) for t in streams[k])
         logits, state = model.forward_windows(inputs, state)
         total += float(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum"))
+        count += targets.numel()
     model.train(was_training)
-    return total / streams.num_targets
+    return total / count
 
 
 def _rng_state() -> Dict[str, Any]:
@@ -102,7 +107,7 @@ def _plot_curves(history: Dict[str, List[float]], final: tuple[int, float], path
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     axes.plot(history["train_step"], history["train_loss"], label="train (mean since last point)")
-    axes.plot(history["val_step"], history["val_loss"], "o-", label="validation (first characters)")
+    axes.plot(history["val_step"], history["val_loss"], "o-", label="validation (sample)")
     axes.plot(*final, "*", markersize=12, label="validation (all characters)")
     axes.set_xlabel("step")
     axes.set_ylabel("cross-entropy (nats / character)")
@@ -126,8 +131,9 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
     Adam at ``lr``, multiplied by ``lr_decay`` every ``decay_steps`` steps
     (smoothly), gradients clipped to norm ``clip``. Stops after ``steps``
     steps or ``minutes`` minutes of training, whichever comes first (0: no
-    limit). Every ``eval_every`` steps the first ``eval_chars`` validation
-    characters are scored; at the end all of them. A checkpoint (weights,
+    limit). Every ``eval_every`` steps about ``eval_chars`` validation
+    characters are scored (the first windows of ``eval_batch_size`` streams
+    spread over the whole validation text); at the end all of them. A checkpoint (weights,
     optimizer, step, carried state, RNG, vocabulary, curves) is written every
     ``checkpoint_every`` steps and at the end; with ``--resume`` training
     continues from it, and the step and time budgets count the whole run.
@@ -179,13 +185,13 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}")
         if step % eval_every == 0:
-            val = evaluate(model, data.val[:eval_chars + 1], eval_batch_size, eval_window, ctx.device)
+            val = evaluate(model, data.val, eval_batch_size, eval_window, ctx.device, eval_chars)
             history["train_step"].append(step)
             history["train_loss"].append(running / count)
             history["val_step"].append(step)
             history["val_loss"].append(val)
             history["val_minutes"].append((time.perf_counter() - started) / 60)
-            ctx.log.info(f"step {step}: train {running / count:.4f}, validation (first "
+            ctx.log.info(f"step {step}: train {running / count:.4f}, validation (about "
                          f"{eval_chars:,} characters) {val:.4f} nats/char, "
                          f"{(time.perf_counter() - started) / 60:.1f} min")
             running, count = 0.0, 0

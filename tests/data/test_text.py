@@ -50,7 +50,6 @@ def test_streams_keep_the_tail_without_drop_last():
     inputs, targets = streams[3]
     assert inputs.tolist() == [[12], [25]]
     assert targets.tolist() == [[13], [26]]
-    assert streams.num_targets == 26
 
 
 def test_streams_refuse_a_text_too_short():
