@@ -84,3 +84,17 @@ def test_checkpoint_loads_with_weights_only(tmp_path, data_root, mirror):
     run("gat-cora", overrides=FAST, out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
     state = load_checkpoint(tmp_path / "best.pt")
     assert "conv1.lin.weight" in state
+
+
+@pytest.mark.parametrize("rule", ["gat", "accuracy", "loss"])
+def test_each_stopping_rule_keeps_a_model_and_stops(rule, tmp_path, data_root, mirror):
+    summary = run("gat-cora", overrides={"train.stop_on": rule, "train.patience": 5, "train.max_epochs": 200},
+                  out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
+    figures = summary["runs"][0]
+    assert figures["epochs"] < 200 and figures["val_accuracy"] > 0.3
+
+
+def test_unknown_stopping_rule_is_named(tmp_path, data_root, mirror):
+    with pytest.raises(GraphseqError, match="stop_on must be one of gat, accuracy, loss"):
+        run("gat-cora", overrides={"train.stop_on": "patience"}, out=tmp_path, data_root=data_root,
+            data_mirror=mirror, quiet=True)

@@ -42,19 +42,22 @@ class GAT(nn.Module):
         output_heads (int): heads of the output layer, averaged. (default: 1)
         dropout (float): dropout of each layer's input. (default: 0.6)
         attention_dropout (float): dropout of the attention coefficients. (default: 0.6)
+        value_dropout (float): dropout of each layer's transformed features
+            before they are summed, as in the authors' code. (default: 0)
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 8,
                  heads: int = 8, output_heads: int = 1, dropout: float = 0.6,
-                 attention_dropout: float = 0.6):
+                 attention_dropout: float = 0.6, value_dropout: float = 0.0):
         super().__init__()
         self.dropout = dropout
         # Both layers attend over the same graph with self-loops, so the
         # loops are added (and edges sorted by target) once per forward pass.
         self.conv1 = GATConv(in_channels, hidden_channels, heads=heads, dropout=attention_dropout,
-                             add_self_loops=False)
+                             add_self_loops=False, value_dropout=value_dropout)
         self.conv2 = GATConv(hidden_channels * heads, out_channels, heads=output_heads,
-                             concat=False, dropout=attention_dropout, add_self_loops=False)
+                             concat=False, dropout=attention_dropout, add_self_loops=False,
+                             value_dropout=value_dropout)
 
     def reset_parameters(self):
         self.conv1.reset_parameters()

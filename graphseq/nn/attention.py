@@ -186,6 +186,9 @@ class GATConv(AttentionConv):
         add_self_loops (bool): add a self-loop to every node (after removing
             existing ones). (default: :obj:`True`)
         bias (bool): learn an additive bias. (default: :obj:`True`)
+        value_dropout (float): dropout of the transformed features that are
+            summed (not of those that are scored), as the authors' TensorFlow
+            code does; PyG's layer has no such option. (default: :obj:`0.`)
 
     Shapes:
         - **input:** node features :math:`(|\mathcal{V}|, F_{in})`, edge
@@ -198,8 +201,9 @@ class GATConv(AttentionConv):
 
     def __init__(self, in_channels: int, out_channels: int, heads: int = 1, concat: bool = True,
                  negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True,
-                 bias: bool = True, **kwargs):
+                 bias: bool = True, value_dropout: float = 0.0, **kwargs):
         super().__init__(heads=heads, dropout=dropout, **kwargs)
+        self.value_dropout = value_dropout
         if not isinstance(in_channels, int):
             raise TypeError("graphseq.nn.GATConv takes an int in_channels (bipartite inputs are not supported)")
         self.in_channels = in_channels
@@ -247,7 +251,8 @@ class GATConv(AttentionConv):
 
         source, target = edge_index
         score = F.leaky_relu(alpha_src[source] + alpha_dst[target], self.negative_slope)  # [num_edges, heads]
-        out, alpha = self.attend(edge_index, h, score, num_nodes)
+        value = F.dropout(h, p=self.value_dropout, training=self.training)
+        out, alpha = self.attend(edge_index, value, score, num_nodes)
 
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if self.bias is not None:

@@ -7,10 +7,10 @@ from .registry import stage
 
 @stage("gat")
 def gat(ctx, *, hidden_channels: int = 8, heads: int = 8, output_heads: int = 1,
-        dropout: float = 0.6, attention_dropout: float = 0.6) -> None:
+        dropout: float = 0.6, attention_dropout: float = 0.6, value_dropout: float = 0.0) -> None:
     """The two-layer GAT of the paper, as ``ctx.model``."""
     model = GAT(ctx.require("num_features", "gat"), ctx.require("num_classes", "gat"),
                 hidden_channels=hidden_channels, heads=heads, output_heads=output_heads,
-                dropout=dropout, attention_dropout=attention_dropout)
+                dropout=dropout, attention_dropout=attention_dropout, value_dropout=value_dropout)
     ctx.model = model.to(ctx.device)
     ctx.log.info(f"model: {model}")

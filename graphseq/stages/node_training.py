@@ -13,6 +13,7 @@ from torch import nn
 from torch_geometric.data import Data
 from tqdm import tqdm
 
+from ..errors import GraphseqError
 from ..io import save_checkpoint
 from .registry import stage
 
@@ -29,17 +30,26 @@ def accuracy(model: nn.Module, data: Data, mask: torch.Tensor) -> float:
     return float((pred == data.y[mask]).float().mean())
 
 
+STOPPING_RULES = ("gat", "accuracy", "loss")
+
+
 def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay: float,
-                        max_epochs: int = 100_000, patience: int = 100, quiet: bool = True,
-                        checkpoint: Optional[str] = None, log: Any = None) -> Dict[str, float]:
-    """Trains with Adam and the GAT authors' early stopping: the patience
-    counter resets whenever validation accuracy or loss improves, and the
-    model kept is the last one that improved both. That model is restored
-    (and saved to ``checkpoint``) before the test accuracy is measured.
+                        max_epochs: int = 100_000, patience: int = 100, stop_on: str = "gat",
+                        quiet: bool = True, checkpoint: Optional[str] = None,
+                        log: Any = None) -> Dict[str, float]:
+    """Trains with Adam and early stopping, then restores the kept model (and
+    saves it to ``checkpoint``) before the test accuracy is measured.
+
+    ``stop_on="gat"`` is the GAT authors' rule: the patience counter resets
+    whenever validation accuracy or loss improves, and the model kept is the
+    last one that improved both. ``"accuracy"`` keeps the best validation
+    accuracy (ties to the lower loss); ``"loss"`` the lowest validation loss.
 
     Returns ``val_accuracy``, ``test_accuracy``, ``epochs`` and
     ``epoch_seconds`` (median time of a training step plus a validation pass).
     """
+    if stop_on not in STOPPING_RULES:
+        raise GraphseqError(f"stop_on must be one of {', '.join(STOPPING_RULES)}, got {stop_on!r}")
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     device = data.y.device
     best_acc, best_loss, waited = 0.0, math.inf, 0
@@ -65,11 +75,21 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
         _synchronize(device)
         epoch_seconds.append(time.perf_counter() - start)
 
-        if val_acc >= best_acc or val_loss <= best_loss:
-            if val_acc >= best_acc and val_loss <= best_loss:
-                kept = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                kept_acc = val_acc
-            best_acc, best_loss = max(val_acc, best_acc), min(val_loss, best_loss)
+        if stop_on == "gat":
+            improved = val_acc >= best_acc or val_loss <= best_loss
+            keep = val_acc >= best_acc and val_loss <= best_loss
+        elif stop_on == "accuracy":
+            improved = keep = val_acc > best_acc or (val_acc == best_acc and val_loss < best_loss)
+        else:
+            improved = keep = val_loss < best_loss
+        if keep:
+            kept = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            kept_acc = val_acc
+        if improved:
+            if stop_on == "gat":
+                best_acc, best_loss = max(val_acc, best_acc), min(val_loss, best_loss)
+            else:
+                best_acc, best_loss = val_acc, val_loss
             waited = 0
         else:
             waited += 1
@@ -94,12 +114,12 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
 
 @stage("train_nodes")
 def train_nodes(ctx, *, lr: float = 0.005, weight_decay: float = 5e-4, max_epochs: int = 100_000,
-                patience: int = 100) -> None:
+                patience: int = 100, stop_on: str = "gat") -> None:
     """Trains ``ctx.model`` on ``ctx.data``; writes ``best.pt`` into the run directory."""
     figures = fit_node_classifier(
         ctx.require("model", "train_nodes"), ctx.require("data", "train_nodes"),
         lr=lr, weight_decay=weight_decay, max_epochs=max_epochs, patience=patience,
-        quiet=ctx.quiet, checkpoint=str(ctx.out / "best.pt"), log=ctx.log)
+        stop_on=stop_on, quiet=ctx.quiet, checkpoint=str(ctx.out / "best.pt"), log=ctx.log)
     figures.pop("test_accuracy")  # Measured by its own stage, so a pipeline can leave it out.
     ctx.metrics.update(figures)
 

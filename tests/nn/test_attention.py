@@ -102,3 +102,36 @@ def test_sparse_csr_features_give_dense_gradients():
     conv.zero_grad()
     conv(x.to_sparse_csr(), EDGE_INDEX).square().sum().backward()
     assert torch.allclose(conv.lin.weight.grad, dense_grad, atol=1e-5)
+
+
+def test_fused_aggregation_equals_the_message_sum_with_gradients():
+    from graphseq.nn.attention import attention_aggregate
+    from torch_geometric.index import index2ptr
+
+    source = torch.tensor([1, 2, 0, 3, 0, 2, 3])
+    target = torch.tensor([0, 0, 1, 1, 2, 3, 3])  # Node 4 receives nothing.
+    alpha = torch.rand(7, 2, dtype=torch.double, requires_grad=True)
+    value = torch.randn(5, 2, 3, dtype=torch.double, requires_grad=True)
+    ptr = index2ptr(target, 5)
+    expected = torch.zeros(5, 2, 3, dtype=torch.double).index_add(
+        0, target, value[source] * alpha.unsqueeze(-1))
+    assert torch.allclose(attention_aggregate(ptr, source, alpha, value), expected)
+    assert torch.autograd.gradcheck(lambda a, v: attention_aggregate(ptr, source, a, v), (alpha, value))
+
+
+def test_layer_uses_the_fused_path(monkeypatch):
+    conv = GATConv(5, 4, heads=2).eval()
+    calls = []
+    monkeypatch.setattr(GATConv, "message", lambda self, *a: calls.append(1))
+    conv(torch.randn(6, 5), EDGE_INDEX)
+    assert calls == []
+
+
+def test_value_dropout_acts_only_in_training():
+    torch.manual_seed(0)
+    conv = GATConv(5, 4, heads=2, value_dropout=0.5)
+    reference = GATConv(5, 4, heads=2)
+    reference.load_state_dict(conv.state_dict())
+    x = torch.randn(6, 5)
+    assert torch.allclose(conv.eval()(x, EDGE_INDEX), reference.eval()(x, EDGE_INDEX))
+    assert not torch.allclose(conv.train()(x, EDGE_INDEX), reference.train()(x, EDGE_INDEX))
