@@ -1,0 +1,221 @@
+"""SelfAttentionConv against its peers, in one process, interleaved.
+
+Dense path: fully connected graphs (``SelfAttentionConv(x, batch=batch)``)
+against ``torch.nn.MultiheadAttention(batch_first=True)`` with the same
+weights and ``need_weights=False`` (its fastest setting), forward and
+forward+backward, for several sizes.
+
+Sparse path: a random graph of 200k (or --edges) edges through the edge-wise
+softmax against PyG's ``TransformerConv`` (same heads and channels, its
+default root weight playing the part of our output projection), time and
+peak memory of forward+backward.
+
+Peak memory on CPU is measured in a fresh subprocess per layer: glibc is told
+to serve every block above 64 KiB with mmap (``MALLOC_MMAP_THRESHOLD_``), so
+a freed tensor leaves the resident set at once; the kernel's resident
+high-water mark is reset (``/proc/self/clear_refs``) after the inputs and one
+warm-up step exist, and the peak is the high-water mark after one
+forward+backward minus the resident size before it. On CUDA it is
+``torch.cuda.max_memory_allocated`` over the same step. The bytes autograd
+saves for the backward pass (deduplicated by storage) are printed too: they
+are exact and noise-free.
+
+    python benchmarks/bench_self_attention.py [--repeats 20] [--device cpu] [--threads N]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+from torch_geometric.nn import TransformerConv
+
+from graphseq import graphs
+from graphseq.nn import SelfAttentionConv
+
+# (graphs, nodes per graph, channels, heads); a list of sizes is a batch of unequal graphs.
+DENSE_SIZES = [
+    (8, 256, 256, 8),
+    (32, 64, 128, 4),
+    (4, 512, 256, 8),
+    (1, 2048, 64, 8),
+    ([96, 160, 256, 200, 256, 64, 128, 240], None, 256, 8),
+]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def interleaved(functions: dict, repeats: int, device: torch.device) -> dict:
+    """Median seconds of each function, timed in turn so that a busy machine
+    slows them alike."""
+    for fn in functions.values():  # Warm-up.
+        fn(), fn()
+    times = {name: [] for name in functions}
+    for _ in range(repeats):
+        for name, fn in functions.items():
+            sync(device)
+            start = time.perf_counter()
+            fn()
+            sync(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def bench_dense(repeats: int, device: torch.device) -> None:
+    print("Dense path (fully connected graphs) vs torch.nn.MultiheadAttention, median ms")
+    print(f"{'graphs x nodes, channels, heads':<40} {'pass':<9} {'ours':>9} {'MHA':>9} {'ours/MHA':>9}")
+    for count, nodes, channels, heads in DENSE_SIZES:
+        torch.manual_seed(0)
+        sizes = count if isinstance(count, list) else [nodes] * count
+        conv = SelfAttentionConv(channels, heads).to(device)
+        mha = torch.nn.MultiheadAttention(channels, heads, batch_first=True).to(device)
+        mha.load_state_dict(conv.state_dict())
+        x = torch.randn(sum(sizes), channels, device=device, requires_grad=True)
+        batch = graphs.lengths_to_batch(sizes).to(device)
+        # The reference sees the same graphs as a padded batch with a key padding mask.
+        longest = max(sizes)
+        dense = torch.zeros(len(sizes), longest, channels, device=device)
+        padding = torch.ones(len(sizes), longest, dtype=torch.bool, device=device)
+        for i, part in enumerate(x.detach().split(sizes)):
+            dense[i, :len(part)] = part
+            padding[i, :len(part)] = False
+        dense.requires_grad_()
+        mask = padding if len(set(sizes)) > 1 else None
+
+        def ours_forward():
+            with torch.no_grad():
+                conv(x, batch=batch)
+
+        def mha_forward():
+            with torch.no_grad():
+                mha(dense, dense, dense, key_padding_mask=mask, need_weights=False)
+
+        def ours_backward():
+            conv(x, batch=batch).sum().backward()
+
+        def mha_backward():
+            mha(dense, dense, dense, key_padding_mask=mask, need_weights=False)[0].sum().backward()
+
+        label = (f"{len(sizes)} x {nodes}" if nodes else f"{len(sizes)} x {min(sizes)}..{longest}") \
+            + f", {channels}, {heads}"
+        for kind, fns in [("fwd", (ours_forward, mha_forward)), ("fwd+bwd", (ours_backward, mha_backward))]:
+            t = interleaved({"ours": fns[0], "mha": fns[1]}, repeats, device)
+            print(f"{label:<40} {kind:<9} {t['ours'] * 1e3:9.2f} {t['mha'] * 1e3:9.2f} "
+                  f"{t['ours'] / t['mha']:9.2f}")
+
+
+def sparse_setup(layer: str, nodes: int, edges: int, channels: int, heads: int, device: torch.device):
+    torch.manual_seed(0)
+    x = torch.randn(nodes, channels, device=device, requires_grad=True)
+    edge_index = torch.randint(0, nodes, (2, edges), device=device)
+    if layer == "ours":
+        module = SelfAttentionConv(channels, heads).to(device)
+    else:
+        module = TransformerConv(channels, channels // heads, heads=heads).to(device)
+    return lambda: module(x, edge_index).sum().backward()
+
+
+def saved_bytes(step) -> int:
+    """Bytes of the distinct storages autograd keeps for the backward pass."""
+    storages = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step()
+    return sum(storages.values())
+
+
+def resident_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def measure_memory(layer: str, nodes: int, edges: int, channels: int, heads: int, device: str) -> dict:
+    """Run in a subprocess: the peak memory of one forward+backward."""
+    device = torch.device(device)
+    torch.set_num_threads(1)
+    step = sparse_setup(layer, nodes, edges, channels, heads, device)
+    step()
+    saved = saved_bytes(step)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+    else:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # Resets the resident high-water mark to the current size.
+        before = resident_kib("VmRSS")
+        step()
+        peak = (resident_kib("VmHWM") - before) * 1024
+    return {"peak": peak, "saved": saved}
+
+
+def memory_in_subprocess(layer: str, nodes: int, edges: int, channels: int, heads: int,
+                         device: torch.device) -> dict:
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    args = [sys.executable, __file__, "--memory-of", layer, str(nodes), str(edges), str(channels),
+            str(heads), "--device", str(device)]
+    result = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def bench_sparse(repeats: int, device: torch.device, edges: int) -> None:
+    print(f"\nSparse path (edge-wise softmax) vs PyG TransformerConv, forward+backward")
+    print(f"{'nodes, edges, channels, heads':<32} {'ours ms':>9} {'PyG ms':>9} {'time':>6} "
+          f"{'ours MiB':>9} {'PyG MiB':>9} {'peak':>6} {'saved ours/PyG MiB':>19}")
+    for nodes, channels, heads in [(10_000, 64, 4), (20_000, 128, 8)]:
+        t = interleaved({layer: sparse_setup(layer, nodes, edges, channels, heads, device)
+                         for layer in ("ours", "pyg")}, repeats, device)
+        memory = {layer: memory_in_subprocess(layer, nodes, edges, channels, heads, device)
+                  for layer in ("ours", "pyg")}
+        mib = {layer: memory[layer]["peak"] / 2**20 for layer in memory}
+        saved = {layer: memory[layer]["saved"] / 2**20 for layer in memory}
+        label = f"{nodes}, {edges}, {channels}, {heads}"
+        print(f"{label:<32} {t['ours'] * 1e3:9.1f} {t['pyg'] * 1e3:9.1f} {t['ours'] / t['pyg']:6.2f} "
+              f"{mib['ours']:9.1f} {mib['pyg']:9.1f} {mib['ours'] / mib['pyg']:6.2f} "
+              f"{saved['ours']:9.1f}/{saved['pyg']:.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--edges", type=int, default=200_000)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--only", choices=["dense", "sparse"], default=None)
+    parser.add_argument("--memory-of", nargs=5, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.memory_of:
+        layer, *numbers = args.memory_of
+        print(json.dumps(measure_memory(layer, *map(int, numbers), device=args.device)))
+        return
+    device = torch.device(args.device)
+    print(f"torch {torch.__version__}, {device}, {torch.get_num_threads()} threads")
+    if args.only != "sparse":
+        bench_dense(args.repeats, device)
+    if args.only != "dense":
+        bench_sparse(args.repeats, device, args.edges)
+
+
+if __name__ == "__main__":
+    main()
