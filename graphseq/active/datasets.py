@@ -36,12 +36,11 @@ def top_predictions(probabilities: Tensor, class_names, top: int = 3) -> str:
 
 
 def neighbour_summary(item: int, neighbours: List[List[int]], labelled: Mapping[int, int],
-                      class_names) -> List[str]:
+                      class_names, what: str) -> List[str]:
     known = Counter(class_names[labelled[j]] for j in neighbours[item] if j in labelled)
     unknown = len(neighbours[item]) - sum(known.values())
     labels = ", ".join(f"{name} x{count}" for name, count in known.most_common()) or "none yet"
-    return [f"  degree {len(neighbours[item])}; neighbours' known labels: {labels}"
-            f" ({unknown} unlabelled)"]
+    return [f"  degree {len(neighbours[item])} ({what}); neighbours' known labels: {labels}; {unknown} unlabelled"]
 
 
 def adjacency_lists(edge_index: Tensor, num_nodes: int) -> List[List[int]]:
@@ -64,8 +63,8 @@ def cora_task(root: Path, mirror: Optional[Path] = None, name: str = "cora") -> 
     neighbours = adjacency_lists(data.edge_index, data.num_nodes)
 
     def describe(item: int, probabilities: Tensor, labelled: Mapping[int, int]) -> List[str]:
-        return ([f"  a paper citing or cited by {len(neighbours[item])} others"]
-                + neighbour_summary(item, neighbours, labelled, class_names)
+        # Planetoid's Cora keeps no titles or words: a person decides from the neighbourhood.
+        return (neighbour_summary(item, neighbours, labelled, class_names, "papers it cites or that cite it")
                 + [f"  model: {top_predictions(probabilities[item].cpu(), class_names)}"])
 
     return Task(class_names, pool, data.edge_index, describe), data
@@ -122,7 +121,7 @@ def polarity_task(root: Path, mirror: Optional[Path] = None, neighbours: int = 1
 
     def describe(item: int, probabilities: Tensor, labelled: Mapping[int, int]) -> List[str]:
         return (wrap(f'"{sentences[item]}"')
-                + neighbour_summary(item, graph_neighbours, labelled, POLARITY_CLASSES)
+                + neighbour_summary(item, graph_neighbours, labelled, POLARITY_CLASSES, "similar sentences")
                 + [f"  model: {top_predictions(probabilities[item].cpu(), POLARITY_CLASSES)}"])
 
     return Task(list(POLARITY_CLASSES), (~test).nonzero().view(-1), edge_index, describe), data

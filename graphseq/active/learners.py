@@ -66,7 +66,9 @@ class GCNLearner:
         # instead of gathering and scattering along every edge, several times
         # faster on a CPU. PyG reads a sparse adjacency transposed (row = target).
         edge_index, _ = remove_self_loops(self.data.edge_index)
-        self.adj_t = to_torch_csr_tensor(edge_index.flip(0), size=(data.num_nodes, data.num_nodes))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse (CSR tensor support|invariant checks)")
+            self.adj_t = to_torch_csr_tensor(edge_index.flip(0), size=(data.num_nodes, data.num_nodes))
         self.num_classes = num_classes
         self.device = device
         self.seed = seed

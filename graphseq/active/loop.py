@@ -123,6 +123,8 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                 reply = oracle.ask(question)
                 if reply is QUIT:
                     quit = True
+                    oracle.tell(f"stopped with {len(labelled)} labels stored in {store.path}; "
+                                f"continue with --resume --out {store.path.parent}")
                 elif reply is SKIP:
                     store.add(strategy, item, None, oracle.source)
                     skipped.add(item)
@@ -146,7 +148,4 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                 break
     finally:
         bar.close()
-    if quit:
-        oracle.tell(f"stopped with {len(labelled)} labels stored in {store.path}; "
-                    f"continue with --resume --out {store.path.parent}")
     return curve

@@ -73,12 +73,20 @@ class HumanOracle:
         while True:
             self.output.write("label> ")
             self.output.flush()
-            line = self.input.readline()
+            try:
+                line = self.input.readline()
+            except KeyboardInterrupt:
+                self._write()  # The terminal echoed ^C without a newline.
+                raise
             if not line:  # The end of the input: save and stop, like q.
                 self._write()
                 self._write("(end of input: your answers are saved)")
                 self.closed = True
                 return QUIT
+            if not self.input.isatty():
+                # No terminal echoes piped answers; echoing them makes the
+                # transcript read like a session.
+                self._write(line.rstrip("\n"))
             try:
                 reply = parse_reply(line, question.class_names)
             except ValueError as problem:

@@ -18,12 +18,10 @@ are only ranked.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import networkx as nx
-import numpy as np
 import torch
-from sklearn.cluster import KMeans
 from torch import Tensor
 from torch_geometric.utils import degree
 
@@ -109,13 +107,37 @@ def pagerank_sampling(probabilities: Tensor, pool: Tensor, k: int, *, edge_index
     return top_k(pagerank_centrality(edge_index, probabilities.size(0)), pool, k)
 
 
-def kmeans_density(embeddings: Tensor, num_clusters: int, seed: int = 0) -> Tensor:
+def kmeans(points: Tensor, num_clusters: int, generator: Optional[torch.Generator] = None,
+           iterations: int = 30) -> Tuple[Tensor, Tensor]:
+    """Lloyd's k-means with k-means++ seeding, on the points' device:
+    returns the centres ``[num_clusters, dim]`` and each point's cluster
+    ``[num_points]``. Small and exact enough for a few thousand points."""
+    points = points.detach().float()
+    num_clusters = min(num_clusters, points.size(0))
+    first = int(torch.randint(points.size(0), (1,), generator=generator))
+    centres = points[first].unsqueeze(0)  # [1, dim]
+    for _ in range(num_clusters - 1):
+        # k-means++: the next centre is drawn in proportion to the squared
+        # distance to the nearest centre so far.
+        nearest = torch.cdist(points, centres).min(dim=1).values.square()  # [num_points]
+        weights = nearest.cpu() + 1e-12
+        chosen = int(torch.multinomial(weights / weights.sum(), 1, generator=generator))
+        centres = torch.cat([centres, points[chosen].unsqueeze(0)])
+    for _ in range(iterations):
+        assignment = torch.cdist(points, centres).argmin(dim=1)  # [num_points]
+        sums = torch.zeros_like(centres).index_add_(0, assignment, points)
+        counts = torch.bincount(assignment, minlength=num_clusters).unsqueeze(1)  # [num_clusters, 1]
+        # An emptied cluster keeps its old centre.
+        centres = torch.where(counts > 0, sums / counts.clamp_min(1), centres)
+    return centres, torch.cdist(points, centres).argmin(dim=1)
+
+
+def kmeans_density(embeddings: Tensor, num_clusters: int,
+                   generator: Optional[torch.Generator] = None) -> Tensor:
     """How typical each item is: :math:`1 / (1 + \\lVert e_i - \\mu_{c(i)} \\rVert)`
     for its k-means centre, ``[num_items]``."""
-    points = embeddings.detach().cpu().double().numpy()
-    kmeans = KMeans(n_clusters=num_clusters, n_init=3, random_state=seed).fit(points)
-    distance = np.linalg.norm(points - kmeans.cluster_centers_[kmeans.labels_], axis=1)
-    return torch.as_tensor(1.0 / (1.0 + distance), dtype=torch.float, device=embeddings.device)
+    centres, assignment = kmeans(embeddings, num_clusters, generator)
+    return 1.0 / (1.0 + (embeddings.detach().float() - centres[assignment]).norm(dim=1))
 
 
 def age_sampling(probabilities: Tensor, pool: Tensor, k: int, *, edge_index: Tensor,
@@ -139,10 +161,9 @@ def age_sampling(probabilities: Tensor, pool: Tensor, k: int, *, edge_index: Ten
     gamma = 1.0 / (2.005 - basef ** round)
     alpha = beta = (1.0 - gamma) / 2.0
     points = probabilities if embeddings is None else embeddings
-    seed = int(torch.randint(2**31 - 1, (1,), generator=generator)) if generator is not None else 0
     scores = torch.zeros(probabilities.size(0), device=probabilities.device)
     scores[pool] = (alpha * percentile(entropy(probabilities[pool]))
-                    + beta * percentile(kmeans_density(points, probabilities.size(1), seed)[pool])
+                    + beta * percentile(kmeans_density(points, probabilities.size(1), generator)[pool])
                     + gamma * percentile(pagerank_centrality(edge_index, probabilities.size(0))[pool]))
     return top_k(scores, pool, k)
 

@@ -22,33 +22,22 @@ TINY = ["--set", "learner.epochs=5", "--set", "active.initial=2", "--set", "acti
         "--set", "active.budget=8", "--set", "active.reference=false"]
 
 
-def test_active_cora_simulated_writes_curves_metrics_and_plot(tmp_path, data_root, mirror):
-    summary = graphseq.run("active-cora", out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True,
-                           overrides={"learner.epochs": 5, "active.initial": 2, "active.batch_size": 3,
-                                      "active.budget": 8, "active.compare": ["random", "margin", "age"]})
-    run = summary["runs"][0]
+def test_active_cora_simulated_over_seeds_writes_curves_metrics_and_plots(tmp_path, data_root, mirror):
+    summary = graphseq.run("active-cora", runs=2, out=tmp_path, data_root=data_root, data_mirror=mirror,
+                           quiet=True, overrides={"learner.epochs": 3, "active.initial": 2, "active.batch_size": 3,
+                                                  "active.budget": 8, "active.compare": ["random", "margin", "age"]})
+    run = summary["runs"][1]
     assert set(run["curves"]) == {"random", "margin", "age"}
     assert [n for n, _ in run["curves"]["age"]] == [2, 5, 8]
-    assert 0.0 <= run["final_accuracy_age"] <= 1.0
-    assert "standard_split_accuracy" in run
-    assert (tmp_path / "learning_curves.png").stat().st_size > 10_000
-    with LabelStore(tmp_path / STORE_NAME) as store:
+    assert set(summary["std"]) >= {"final_accuracy_random", "final_accuracy_age", "standard_split_accuracy"}
+    with LabelStore(tmp_path / "seed-1" / STORE_NAME) as store:
         assert [len(store.answers(s)) for s in ("random", "margin", "age")] == [8, 8, 8]
         assert {a.source for a in store.answers("age")} == {"initial", "simulated"}
-
-
-def test_active_cora_over_seeds_plots_mean_and_spread(tmp_path, data_root, mirror):
-    graphseq.run("active-cora", runs=2, out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True,
-                 overrides={"learner.epochs": 3, "active.initial": 2, "active.batch_size": 2,
-                            "active.budget": 4, "active.compare": ["random", "degree"],
-                            "active.reference": False})
     assert (tmp_path / "seed-0" / "learning_curves.png").is_file()
     assert (tmp_path / "learning_curves.png").is_file()  # drawn by the last seed, over both
     os.remove(tmp_path / "learning_curves.png")
     assert main(["plot-curves", str(tmp_path)]) == 0
     assert (tmp_path / "learning_curves.png").stat().st_size > 10_000
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert set(metrics["std"]) >= {"final_accuracy_random", "final_accuracy_degree"}
 
 
 def test_active_polarity_simulated_on_a_sample(tmp_path, data_root, mirror):

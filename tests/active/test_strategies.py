@@ -4,7 +4,7 @@ import torch
 
 from graphseq.active.strategies import (STRATEGIES, age_sampling, coreset_sampling, degree_sampling,
                                         entropy_sampling, get_strategy, least_confidence_sampling,
-                                        margin_sampling, pagerank_centrality, percentile,
+                                        kmeans, margin_sampling, pagerank_centrality, percentile,
                                         random_sampling)
 from graphseq.errors import GraphseqError
 
@@ -67,3 +67,15 @@ def test_percentile_ranks_scores_on_zero_to_one():
 def test_unknown_strategy_lists_the_known_ones():
     with pytest.raises(GraphseqError, match="known strategies: random, entropy"):
         get_strategy("entropyy")
+
+
+def test_kmeans_finds_the_same_centres_as_sklearn():
+    from sklearn.cluster import KMeans
+
+    torch.manual_seed(0)
+    points = torch.cat([torch.randn(40, 2) + 8, torch.randn(40, 2) - 8, torch.randn(40, 2)])
+    centres, assignment = kmeans(points, 3, torch.Generator().manual_seed(0))
+    reference = KMeans(3, n_init=3, random_state=0).fit(points.numpy()).cluster_centers_
+    order = lambda c: sorted(map(tuple, torch.as_tensor(c).round(decimals=4).tolist()))  # noqa: E731
+    assert order(centres) == order(reference)
+    assert torch.bincount(assignment).tolist() == [40, 40, 40]
