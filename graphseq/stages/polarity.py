@@ -94,7 +94,7 @@ def accuracy(model: SentenceClassifier, sentences: List[Tensor], labels: Tensor,
 
 
 @stage("train_sentences")
-def train_sentences(ctx, *, epochs: int = 4, batch_size: int = 50, lr: float = 1e-3,
+def train_sentences(ctx, *, epochs: int = 6, batch_size: int = 50, lr: float = 2e-3,
                     weight_decay: float = 0.0, clip: float = 5.0, max_batches: int = 0) -> None:
     """Adam on the training sentences for ``epochs`` epochs, gradients
     clipped to norm ``clip``; reports the accuracy on the test sentences
