@@ -52,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
                   data_mirror=args.data_mirror, quiet=args.quiet, resume=args.resume, **options)
     mean, std = summary["mean"], summary["std"]
     figures = ", ".join(f"{k} {_number(v)}" + (f" ± {_number(std[k])}" if args.runs > 1 else "")
-                        for k, v in mean.items() if k != "seed")
+                        for k, v in mean.items())
     print(f"{summary['pipeline']}: {figures}")
     return 0
 

@@ -249,6 +249,8 @@ def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, float]]:
     """Mean and (sample) standard deviation of every numeric figure of the runs."""
     mean, std = {}, {}
     for key in runs[0]:
+        if key == "seed":
+            continue
         values = [r.get(key) for r in runs]
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             mean[key] = statistics.fmean(values)
