@@ -115,7 +115,7 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                             embeddings=embeddings, round=round,
                             labelled=items.to(probabilities.device))
             queue = [int(i) for i in chosen]
-            before = len(labelled)
+            changed = False  # Whether this round's answers give the model anything new.
             while queue and not quit:
                 item = queue.pop(0)
                 question = Question(item, names, task.describe(item, probabilities, labelled),
@@ -134,6 +134,7 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                     if undone is None:
                         oracle.tell("  nothing to undo")
                         continue
+                    changed = True
                     labelled.pop(undone.item, None)
                     skipped.discard(undone.item)
                     queue.insert(0, undone.item)
@@ -142,9 +143,10 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                 else:
                     store.add(strategy, item, names[reply], oracle.source)
                     labelled[item] = reply
+                    changed = True
                 bar.update(len(labelled) - bar.n)
             round += 1
-            if quit and len(labelled) == before:
+            if quit and not changed:
                 break
     finally:
         bar.close()
