@@ -74,7 +74,7 @@ def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int)
 @stage("active_learning")
 def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin", "least_confidence",
                                                   "degree", "pagerank", "age", "coreset"),
-                    strategy: str = "age", budget: int = 140, initial: int = 14, batch_size: int = 7,
+                    strategy: str = "margin", budget: int = 140, initial: int = 14, batch_size: int = 14,
                     oracle: str = "simulated", labels: str = "", noise: float = 0.0,
                     reference: bool = True):
     """Runs the loop, writing every answer to ``labels.sqlite`` in the run directory.
