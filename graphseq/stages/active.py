@@ -92,6 +92,7 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
     labels = ctx.options.get("labels") or labels
     the_oracle = make_oracle(kind, labels, data.y, noise, ctx.seed)
     names = list(compare) if the_oracle.source == "simulated" else [strategy]
+    ctx.log.info(f"oracle {the_oracle.source}, strategies {', '.join(names)}, budget {budget}")
     for name in names:
         get_strategy(name)  # Unknown names fail before any question is asked.
     if initial < 1:
