@@ -33,3 +33,18 @@ def test_sparse_dropout_keeps_the_dense_distribution_on_non_zeros():
 def test_sparse_dropout_is_identity_in_eval():
     x = torch.rand(4, 3).to_sparse_csr()
     assert sparse_dropout(x, 0.6, training=False) is x
+
+
+def test_prepared_graph_is_reused_only_for_the_same_unchanged_edges():
+    model = GAT(5, 3, hidden_channels=4, heads=2).eval()
+    x = torch.randn(6, 5)
+    first = model(x, EDGE_INDEX)
+    assert model.graph_with_self_loops(EDGE_INDEX, 6) is model.graph_with_self_loops(EDGE_INDEX, 6)
+    edges = EDGE_INDEX.clone()
+    assert torch.allclose(model(x, edges), first)
+    edges[0, 0] = 4  # Edited in place: the cached graph must not be used.
+    changed = model(x, edges)
+    fresh = GAT(5, 3, hidden_channels=4, heads=2).eval()
+    fresh.load_state_dict(model.state_dict())
+    assert torch.allclose(changed, fresh(x, edges))
+    assert torch.allclose(first, fresh(x, EDGE_INDEX))
