@@ -8,6 +8,7 @@ stage function, checked against its signature before anything runs.
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -98,7 +99,7 @@ def validate_config(config: Dict[str, Any], source: str) -> None:
             raise GraphseqError(f"{source}: [{name}] needs {', '.join(missing)}")
 
 
-_REQUIRED = __import__("inspect").Parameter.empty
+_REQUIRED = inspect.Parameter.empty
 
 
 def _check_type(key: str, value: Any, default: Any, source: str) -> Any:

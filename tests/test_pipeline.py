@@ -6,7 +6,7 @@ import pytest
 
 from graphseq import run
 from graphseq.errors import GraphseqError
-from graphseq.pipeline import apply_overrides, dump_toml, parse_override, read_config
+from graphseq.pipeline import apply_overrides, dump_toml, parse_override, read_config, resolve_pipeline
 from graphseq.stages import STAGES, stage
 
 FAST = {"train.max_epochs": 3}
@@ -20,13 +20,13 @@ def test_parse_override_reads_toml_values():
 
 
 def test_override_changes_the_config(tmp_path):
-    config = read_config(__import__("graphseq.pipeline").pipeline.resolve_pipeline("gat-cora"))
+    config = read_config(resolve_pipeline("gat-cora"))
     apply_overrides(config, ["train.lr=0.01", "model.heads=4"])
     assert config["train"]["lr"] == 0.01 and config["model"]["heads"] == 4
 
 
 def test_int_override_of_a_float_key_becomes_float():
-    config = read_config(__import__("graphseq.pipeline").pipeline.resolve_pipeline("gat-cora"))
+    config = read_config(resolve_pipeline("gat-cora"))
     apply_overrides(config, {"train.lr": 1})
     assert config["train"]["lr"] == 1.0 and isinstance(config["train"]["lr"], float)
 
