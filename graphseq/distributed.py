@@ -1,0 +1,152 @@
+"""Data-parallel runs with ``torch.distributed``: who this process is
+(:func:`rank`, :func:`world_size`, :func:`is_main`), its part of the data
+(:func:`shard`), figures averaged over all processes
+(:func:`mean_over_ranks`), and the process group the runner sets up when a
+pipeline is started by torch's elastic launcher (``torchrun``, or
+``graphseq run NAME --nproc-per-node N``, which calls the same launcher).
+
+With one process every function here is a cheap no-op, so a stage written
+for several processes runs unchanged in one. Gloo runs the collectives on
+CPU, NCCL on CUDA (one device per local rank); only rank 0 writes files.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Sequence, TypeVar, Union
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+T = TypeVar("T")
+
+
+def is_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    """This process's rank among all processes of the run (0 when alone)."""
+    return dist.get_rank() if is_initialized() else 0
+
+
+def world_size() -> int:
+    """How many processes train together (1 when alone)."""
+    return dist.get_world_size() if is_initialized() else 1
+
+
+def local_rank() -> int:
+    """This process's rank on its own machine, which picks its GPU."""
+    return int(os.environ.get("LOCAL_RANK", "0")) if is_initialized() else 0
+
+
+def is_main() -> bool:
+    """True in the one process that writes files (rank 0)."""
+    return rank() == 0
+
+
+def launched_world_size() -> int:
+    """The number of processes the elastic launcher started (``WORLD_SIZE``),
+    whether or not the process group is set up yet."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
+
+
+def barrier() -> None:
+    if is_initialized():
+        dist.barrier()
+
+
+def shard(items: Union[int, Tensor, Sequence[T]], pad: bool = True) -> Union[Tensor, List[T]]:
+    """This rank's part of ``items`` (a count ``n`` means ``range(n)`` as a
+    tensor): every ``world_size``-th element, starting at ``rank``, as
+    :class:`torch.utils.data.DistributedSampler` deals them without shuffling.
+
+    With ``pad`` the list is first extended by its own first elements to a
+    multiple of ``world_size``, so that every rank takes the same number of
+    steps (collectives must match); the parts are disjoint apart from those
+    repeats, and together cover every element.
+    """
+    if isinstance(items, int):
+        items = torch.arange(items)
+    size, r = world_size(), rank()
+    n = len(items)
+    if size == 1:
+        return items if isinstance(items, Tensor) else list(items)
+    total = -(-n // size) * size if pad else n
+    positions = [i % n for i in range(r, total, size)] if n else []
+    if isinstance(items, Tensor):
+        return items[torch.tensor(positions, dtype=torch.long)]
+    return [items[i] for i in positions]
+
+
+def mean_over_ranks(figures: Dict[str, float]) -> Dict[str, float]:
+    """The mean of each figure over all ranks (every rank must pass the same
+    keys, in any order); the figures themselves with one process."""
+    if world_size() == 1 or not figures:
+        return dict(figures)
+    keys = sorted(figures)
+    values = torch.tensor([float(figures[k]) for k in keys], dtype=torch.float64,
+                          device=_collective_device())
+    dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    values /= world_size()
+    return dict(zip(keys, values.tolist()))
+
+
+def max_over_ranks(value: float) -> float:
+    """The largest ``value`` of any rank (so that all agree on when to stop)."""
+    if world_size() == 1:
+        return value
+    tensor = torch.tensor([float(value)], dtype=torch.float64, device=_collective_device())
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return float(tensor.item())
+
+
+def gather_objects(obj: Any) -> List[Any]:
+    """Every rank's ``obj``, in rank order (``[obj]`` with one process)."""
+    if world_size() == 1:
+        return [obj]
+    gathered: List[Any] = [None] * world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def _collective_device() -> torch.device:
+    if is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def backend_for(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def setup(device: torch.device) -> torch.device:
+    """Joins the process group the elastic launcher prepared (its
+    ``MASTER_ADDR``, ``RANK``, ``WORLD_SIZE`` ... environment) and returns
+    this process's device: ``cuda:LOCAL_RANK`` on CUDA, else ``device``."""
+    if is_initialized():
+        return device
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend=backend_for(device))
+    return device
+
+
+def teardown() -> None:
+    if is_initialized():
+        dist.destroy_process_group()
+
+
+def wrap(module: torch.nn.Module, device: torch.device, **options: Any) -> torch.nn.Module:
+    """``module`` inside :class:`~torch.nn.parallel.DistributedDataParallel`
+    when several processes run; ``module`` itself otherwise."""
+    if world_size() == 1:
+        return module
+    from torch.nn.parallel import DistributedDataParallel
+
+    device_ids: Optional[List[int]] = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(module, device_ids=device_ids, **options)

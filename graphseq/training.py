@@ -1,0 +1,427 @@
+"""The step trainer: one training loop, counted in optimizer steps, for every
+stage that trains for a number of steps (the character LMs, gat-ppi,
+neighbour-sampled node classification, few-shot episodes, BERT, captioning).
+
+It owns what every such loop needs and what is easy to get subtly wrong:
+zero_grad/backward/clip/step (with a gradient scaler and autocast when
+``amp`` on CUDA), a scheduler step per step, a progress bar, periodic
+evaluation into a history, keeping the best weights by a validation figure,
+an atomic checkpoint that a run resumes from exactly (two steps plus two
+resumed steps equal four straight steps), ``curves.png``, and data-parallel
+training: when several processes run (see :mod:`graphseq.distributed`), the
+loss is computed inside :class:`~torch.nn.parallel.DistributedDataParallel`,
+so gradients are averaged over ranks, figures are averaged over ranks, and
+rank 0 alone writes.
+
+.. code-block:: python
+
+    from graphseq.training import train_steps
+
+    def loss_fn(model, step):
+        # Draw the step's batch from a generator seeded by the step (and
+        # rank), so that a resumed run draws the same batches.
+        x, y = batches(step)
+        loss = F.cross_entropy(model(x), y)
+        return loss, {"accuracy": accuracy(...)}   # or just the loss
+
+    result = train_steps(ctx, model, optimizer, loss_fn, steps=1000,
+                         evaluate=lambda model: {"val_accuracy": ...},
+                         eval_every=100, select=("val_accuracy", "max"),
+                         checkpoint_every=100)
+    result.history   # one record per evaluation: step, train_*, val_*, minutes
+    result.best      # the record of the kept model (restored into model)
+
+``loss_fn(model, step)`` always receives the plain ``model`` (never the DDP
+wrapper) and may call any of its methods: the trainer runs ``loss_fn`` as the
+forward pass of the wrapped module, which is what makes DDP average the
+gradients. ``evaluate(model)`` runs on every rank; its figures are averaged
+over ranks, so it should score either the whole validation set or an equal
+share of it on each rank.
+"""
+from __future__ import annotations
+
+import io
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from . import distributed
+from .errors import GraphseqError
+from .io import atomic_write_bytes, load_checkpoint, save_checkpoint
+
+CHECKPOINT = "checkpoint.pt"
+
+LossOutput = Union[Tensor, Tuple[Tensor, Dict[str, Any]]]
+LossFn = Callable[[nn.Module, int], LossOutput]
+Evaluate = Callable[[nn.Module], Dict[str, float]]
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train_steps` hands back.
+
+    ``history``: one record per evaluation (``step``, ``train_loss`` and the
+    other training figures averaged since the previous record, what
+    ``evaluate`` returned, ``minutes`` of training so far). ``best``: the
+    record of the kept model (the last record without ``select``).
+    ``step``: steps taken in the whole run. ``extra_state``: the stage's own
+    state, as it stood at the end (as restored from the checkpoint on resume).
+    """
+
+    history: List[Dict[str, float]]
+    best: Dict[str, float]
+    step: int
+    extra_state: Dict[str, Any]
+    seconds: float = 0.0
+
+
+class _LossModule(nn.Module):
+    """Runs ``loss_fn(model, step)`` as a forward pass, so that DDP sees (and
+    synchronises) every parameter the loss touches, whichever method of the
+    model computes it."""
+
+    def __init__(self, model: nn.Module, loss_fn: LossFn):
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+
+    def forward(self, step: int) -> LossOutput:
+        return self.loss_fn(self.model, step)
+
+
+@dataclass
+class _Progress:
+    step: int = 0
+    seconds: float = 0.0
+    history: List[Dict[str, float]] = field(default_factory=list)
+    best: Optional[Dict[str, float]] = None
+    best_weights: Optional[Dict[str, Tensor]] = None
+    running: Dict[str, float] = field(default_factory=dict)  # training figures summed since the last record
+    count: int = 0
+
+
+def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, *,
+                steps: int, scheduler: Any = None, clip: float = 0.0, amp: bool = False,
+                evaluate: Optional[Evaluate] = None, eval_every: int = 0,
+                select: Optional[Tuple[str, str]] = None, checkpoint_every: int = 0,
+                extra_state: Optional[Dict[str, Any]] = None, meta: Optional[Dict[str, Any]] = None,
+                minutes: float = 0.0, desc: str = "train", checkpoint: str = CHECKPOINT,
+                curves: Optional[str] = "curves.png",
+                find_unused_parameters: bool = False) -> TrainResult:
+    """Trains ``model`` for ``steps`` optimizer steps (counted over the whole
+    run, resumed parts included).
+
+    Args:
+        ctx: the run's context (``out``, ``device``, ``resume``, ``quiet``, ``log``).
+        model: the module being trained, already on ``ctx.device``.
+        optimizer: its optimizer.
+        loss_fn: ``loss_fn(model, step) -> loss`` or ``(loss, {name: value})``;
+            the extra figures are averaged into the history as ``train_<name>``.
+        steps: the step budget (0: none, then ``minutes`` must be set).
+        scheduler: stepped once after every optimizer step; saved and restored.
+        clip: the largest gradient norm (0: no clipping).
+        amp: mixed precision (autocast and a gradient scaler) on CUDA; ignored on CPU.
+        evaluate: ``evaluate(model) -> {"val_...": value}``, called every
+            ``eval_every`` steps and after the last step, with the model in
+            ``eval()`` mode (and set back to ``train()`` after).
+        eval_every: steps between evaluations (0: only at the end).
+        select: ``(figure, "max" | "min")``: keep the weights whose evaluation
+            had the best ``figure`` and load them into ``model`` at the end.
+        checkpoint_every: steps between checkpoints (0: only at the end).
+        extra_state: a dict of the stage's own state that must survive a
+            resume (a recurrent state carried across batches, say): the
+            checkpoint saves its contents, each rank's own, and a resumed
+            run puts them back into the same dict before the first step.
+        meta: entries stored as they are in the checkpoint (a model's
+            configuration, a vocabulary) so that other tools can rebuild the
+            model; a resume is refused when they differ from the checkpoint's.
+        minutes: an optional cap on training time over the whole run (0: none).
+        desc: the progress bar's label.
+        checkpoint: the checkpoint's file name in ``ctx.out``.
+        curves: the plot of the history written into ``ctx.out`` at the end
+            (``None``: no plot).
+        find_unused_parameters: passed to DDP, for models whose loss skips
+            some parameters in some steps.
+
+    The checkpoint holds ``model``, ``optimizer``, ``scheduler``, ``scaler``,
+    ``step``, ``seconds``, ``history``, ``best``, ``best_model`` (weights of
+    the best record with ``select``), ``world_size``, ``ranks`` (each rank's
+    random-generator states, ``extra_state`` and running sums) and the
+    entries of ``meta``. It is written atomically, by rank 0 alone.
+    """
+    if steps < 0 or (steps == 0 and minutes <= 0):
+        raise GraphseqError(f"{desc}: needs a budget, steps > 0 or minutes > 0 "
+                            f"(got steps={steps}, minutes={minutes})")
+    if select is not None and (len(select) != 2 or select[1] not in ("max", "min")):
+        raise GraphseqError(f"{desc}: select must be (figure, 'max' or 'min'), got {select!r}")
+    if select is not None and evaluate is None:
+        raise GraphseqError(f"{desc}: select={select!r} needs an evaluate function")
+    device = torch.device(ctx.device)
+    extra_state = {} if extra_state is None else extra_state
+    meta = dict(meta or {})
+    path = Path(ctx.out) / checkpoint
+    use_amp = amp and device.type == "cuda"
+    scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+    progress = _Progress()
+    if ctx.resume:
+        _restore(path, ctx, model, optimizer, scheduler, scaler, progress, extra_state, meta)
+    runner = distributed.wrap(_LossModule(model, loss_fn), device,
+                              find_unused_parameters=find_unused_parameters)
+    main = distributed.is_main()
+
+    def save() -> None:
+        _save(path, model, optimizer, scheduler, scaler, progress, extra_state, meta)
+
+    def record() -> Dict[str, float]:
+        figures = {k: v / progress.count for k, v in progress.running.items()} if progress.count else {}
+        figures = distributed.mean_over_ranks(figures)
+        if evaluate is not None:
+            model.eval()
+            with torch.no_grad():
+                evaluated = {k: float(v) for k, v in evaluate(model).items()}
+            model.train()
+            figures.update(distributed.mean_over_ranks(evaluated))
+        entry = {"step": progress.step, **figures, "minutes": progress.seconds / 60}
+        progress.history.append(entry)
+        progress.running, progress.count = {}, 0
+        if select is not None:
+            _keep_best(entry, select, model, progress, desc)
+        if main:
+            ctx.log.info(f"{desc} step {progress.step}: " + ", ".join(
+                f"{k} {v:.4f}" for k, v in entry.items() if k not in ("step", "minutes"))
+                + f" ({entry['minutes']:.1f} min)")
+        return entry
+
+    def out_of_budget() -> bool:
+        if steps > 0 and progress.step >= steps:
+            return True
+        if minutes > 0:
+            # Every rank must stop at the same step, so they agree on the time.
+            return distributed.max_over_ranks(progress.seconds) >= 60 * minutes
+        return False
+
+    if main and progress.step:
+        ctx.log.info(f"{desc}: resuming at step {progress.step}")
+    bar = tqdm(total=steps if steps > 0 else None, initial=progress.step, desc=desc, unit="step",
+               disable=ctx.quiet or not main, dynamic_ncols=True)
+    started = time.perf_counter() - progress.seconds
+    ran = False
+    model.train()
+    while not out_of_budget():
+        ran = True
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, enabled=use_amp):
+            loss, figures = _split(runner(progress.step), desc)
+        scaler.scale(loss).backward()
+        if clip > 0:
+            scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+        scaler.step(optimizer)
+        scaler.update()
+        if scheduler is not None:
+            scheduler.step()
+        progress.step += 1
+        value = float(loss.detach())
+        progress.running["train_loss"] = progress.running.get("train_loss", 0.0) + value
+        for name, figure in figures.items():
+            key = name if name.startswith("train_") else f"train_{name}"
+            progress.running[key] = progress.running.get(key, 0.0) + float(figure)
+        progress.count += 1
+        progress.seconds = time.perf_counter() - started
+        bar.update(1)
+        bar.set_postfix(loss=f"{value:.3f}")
+        if eval_every > 0 and progress.step % eval_every == 0:
+            record()
+            progress.seconds = time.perf_counter() - started
+        if checkpoint_every > 0 and progress.step % checkpoint_every == 0:
+            save()
+    bar.close()
+    if ran and (not progress.history or progress.history[-1]["step"] != progress.step):
+        record()
+    save()
+    if main and curves and progress.history:
+        plot_history(progress.history, Path(ctx.out) / curves,
+                     f"{getattr(ctx, 'pipeline', desc)}: {desc}, {progress.step} steps")
+    if select is not None and progress.best_weights is not None:
+        model.load_state_dict(progress.best_weights)
+    best = progress.best if select is not None else (progress.history[-1] if progress.history else {})
+    return TrainResult(history=progress.history, best=dict(best or {}), step=progress.step,
+                       extra_state=extra_state, seconds=progress.seconds)
+
+
+def _split(output: LossOutput, desc: str) -> Tuple[Tensor, Dict[str, Any]]:
+    if isinstance(output, Tensor):
+        return output, {}
+    if isinstance(output, (tuple, list)) and len(output) == 2 and isinstance(output[0], Tensor):
+        return output[0], dict(output[1])
+    raise GraphseqError(f"{desc}: loss_fn must return a loss tensor or (loss, figures), "
+                        f"got {type(output).__name__}")
+
+
+def _keep_best(entry: Dict[str, float], select: Tuple[str, str], model: nn.Module,
+               progress: _Progress, desc: str) -> None:
+    key, mode = select
+    if key not in entry:
+        raise GraphseqError(f"{desc}: select names {key!r}, but the evaluation gave "
+                            f"{', '.join(k for k in entry if k != 'step')}")
+    value = entry[key]
+    if math.isnan(value):
+        return
+    best = progress.best
+    if best is None or (value > best[key] if mode == "max" else value < best[key]):
+        progress.best = dict(entry)
+        progress.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+# --------------------------------------------------------------------------- #
+# Checkpoints
+# --------------------------------------------------------------------------- #
+
+def rng_state() -> Dict[str, Any]:
+    """This process's random-generator states (torch, CUDA, NumPy, Python),
+    in types that ``torch.load(weights_only=True)`` reads back."""
+    np_state = np.random.get_state()
+    state = {"torch": torch.get_rng_state(),
+             "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)),
+                       int(np_state[2]), int(np_state[3]), float(np_state[4])],
+             "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"].cpu())
+    if "numpy" in state:
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+def _save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+          scaler: torch.amp.GradScaler, progress: _Progress, extra_state: Dict[str, Any],
+          meta: Dict[str, Any]) -> None:
+    # Every rank takes part in the gather; rank 0 alone writes.
+    ranks = distributed.gather_objects({"rng": rng_state(), "extra_state": _to_cpu(extra_state),
+                                        "running": dict(progress.running), "count": progress.count})
+    if not distributed.is_main():
+        return
+    payload = {
+        **meta,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "scaler": scaler.state_dict(),
+        "step": progress.step,
+        "seconds": progress.seconds,
+        "history": progress.history,
+        "best": progress.best,
+        "best_model": progress.best_weights,
+        "world_size": distributed.world_size(),
+        "ranks": ranks,
+    }
+    save_checkpoint(payload, path)
+
+
+def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+             scaler: torch.amp.GradScaler, progress: _Progress, extra_state: Dict[str, Any],
+             meta: Dict[str, Any]) -> None:
+    if not path.is_file():
+        raise GraphseqError(f"--resume: no {path.name} in {path.parent}; the run stopped before its "
+                            f"first checkpoint, so start it again without --resume")
+    try:
+        checkpoint = load_checkpoint(path, map_location=ctx.device)
+    except Exception as error:  # A truncated or foreign file: name it, in one line.
+        raise GraphseqError(f"--resume: cannot read {path}: {str(error).splitlines()[0]}") from None
+    for key, value in meta.items():
+        if checkpoint.get(key) != value:
+            raise GraphseqError(f"--resume: {path} was written with {key} = {checkpoint.get(key)!r}, "
+                                f"but this run has {key} = {value!r}")
+    size = distributed.world_size()
+    if checkpoint["world_size"] != size:
+        raise GraphseqError(f"--resume: {path} was written by {checkpoint['world_size']} process(es); "
+                            f"resume it with the same number (this run has {size})")
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    if scheduler is not None and checkpoint["scheduler"] is not None:
+        scheduler.load_state_dict(checkpoint["scheduler"])
+    scaler.load_state_dict(checkpoint["scaler"])
+    progress.step, progress.seconds = checkpoint["step"], checkpoint["seconds"]
+    progress.history, progress.best = checkpoint["history"], checkpoint["best"]
+    progress.best_weights = checkpoint["best_model"]
+    mine = checkpoint["ranks"][distributed.rank()]
+    progress.running, progress.count = mine["running"], mine["count"]
+    extra_state.clear()
+    extra_state.update(_to_device(mine["extra_state"], torch.device(ctx.device)))
+    set_rng_state(mine["rng"])
+    if distributed.is_main():
+        ctx.log.info(f"resumed from {path} at step {progress.step}")
+
+
+def _to_cpu(obj: Any) -> Any:
+    return _map_tensors(obj, lambda t: t.detach().cpu())
+
+
+def _to_device(obj: Any, device: torch.device) -> Any:
+    return _map_tensors(obj, lambda t: t.to(device))
+
+
+def _map_tensors(obj: Any, fn: Callable[[Tensor], Tensor]) -> Any:
+    if isinstance(obj, Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_tensors(v, fn) for v in obj)
+    return obj
+
+
+# --------------------------------------------------------------------------- #
+# Curves
+# --------------------------------------------------------------------------- #
+
+def plot_history(history: List[Dict[str, float]], path: Union[str, Path], title: str,
+                 final: Optional[Tuple[str, int, float]] = None) -> None:
+    """Draws the history's losses (and, in a second panel, its other figures)
+    against the step into a PNG, written atomically. ``final`` adds one
+    marked point ``(label, step, value)`` to the loss panel."""
+    # The object-oriented API with the Agg canvas: no pyplot, no global backend.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    keys = [k for k in history[0] if k not in ("step", "minutes")] if history else []
+    for entry in history[1:]:
+        keys += [k for k in entry if k not in keys and k not in ("step", "minutes")]
+    losses = [k for k in keys if "loss" in k or "nats" in k or "perplexity" in k]
+    others = [k for k in keys if k not in losses]
+    panels = [p for p in (losses, others) if p]
+    if not panels:
+        return
+    figure = Figure(figsize=(7 * len(panels), 4.5), dpi=100)
+    FigureCanvasAgg(figure)
+    for i, names in enumerate(panels):
+        axes = figure.add_subplot(1, len(panels), i + 1)
+        for name in names:
+            points = [(e["step"], e[name]) for e in history if name in e]
+            axes.plot(*zip(*points), "o-" if len(points) < 30 else "-", markersize=3, label=name)
+        if final is not None and names is losses:
+            axes.plot(final[1], final[2], "*", markersize=12, label=final[0])
+        axes.set_xlabel("step")
+        axes.grid(alpha=0.3)
+        axes.legend()
+    figure.suptitle(title)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    atomic_write_bytes(path, buffer.getvalue())

@@ -1,0 +1,102 @@
+"""Data-parallel training with two gloo processes on CPU: one step on two
+shards equals one step on their union, and rank 0 alone writes."""
+import logging
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch import nn
+
+from graphseq import distributed
+from graphseq.training import train_steps
+
+
+def union_batch():
+    generator = torch.Generator().manual_seed(7)
+    return torch.randn(8, 5, generator=generator), torch.randint(0, 3, (8,), generator=generator)
+
+
+def model_and_optimizer():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 3))
+    return model, torch.optim.Adam(model.parameters(), lr=0.05)
+
+
+def one_step(out, rows):
+    model, optimizer = model_and_optimizer()
+    x, y = union_batch()
+
+    def loss_fn(model, step):
+        return F.cross_entropy(model(x[rows]), y[rows])
+
+    ctx = SimpleNamespace(out=out, device=torch.device("cpu"), resume=False, quiet=True,
+                          log=logging.getLogger("test-distributed"), pipeline="test")
+    result = train_steps(ctx, model, optimizer, loss_fn, steps=1,
+                         evaluate=lambda m: {"val_rank": float(distributed.rank())})
+    return model, result
+
+
+def _worker(rank, store, tmp):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        out = tmp / f"out-{rank}"
+        out.mkdir()
+        rows = distributed.shard(8)
+        model, result = one_step(out, rows)
+        torch.save({"params": [p.detach() for p in model.parameters()], "rows": rows,
+                    "history": result.history}, tmp / f"rank-{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ddp")
+    mp.spawn(_worker, args=(tmp / "store", tmp), nprocs=2, join=True)
+    return tmp, [torch.load(tmp / f"rank-{r}.pt") for r in range(2)]
+
+
+def test_one_step_on_two_shards_equals_one_step_on_their_union(two_ranks, tmp_path):
+    _, ranks = two_ranks
+    assert ranks[0]["rows"].tolist() == [0, 2, 4, 6] and ranks[1]["rows"].tolist() == [1, 3, 5, 7]
+    single, _ = one_step(tmp_path, torch.arange(8))
+    initial, _ = model_and_optimizer()
+    for p, q0, q1, p0 in zip(single.parameters(), ranks[0]["params"], ranks[1]["params"],
+                             initial.parameters()):
+        assert not torch.allclose(p, p0)  # The step moved the weights.
+        assert torch.allclose(q0, p, atol=1e-6) and torch.allclose(q1, p, atol=1e-6)
+
+
+def test_only_rank_zero_writes(two_ranks):
+    tmp, _ = two_ranks
+    assert sorted(p.name for p in (tmp / "out-0").iterdir()) == ["checkpoint.pt", "curves.png"]
+    assert list((tmp / "out-1").iterdir()) == []
+
+
+def test_figures_are_averaged_over_ranks(two_ranks):
+    _, ranks = two_ranks
+    # Each rank's evaluation gave its own rank: the history holds their mean.
+    assert ranks[0]["history"][0]["val_rank"] == ranks[1]["history"][0]["val_rank"] == 0.5
+    assert ranks[0]["history"][0]["train_loss"] == ranks[1]["history"][0]["train_loss"]
+
+
+def test_shard_pads_to_equal_parts_that_cover_everything(monkeypatch):
+    monkeypatch.setattr(distributed, "world_size", lambda: 3)
+    parts = []
+    for r in range(3):
+        monkeypatch.setattr(distributed, "rank", lambda r=r: r)
+        parts.append(distributed.shard(list("abcdefg")))
+    assert parts == [["a", "d", "g"], ["b", "e", "a"], ["c", "f", "b"]]
+    monkeypatch.setattr(distributed, "rank", lambda: 2)
+    assert distributed.shard(list("abcdefg"), pad=False) == ["c", "f"]
+
+
+def test_alone_everything_is_a_no_op():
+    assert distributed.rank() == 0 and distributed.world_size() == 1 and distributed.is_main()
+    assert distributed.shard(3).tolist() == [0, 1, 2]
+    assert distributed.mean_over_ranks({"a": 1.0}) == {"a": 1.0}
+    module = nn.Linear(2, 2)
+    assert distributed.wrap(module, torch.device("cpu")) is module

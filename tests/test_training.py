@@ -1,0 +1,172 @@
+"""The step trainer: resuming continues exactly, the best weights by a
+validation figure come back, checkpoints are never torn, a budget is required."""
+import logging
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from graphseq.errors import GraphseqError
+from graphseq.io import load_checkpoint
+from graphseq.training import train_steps
+
+
+def make_ctx(out, resume=False):
+    out.mkdir(parents=True, exist_ok=True)
+    return SimpleNamespace(out=out, device=torch.device("cpu"), resume=resume, quiet=True,
+                           log=logging.getLogger("test-training"), pipeline="test")
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin1 = nn.Linear(4, 8)
+        self.drop = nn.Dropout(0.3)  # Draws from the global generator every step.
+        self.lin2 = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.lin2(self.drop(torch.relu(self.lin1(x))))
+
+
+def batch(step, size=6):
+    generator = torch.Generator().manual_seed(1000 + step)
+    return torch.randn(size, 4, generator=generator), torch.randint(0, 3, (size,), generator=generator)
+
+
+def train(out, steps, resume=False, **kwargs):
+    torch.manual_seed(0)
+    model = Tiny()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.9)
+    carried = {"total": torch.zeros(())}  # A state the stage carries from step to step.
+
+    def loss_fn(model, step):
+        x, y = batch(step)
+        loss = F.cross_entropy(model(x), y)
+        carried["total"] = carried["total"] + loss.detach()
+        return loss, {"accuracy": float((model(x).argmax(-1) == y).float().mean())}
+
+    def evaluate(model):
+        x, y = batch(-1, 20)
+        return {"val_loss": float(F.cross_entropy(model(x), y))}
+
+    result = train_steps(make_ctx(out, resume), model, optimizer, loss_fn, steps=steps,
+                         scheduler=scheduler, clip=1.0, evaluate=evaluate, eval_every=2,
+                         checkpoint_every=2, extra_state=carried, **kwargs)
+    return model, result
+
+
+def test_two_steps_and_two_resumed_steps_equal_four_straight_steps(tmp_path):
+    straight, one = train(tmp_path / "straight", 4)
+    train(tmp_path / "split", 2)
+    assert load_checkpoint(tmp_path / "split" / "checkpoint.pt")["step"] == 2
+    resumed, two = train(tmp_path / "split", 4, resume=True)
+    assert two.step == one.step == 4
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+    # The carried state, the history and the training figures continue too.
+    assert torch.equal(one.extra_state["total"], two.extra_state["total"])
+    strip = lambda history: [{k: v for k, v in e.items() if k != "minutes"} for e in history]  # noqa: E731
+    assert strip(one.history) == strip(two.history)
+    assert [e["step"] for e in one.history] == [2, 4]
+    assert set(one.history[0]) == {"step", "train_loss", "train_accuracy", "val_loss", "minutes"}
+    checkpoint = load_checkpoint(tmp_path / "split" / "checkpoint.pt")
+    assert checkpoint["scheduler"]["last_epoch"] == 4
+
+
+def test_resuming_a_finished_run_takes_no_step(tmp_path):
+    first, _ = train(tmp_path, 2)
+    again, result = train(tmp_path, 2, resume=True)
+    assert result.step == 2 and len(result.history) == 1
+    for a, b in zip(first.parameters(), again.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_the_best_weights_by_validation_are_restored(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scores = iter([0.2, 0.9, 0.5, 0.7])
+    seen = {}
+
+    def loss_fn(model, step):
+        return model(torch.ones(1, 3)).sum()
+
+    def evaluate(model):
+        score = next(scores)
+        seen[score] = {k: v.clone() for k, v in model.state_dict().items()}
+        return {"val_accuracy": score}
+
+    result = train_steps(make_ctx(tmp_path), model, optimizer, loss_fn, steps=4, evaluate=evaluate,
+                         eval_every=1, select=("val_accuracy", "max"))
+    assert result.best["val_accuracy"] == 0.9 and result.best["step"] == 2
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, seen[0.9][key]), key
+    # The checkpoint keeps the last weights, to resume from, and the best ones.
+    checkpoint = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert torch.equal(checkpoint["model"]["weight"], seen[0.7]["weight"])
+    assert torch.equal(checkpoint["best_model"]["weight"], seen[0.9]["weight"])
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_select_by_the_smallest_figure(tmp_path):
+    model = nn.Linear(3, 2)
+    losses = iter([0.5, 0.3, 0.4])
+    result = train_steps(make_ctx(tmp_path), model, torch.optim.SGD(model.parameters(), lr=0.1),
+                         lambda m, s: m(torch.ones(1, 3)).sum(), steps=3, eval_every=1,
+                         evaluate=lambda m: {"val_loss": next(losses)}, select=("val_loss", "min"))
+    assert result.best["step"] == 2
+
+
+def test_a_crash_while_saving_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    train(tmp_path, 2)
+    before = load_checkpoint(tmp_path / "checkpoint.pt")
+
+    def torn_save(obj, path, *args, **kwargs):
+        with open(path, "wb") as f:
+            f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", torn_save)
+    with pytest.raises(OSError, match="disk full"):
+        train(tmp_path, 4, resume=True)
+    after = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert after["step"] == before["step"] == 2
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_resume_refuses_a_missing_or_damaged_checkpoint(tmp_path):
+    with pytest.raises(GraphseqError, match="no checkpoint.pt"):
+        train(tmp_path, 2, resume=True)
+    (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(GraphseqError, match="cannot read .*checkpoint.pt"):
+        train(tmp_path, 2, resume=True)
+
+
+def test_resume_refuses_a_checkpoint_of_another_model(tmp_path):
+    train(tmp_path, 2, meta={"model_config": {"hidden": 8}})
+    with pytest.raises(GraphseqError, match="model_config"):
+        train(tmp_path, 4, resume=True, meta={"model_config": {"hidden": 16}})
+
+
+def test_a_budget_is_required(tmp_path):
+    with pytest.raises(GraphseqError, match="budget"):
+        train(tmp_path, 0)
+
+
+def test_minutes_alone_bound_the_run(tmp_path):
+    model = nn.Linear(3, 2)
+    result = train_steps(make_ctx(tmp_path), model, torch.optim.SGD(model.parameters(), lr=0.1),
+                         lambda m, s: m(torch.ones(1, 3)).sum(), steps=0, minutes=1e-6)
+    assert result.step >= 1 and math.isfinite(result.history[-1]["train_loss"])
+
+
+def test_select_of_a_figure_evaluate_does_not_give_names_the_figures(tmp_path):
+    model = nn.Linear(3, 2)
+    with pytest.raises(GraphseqError, match="val_accuracy.*val_loss"):
+        train_steps(make_ctx(tmp_path), model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    lambda m, s: m(torch.ones(1, 3)).sum(), steps=2, eval_every=1,
+                    evaluate=lambda m: {"val_loss": 1.0}, select=("val_accuracy", "max"))
