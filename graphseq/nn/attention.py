@@ -23,24 +23,8 @@ from torch_geometric.utils import (add_self_loops, index_sort, remove_self_loops
                                    to_dense_batch)
 
 from .. import graphs
+from . import checks
 from .sparse import sparse_dense_mm
-
-
-def check_node_features(x: Tensor, channels: int, layer: str) -> None:
-    if x.dim() != 2:
-        raise ValueError(f"{layer} expects node features of shape [num_nodes, {channels}], "
-                         f"got a tensor of shape {list(x.shape)}")
-    if x.size(1) != channels:
-        raise ValueError(f"{layer} expects {channels} input channels, got x of shape {list(x.shape)}")
-
-
-def check_edge_index(edge_index: Tensor, num_nodes: int, layer: str) -> None:
-    if edge_index.dim() != 2 or edge_index.size(0) != 2:
-        raise ValueError(f"{layer} expects edge_index of shape [2, num_edges], "
-                         f"got {list(edge_index.shape)}")
-    if edge_index.numel() and int(edge_index.max()) >= num_nodes:
-        raise ValueError(f"{layer}: edge_index refers to node {int(edge_index.max())}, "
-                         f"but x has only {num_nodes} nodes")
 
 
 class _AttentionAggregate(torch.autograd.Function):
@@ -232,9 +216,9 @@ class GATConv(AttentionConv):
                 return_attention_weights: Optional[bool] = None
                 ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]]]:
         H, C = self.heads, self.out_channels
-        check_node_features(x, self.in_channels, "GATConv")
+        checks.check_features(self, x, self.in_channels)
         num_nodes = x.size(0)
-        check_edge_index(edge_index, num_nodes, "GATConv")
+        checks.check_edge_index(self, edge_index, num_nodes)
 
         if x.layout != torch.strided:  # Multiply only the non-zero features.
             h = sparse_dense_mm(x, self.lin.weight.t()).view(-1, H, C)
@@ -417,11 +401,9 @@ class SelfAttentionConv(AttentionConv):
                 return_attention_weights: bool = False
                 ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]]]:
         H, D = self.num_heads, self.head_dim
-        check_node_features(x, self.embed_dim, "SelfAttentionConv")
+        checks.check_features(self, x, self.embed_dim)
         num_nodes = x.size(0)
-        if batch is not None and batch.shape != (num_nodes,):
-            raise ValueError(f"SelfAttentionConv expects batch of shape [{num_nodes}], "
-                             f"got {list(batch.shape)}")
+        checks.check_batch(self, batch, num_nodes)
         qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias).view(-1, 3, H, D)  # [num_nodes, 3, heads, head_dim]
 
         if edge_index is None and not return_attention_weights:
@@ -429,7 +411,7 @@ class SelfAttentionConv(AttentionConv):
         else:
             if edge_index is None:  # The weights are wanted edge by edge: build the edges.
                 edge_index = graphs.fully_connected(self.graph_sizes(batch, num_nodes)).to(x.device)
-            check_edge_index(edge_index, num_nodes, "SelfAttentionConv")
+            checks.check_edge_index(self, edge_index, num_nodes)
             out, alpha = self.attend_edges(qkv, edge_index)
 
         out = self.out_proj(out.reshape(-1, H * D))  # [num_nodes, embed_dim]

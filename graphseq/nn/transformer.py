@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .attention import SelfAttentionConv, check_node_features
+from . import checks
+from .attention import SelfAttentionConv
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
@@ -97,7 +98,7 @@ class TransformerEncoderLayer(torch.nn.Module):
 
     def forward(self, x: Tensor, edge_index: Optional[Tensor] = None,
                 batch: Optional[Tensor] = None) -> Tensor:
-        check_node_features(x, self.d_model, "TransformerEncoderLayer")
+        checks.check_features(self, x, self.d_model)
         if self.norm_first:
             x = x + self.attention_block(self.norm1(x), edge_index, batch)
             x = x + self.feed_forward_block(self.norm2(x))

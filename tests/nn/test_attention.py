@@ -82,11 +82,11 @@ def test_attention_sums_to_one_per_node():
 
 def test_wrong_input_shape_is_named():
     conv = GATConv(5, 4)
-    with pytest.raises(ValueError, match="5 input channels"):
+    with pytest.raises(ValueError, match=r"GATConv expects x of shape \[num_nodes, 5\]"):
         conv(torch.randn(6, 3), EDGE_INDEX)
     with pytest.raises(ValueError, match="edge_index of shape"):
         conv(torch.randn(6, 5), EDGE_INDEX.t())
-    with pytest.raises(ValueError, match="only 4 nodes"):
+    with pytest.raises(ValueError, match="refers to node 4, but there are only 4 nodes"):
         conv(torch.randn(4, 5), EDGE_INDEX)
 
 

@@ -196,7 +196,7 @@ def test_wrong_inputs_are_named():
     conv = SelfAttentionConv(CHANNELS, HEADS)
     with pytest.raises(ValueError, match="divisible"):
         SelfAttentionConv(7, 2)
-    with pytest.raises(ValueError, match=f"{CHANNELS} input channels"):
+    with pytest.raises(ValueError, match=rf"SelfAttentionConv expects x of shape \[num_nodes, {CHANNELS}\]"):
         conv(torch.randn(4, 3))
     with pytest.raises(ValueError, match="edge_index of shape"):
         conv(torch.randn(4, CHANNELS), torch.zeros(3, 2, dtype=torch.long))
