@@ -3,7 +3,10 @@ with the same layout (copied into the root, never written to), then a
 download. When all three fail the error names every file and place tried."""
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
+import urllib.request
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -44,3 +47,17 @@ def locate_raw_files(folder: str, names: Sequence[str], root: Path,
     if still:
         raise GraphseqError(f"missing dataset file(s) {', '.join(still)} after downloading into {target}")
     return target
+
+
+def download_url(url: str, path: Path) -> None:
+    """Downloads ``url`` to ``path`` through a temporary file beside it, so
+    an interrupted download never leaves a partial file under the name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
+            shutil.copyfileobj(response, f)
+        Path(tmp).replace(path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)

@@ -1,24 +1,63 @@
-"""The sentence polarity data of Pang and Lee (2005): 5,331 positive and
-5,331 negative movie-review snippets, one per line, in latin-1
-(``rt-polaritydata/rt-polarity.pos`` and ``.neg``). Sentences a person can
-read and label, which is why the active-learning pipeline uses them.
+"""The sentence polarity data of Pang and Lee (2005), in one place: 5,331
+positive and 5,331 negative movie-review snippets, one per line, in latin-1
+(``rt-polaritydata/rt-polarity.pos`` and ``.neg``), found in the data root,
+the read-only mirror or Cornell's tarball; and the fixed cross-validation
+folds that every polarity model (BiLSTM, BERT, paragraph vectors, peers) is
+trained and tested on, so that their figures compare like for like.
+
+The data has no standard split; the usual protocol is 10-fold
+cross-validation. :func:`cv_folds` gives each fold a validation fold of its
+own inside the training part, for early stopping and for every choice of
+settings, so that a test fold is touched only to report.
 """
 from __future__ import annotations
 
+import shutil
+import tarfile
+import tempfile
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from .files import locate_raw_files
+import torch
+from torch import Tensor
 
+from ..errors import GraphseqError
+from .files import download_url, locate_raw_files
+
+URL = "http://www.cs.cornell.edu/people/pabo/movie-review-data/rt-polaritydata.tar.gz"
 FOLDER = "rt-polaritydata"
 FILES = ["rt-polarity.neg", "rt-polarity.pos"]
 CLASS_NAMES = ["negative", "positive"]
+
+Fold = Tuple[Tensor, Tensor, Tensor]
+
+
+def download_polarity(target: Path) -> None:
+    """Fetches Cornell's tarball and copies out only the two data files:
+    no member is extracted by the name it carries, so a crafted archive
+    cannot write outside ``target``."""
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target) as tmp:
+        archive = Path(tmp) / "rt-polaritydata.tar.gz"
+        download_url(URL, archive)
+        with tarfile.open(archive, "r:gz") as tar:
+            for member in tar.getmembers():
+                name = Path(member.name).name
+                if member.isfile() and name in FILES:
+                    with tar.extractfile(member) as source, open(target / name, "wb") as f:
+                        shutil.copyfileobj(source, f)
+
+
+def polarity_folder(root: Path, mirror: Optional[Path] = None) -> Path:
+    """Makes sure ``root/rt-polaritydata`` holds the two files (from the
+    mirror, else Cornell's tarball) and returns that folder."""
+    return locate_raw_files(FOLDER, FILES, Path(root), mirror, download_polarity)
 
 
 def load_polarity(root: Path, mirror: Optional[Path] = None) -> Tuple[List[str], List[int]]:
     """Returns the sentences and their labels (0 negative, 1 positive): the
     negative file first, then the positive one, each in file order."""
-    folder = locate_raw_files(FOLDER, FILES, Path(root), mirror)
+    folder = polarity_folder(root, mirror)
     sentences: List[str] = []
     labels: List[int] = []
     for label, name in enumerate(FILES):
@@ -30,3 +69,43 @@ def load_polarity(root: Path, mirror: Optional[Path] = None) -> Tuple[List[str],
         sentences += kept
         labels += [label] * len(kept)
     return sentences, labels
+
+
+def split_indices(num_items: int, test_fraction: float = 0.1, seed: int = 0) -> Tuple[Tensor, Tensor]:
+    """A seeded random split of ``range(num_items)`` into train and test ids;
+    the same seed gives the same split on every machine."""
+    if not 0.0 < test_fraction < 1.0:
+        raise GraphseqError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction}")
+    order = torch.randperm(num_items, generator=torch.Generator().manual_seed(seed))
+    num_test = round(num_items * test_fraction)
+    return order[num_test:].sort().values, order[:num_test].sort().values
+
+
+def cv_folds(num_items: int, k: int = 10, seed: int = 0) -> List[Fold]:
+    """``k`` cross-validation folds of ``range(num_items)``, each a
+    ``(train, val, test)`` triple of sorted index tensors.
+
+    The items are shuffled once by ``seed`` and cut into ``k`` parts whose
+    sizes differ by at most one. Fold ``i`` tests on part ``i`` and
+    validates on part ``(i + 1) % k``; it trains on the other ``k - 2``. So
+    every item is tested exactly once and validated exactly once, and the
+    same ``num_items``, ``k`` and ``seed`` give the same folds on every
+    machine (the split does not depend on the run's seed).
+
+    Example:
+        >>> train, val, test = cv_folds(10_662)[0]
+        >>> len(train), len(val), len(test)
+        (8528, 1067, 1067)
+    """
+    if k < 3:
+        raise GraphseqError(f"cross-validation with a validation fold needs k >= 3 folds, got {k}")
+    if num_items < k:
+        raise GraphseqError(f"cannot cut {num_items} items into {k} folds")
+    order = torch.randperm(num_items, generator=torch.Generator().manual_seed(seed))
+    parts = [part.sort().values for part in order.tensor_split(k)]
+    folds = []
+    for i in range(k):
+        val_part = (i + 1) % k
+        train = torch.cat([parts[j] for j in range(k) if j not in (i, val_part)]).sort().values
+        folds.append((train, parts[val_part], parts[i]))
+    return folds

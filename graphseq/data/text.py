@@ -1,19 +1,13 @@
-"""Text for sequence models: tiny-shakespeare as one character stream for
-language models (read window by window from contiguous streams, as char-rnn
-does), vocabularies of characters or words, and the tokenisation, download and
-split of the sentence-polarity snippets (read by
-:mod:`graphseq.data.polarity`). Raw files come from the data root, the
-read-only mirror, or the web, through
-:func:`graphseq.data.files.locate_raw_files`.
+"""Text for sequence models: vocabularies of characters or words, a word
+tokenizer, and tiny-shakespeare as one character stream for language models
+(read window by window from contiguous streams, as char-rnn does). Its raw
+file comes from the data root, the read-only mirror, or the web, through
+:func:`graphseq.data.files.locate_raw_files`. The sentence-polarity data
+lives in :mod:`graphseq.data.polarity`.
 """
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import tarfile
-import tempfile
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
@@ -22,12 +16,10 @@ import torch
 from torch import Tensor
 
 from ..errors import GraphseqError
-from .files import locate_raw_files
+from .files import download_url, locate_raw_files
 
 TINY_SHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/"
                         "data/tinyshakespeare/input.txt")
-POLARITY_URL = "http://www.cs.cornell.edu/people/pabo/movie-review-data/rt-polaritydata.tar.gz"
-POLARITY_FILES = ["rt-polarity.pos", "rt-polarity.neg"]
 
 
 # --------------------------------------------------------------------------- #
@@ -100,22 +92,10 @@ class Vocabulary:
 # Character streams
 # --------------------------------------------------------------------------- #
 
-def _download(url: str, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
-            shutil.copyfileobj(response, f)
-        Path(tmp).replace(path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
 def load_tiny_shakespeare(root: Path, mirror: Optional[Path] = None) -> str:
     """The 1,115,394 characters of Karpathy's tiny-shakespeare."""
     folder = locate_raw_files("tinyshakespeare", ["input.txt"], Path(root), mirror,
-                              lambda target: _download(TINY_SHAKESPEARE_URL, target / "input.txt"))
+                              lambda target: download_url(TINY_SHAKESPEARE_URL, target / "input.txt"))
     return (folder / "input.txt").read_text(encoding="utf-8")
 
 
@@ -160,42 +140,9 @@ class TextStreams:
 
 
 # --------------------------------------------------------------------------- #
-# Sentence polarity
+# Words
 # --------------------------------------------------------------------------- #
-
-def _download_polarity(target: Path) -> None:
-    """Fetches Cornell's tarball and copies out only the two data files:
-    no member is extracted by the name it carries, so a crafted archive
-    cannot write outside ``target``."""
-    target.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target) as tmp:
-        archive = Path(tmp) / "rt-polaritydata.tar.gz"
-        _download(POLARITY_URL, archive)
-        with tarfile.open(archive, "r:gz") as tar:
-            for member in tar.getmembers():
-                name = Path(member.name).name
-                if member.isfile() and name in POLARITY_FILES:
-                    with tar.extractfile(member) as source, open(target / name, "wb") as f:
-                        shutil.copyfileobj(source, f)
-
-
-def fetch_sentence_polarity(root: Path, mirror: Optional[Path] = None) -> Path:
-    """Makes sure ``root/rt-polaritydata`` holds the two polarity files (from
-    the mirror or Cornell's tarball) and returns the folder;
-    :func:`graphseq.data.polarity.load_polarity` then reads them."""
-    return locate_raw_files("rt-polaritydata", POLARITY_FILES, Path(root), mirror, _download_polarity)
-
 
 def tokenize(sentence: str) -> List[str]:
     """Lower-cased runs of word characters; everything else separates them."""
     return re.findall(r"\w+", sentence.lower())
-
-
-def split_indices(num_items: int, test_fraction: float = 0.1, seed: int = 0) -> Tuple[Tensor, Tensor]:
-    """A seeded random split of ``range(num_items)`` into train and test ids;
-    the same seed gives the same split on every machine."""
-    if not 0.0 < test_fraction < 1.0:
-        raise GraphseqError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction}")
-    order = torch.randperm(num_items, generator=torch.Generator().manual_seed(seed))
-    num_test = round(num_items * test_fraction)
-    return order[num_test:].sort().values, order[:num_test].sort().values

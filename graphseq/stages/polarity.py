@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm import tqdm
 
-from ..data.polarity import load_polarity
-from ..data.text import Vocabulary, fetch_sentence_polarity, split_indices, tokenize
+from ..data.polarity import load_polarity, split_indices
+from ..data.text import Vocabulary, tokenize
 from ..errors import GraphseqError
 from ..graphs import chain, lengths_to_batch
 from ..models.sentence import SentenceClassifier
@@ -35,7 +35,6 @@ def sentence_polarity(ctx, *, test_fraction: float = 0.1, split_seed: int = 0, m
     split fixed by ``split_seed`` (not the run's seed, so every run is tested
     on the same sentences). The vocabulary holds the training words seen at
     least ``min_freq`` times; other words become ``<unk>``."""
-    fetch_sentence_polarity(ctx.data_root, ctx.data_mirror)
     sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
     labels = torch.as_tensor(labels, dtype=torch.long)
     words = [tokenize(s) for s in sentences]

@@ -1,15 +1,10 @@
 """The text loaders: vocabularies, char-rnn's streams, the tiny-shakespeare
-split, the polarity download and split, and the errors a user sees."""
-import io
-import tarfile
-from pathlib import Path
-
+split, and the errors a user sees."""
 import pytest
 import torch
 
 from graphseq.data import text
-from graphseq.data.text import (TextStreams, Vocabulary, fetch_sentence_polarity,
-                                load_tiny_shakespeare, split_indices, split_stream, tokenize)
+from graphseq.data.text import TextStreams, Vocabulary, load_tiny_shakespeare, split_stream, tokenize
 from graphseq.errors import GraphseqError
 
 
@@ -88,32 +83,3 @@ def test_split_fraction_must_be_a_fraction():
 
 def test_tokenize_lowercases_and_splits_on_non_word_characters():
     assert tokenize("It's a GREAT film -- 10/10!") == ["it", "s", "a", "great", "film", "10", "10"]
-
-
-def test_split_indices_are_seeded_disjoint_and_complete():
-    train, test = split_indices(100, 0.1, seed=3)
-    again, _ = split_indices(100, 0.1, seed=3)
-    other, _ = split_indices(100, 0.1, seed=4)
-    assert test.numel() == 10 and train.numel() == 90
-    assert sorted(torch.cat([train, test]).tolist()) == list(range(100))
-    assert torch.equal(train, again) and not torch.equal(train, other)
-
-
-def _tarball(path: Path, members: dict) -> None:
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-
-
-def test_polarity_download_copies_only_the_data_files(tmp_path, monkeypatch):
-    archive = tmp_path / "rt-polaritydata.tar.gz"
-    _tarball(archive, {"rt-polaritydata/rt-polarity.pos": b"good\n",
-                       "rt-polaritydata/rt-polarity.neg": b"bad\n",
-                       "../escaped.txt": b"should not be written"})
-    monkeypatch.setattr(text, "POLARITY_URL", archive.as_uri())
-    folder = fetch_sentence_polarity(tmp_path / "root")
-    assert sorted(p.name for p in folder.iterdir()) == ["rt-polarity.neg", "rt-polarity.pos"]
-    assert not (tmp_path / "root" / "escaped.txt").exists()
-    assert (folder / "rt-polarity.pos").read_bytes() == b"good\n"
