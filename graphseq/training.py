@@ -347,8 +347,8 @@ def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer
         raise GraphseqError(f"--resume: cannot read {path}: {str(error).splitlines()[0]}") from None
     for key, value in meta.items():
         if checkpoint.get(key) != value:
-            raise GraphseqError(f"--resume: {path} was written with {key} = {checkpoint.get(key)!r}, "
-                                f"but this run has {key} = {value!r}")
+            raise GraphseqError(f"--resume: {path} was written with {key} = {_short(checkpoint.get(key))}, "
+                                f"but this run has {key} = {_short(value)}")
     size = distributed.world_size()
     if checkpoint["world_size"] != size:
         raise GraphseqError(f"--resume: {path} was written by {checkpoint['world_size']} process(es); "
@@ -368,6 +368,11 @@ def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer
     set_rng_state(mine["rng"])
     if distributed.is_main():
         ctx.log.info(f"resumed from {path} at step {progress.step}")
+
+
+def _short(value: Any, width: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def _to_cpu(obj: Any) -> Any:

@@ -5,23 +5,21 @@ run can resume from, and write a sample of what it learned.
 """
 from __future__ import annotations
 
-import io
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from tqdm import tqdm
 
+from .. import distributed
 from ..data.text import TextStreams, Vocabulary, load_tiny_shakespeare, split_stream
 from ..errors import GraphseqError
-from ..io import atomic_write_bytes, atomic_write_text, load_checkpoint, save_checkpoint, write_json
-from ..models.charlm import (CHECKPOINT, CharLM, State, checkpoint_payload, detach_state,
-                             nats_to_bits, sample)
+from ..io import atomic_write_text, write_json
+from ..models.charlm import CharLM, detach_state, nats_to_bits, sample
+from ..training import plot_history, train_steps
 from .registry import stage
 
 
@@ -84,45 +82,10 @@ def evaluate(model: CharLM, ids: Tensor, batch_size: int, window: int, device: t
     return total / count
 
 
-def _rng_state() -> Dict[str, Any]:
-    state = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: Dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"].cpu())
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
-
-
-def _plot_curves(history: Dict[str, List[float]], final: tuple[int, float], path: Path,
-                 title: str) -> None:
-    # The object-oriented API with the Agg canvas: no pyplot, no global backend.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(7, 4.5), dpi=100)
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    axes.plot(history["train_step"], history["train_loss"], label="train (mean since last point)")
-    axes.plot(history["val_step"], history["val_loss"], "o-", label="validation (sample)")
-    axes.plot(*final, "*", markersize=12, label="validation (all characters)")
-    axes.set_xlabel("step")
-    axes.set_ylabel("cross-entropy (nats / character)")
-    axes.set_title(title)
-    axes.grid(alpha=0.3)
-    axes.legend()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", bbox_inches="tight")
-    atomic_write_bytes(path, buffer.getvalue())
-
-
 @stage("tbptt")
 def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
           lr_decay: float = 0.5, decay_steps: int = 2000, clip: float = 5.0,
-          steps: int = 0, minutes: float = 25.0, eval_every: int = 250, eval_chars: int = 30000,
+          steps: int = 10000, minutes: float = 0.0, eval_every: int = 250, eval_chars: int = 30000,
           eval_batch_size: int = 32, eval_window: int = 256, checkpoint_every: int = 250) -> None:
     """Trains the language model on ``batch_size`` contiguous streams of the
     training text, ``window`` characters at a time, carrying the recurrent
@@ -130,105 +93,62 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
 
     Adam at ``lr``, multiplied by ``lr_decay`` every ``decay_steps`` steps
     (smoothly), gradients clipped to norm ``clip``. Stops after ``steps``
-    steps or ``minutes`` minutes of training, whichever comes first (0: no
-    limit). Every ``eval_every`` steps about ``eval_chars`` validation
-    characters are scored (the first windows of ``eval_batch_size`` streams
-    spread over the whole validation text); at the end all of them. A checkpoint (weights,
-    optimizer, step, carried state, RNG, vocabulary, curves) is written every
-    ``checkpoint_every`` steps and at the end; with ``--resume`` training
-    continues from it, and the step and time budgets count the whole run.
+    steps (0: no step limit), or earlier after ``minutes`` minutes of
+    training (0: no time limit). Every ``eval_every`` steps about
+    ``eval_chars`` validation characters are scored (the first windows of
+    ``eval_batch_size`` streams spread over the whole validation text); at the
+    end all of them. A checkpoint (weights, optimizer, step, carried state,
+    RNG, vocabulary, history) is written every ``checkpoint_every`` steps and
+    at the end; with ``--resume`` training continues from it, and the step
+    and time budgets count the whole run.
+
+    With several processes each reads its share of the ``batch_size``
+    streams (which must divide evenly) and the gradients are averaged, so
+    a step is the same step as in one process.
     """
     model, data = ctx.require("model", "tbptt"), ctx.require("data", "tbptt")
-    if steps <= 0 and minutes <= 0:
-        raise GraphseqError("tbptt needs a budget: steps > 0 or minutes > 0")
+    if batch_size % distributed.world_size():
+        raise GraphseqError(f"tbptt: batch_size {batch_size} does not split evenly over "
+                            f"{distributed.world_size()} processes")
     streams = TextStreams(data.train, batch_size, window)
+    rows = distributed.shard(batch_size)  # This rank's streams.
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    path = ctx.out / CHECKPOINT
-    step, seconds, state = 0, 0.0, None
-    running, count = 0.0, 0  # the training loss summed since the last evaluation
-    history: Dict[str, List[float]] = {"train_step": [], "train_loss": [], "val_step": [], "val_loss": [],
-                                       "val_minutes": []}
-    if ctx.resume:
-        step, seconds, state, history, (running, count) = _restore(ctx, path, model, optimizer, data.vocab)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_decay ** (s / decay_steps))
+    carried: Dict[str, Any] = {"state": None}
 
-    def save() -> None:
-        save_checkpoint(checkpoint_payload(
-            model, data.vocab, optimizer=optimizer.state_dict(), step=step, seconds=seconds,
-            state=state, rng=_rng_state(), history=history, running=[running, count]), path)
-
-    def out_of_budget() -> bool:
-        return (steps > 0 and step >= steps) or (minutes > 0 and seconds >= 60 * minutes)
-
-    ctx.log.info(f"training: {len(streams)} windows of {batch_size} x {window} characters per epoch"
-                 + (f", resuming at step {step}" if step else ""))
-    model.train()
-    bar = tqdm(total=steps if steps > 0 else None, initial=step, desc=ctx.pipeline,
-               disable=ctx.quiet, unit="step", dynamic_ncols=True)
-    started = time.perf_counter() - seconds
-    while not out_of_budget():
+    def loss_fn(model: CharLM, step: int) -> Tensor:
         k = step % len(streams)
         if k == 0:
-            state = None  # Each epoch starts every stream afresh.
-        inputs, targets = (t.to(ctx.device) for t in streams[k])
-        for group in optimizer.param_groups:
-            group["lr"] = lr * lr_decay ** (step / decay_steps)
-        logits, state = model.forward_windows(inputs, state)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        state = detach_state(state)
-        step += 1
-        loss = float(loss.detach())
-        running, count = running + loss, count + 1
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}")
-        if step % eval_every == 0:
-            val = evaluate(model, data.val, eval_batch_size, eval_window, ctx.device, eval_chars)
-            history["train_step"].append(step)
-            history["train_loss"].append(running / count)
-            history["val_step"].append(step)
-            history["val_loss"].append(val)
-            history["val_minutes"].append((time.perf_counter() - started) / 60)
-            ctx.log.info(f"step {step}: train {running / count:.4f}, validation (about "
-                         f"{eval_chars:,} characters) {val:.4f} nats/char, "
-                         f"{(time.perf_counter() - started) / 60:.1f} min")
-            running, count = 0.0, 0
-        seconds = time.perf_counter() - started
-        if step % checkpoint_every == 0:
-            save()
-    bar.close()
+            carried["state"] = None  # Each epoch starts every stream afresh.
+        inputs, targets = (t[rows].to(ctx.device) for t in streams[k])
+        logits, state = model.forward_windows(inputs, carried["state"])
+        carried["state"] = detach_state(state)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
-    save()
+    def validate(model: CharLM) -> Dict[str, float]:
+        return {"val_loss": evaluate(model, data.val, eval_batch_size, eval_window, ctx.device, eval_chars)}
+
+    if distributed.is_main():
+        ctx.log.info(f"training: {len(streams)} windows of {batch_size} x {window} characters per epoch")
+    result = train_steps(ctx, model, optimizer, loss_fn, steps=steps, minutes=minutes,
+                         scheduler=schedule, clip=clip, evaluate=validate, eval_every=eval_every,
+                         checkpoint_every=checkpoint_every, extra_state=carried, desc=ctx.pipeline,
+                         meta={"model_config": dict(model.config), "vocabulary": list(data.vocab.symbols)},
+                         curves=None)
     val = evaluate(model, data.val, eval_batch_size, eval_window, ctx.device)
-    _plot_curves(history, (step, val), ctx.out / "curves.png",
-                 f"{ctx.pipeline}: validation {val:.3f} nats/char after {step} steps")
-    write_json(ctx.out / "history.json", {**history, "final_step": step, "final_val_loss": val})
-    train_loss = running / count if count else (history["train_loss"] or [math.nan])[-1]
-    ctx.metrics.update(val_nats=val, val_bits=nats_to_bits(val), steps=step,
-                       train_minutes=seconds / 60, train_loss=train_loss)
-    ctx.log.info(f"validation: {val:.4f} nats/char = {nats_to_bits(val):.4f} bits/char "
-                 f"after {step} steps, {seconds / 60:.1f} min of training")
-
-
-def _restore(ctx, path: Path, model: CharLM, optimizer: torch.optim.Optimizer,
-             vocab: Vocabulary) -> tuple[int, float, Optional[State], Dict[str, List[float]], list]:
-    if not path.is_file():
-        raise GraphseqError(f"--resume: no {CHECKPOINT} in {ctx.out}; the run stopped before its "
-                            f"first checkpoint, so start it again without --resume")
-    checkpoint = load_checkpoint(path, map_location=ctx.device)
-    if checkpoint["vocabulary"] != vocab.symbols:
-        raise GraphseqError(f"--resume: {path} was trained on a text with other characters")
-    if checkpoint["model_config"] != model.config:
-        raise GraphseqError(f"--resume: {path} holds a model {checkpoint['model_config']}, "
-                            f"but the pipeline now builds {model.config}")
-    model.load_state_dict(checkpoint["model"])
-    optimizer.load_state_dict(checkpoint["optimizer"])
-    _set_rng_state(checkpoint["rng"])
-    ctx.log.info(f"resumed from {path} at step {checkpoint['step']}")
-    return (checkpoint["step"], checkpoint["seconds"], checkpoint["state"], checkpoint["history"],
-            checkpoint["running"])
+    history = result.history
+    if distributed.is_main():
+        plot_history(history, ctx.out / "curves.png",
+                     f"{ctx.pipeline}: validation {val:.3f} nats/char after {result.step} steps",
+                     final=("validation (all characters)", result.step, val))
+        write_json(ctx.out / "history.json", {"history": history, "final_step": result.step,
+                                              "final_val_loss": val})
+    train_loss = history[-1].get("train_loss", math.nan) if history else math.nan
+    ctx.metrics.update(val_nats=val, val_bits=nats_to_bits(val), steps=result.step,
+                       train_minutes=result.seconds / 60, train_loss=train_loss)
+    if distributed.is_main():
+        ctx.log.info(f"validation: {val:.4f} nats/char = {nats_to_bits(val):.4f} bits/char "
+                     f"after {result.step} steps, {result.seconds / 60:.1f} min of training")
 
 
 @stage("char_sample")
@@ -236,5 +156,7 @@ def char_sample(ctx, *, prime: str = "ROMEO:", length: int = 500, temperature: f
     """Writes ``sample.txt``: ``length`` characters drawn after ``prime``."""
     model, data = ctx.require("model", "char_sample"), ctx.require("data", "char_sample")
     text = sample(model, data.vocab, prime, length, temperature, seed=ctx.seed)
+    if not distributed.is_main():
+        return
     atomic_write_text(ctx.out / "sample.txt", text + "\n")
     ctx.log.info("sample (temperature %s):\n%s", temperature, text)
