@@ -127,6 +127,7 @@ def _add_sample(commands: argparse._SubParsersAction) -> None:
 def _sample(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from . import views
     from .models import charlm
     from .pipeline import resolve_device
 
@@ -137,11 +138,11 @@ def _sample(args: argparse.Namespace) -> int:
         print(text)
         return 0
     if args.units:
-        activations = charlm.hidden_activations(model, vocab, text)
-        print(charlm.describe_units(charlm.interesting_units(text, activations, args.units)))
+        activations = views.hidden_activations(model, vocab, text)
+        print(views.describe_units(views.interesting_units(text, activations, args.units)))
     if args.html:
         cells = None if args.cells is None else _int_list(args.cells, "--cells")
-        drawn = charlm.write_heatmap(model, vocab, text, args.html, cells)
+        drawn = views.write_heatmap(model, vocab, text, args.html, cells)
         print(f"wrote {args.html}: units {', '.join(map(str, drawn))} over {len(text)} characters")
     return 0
 

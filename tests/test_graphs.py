@@ -48,3 +48,33 @@ def test_lengths_and_batch_round_trip():
 def test_negative_length_is_refused():
     with pytest.raises(ValueError, match="non-negative"):
         graphs.chain([2, -1])
+
+
+def _edges(edge_index):
+    return set(map(tuple, edge_index.t().tolist()))
+
+
+def test_knn_joins_each_row_to_its_most_similar_rows_both_ways():
+    x = torch.tensor([[1.0, 0.0, 0.0], [0.9, 0.1, 0.0], [0.0, 1.0, 0.0], [0.0, 0.9, 0.1]])
+    assert _edges(graphs.knn(x, k=1)) == {(0, 1), (1, 0), (2, 3), (3, 2)}
+
+
+def test_knn_never_joins_rows_with_nothing_in_common_nor_a_row_to_itself():
+    x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    # Row 2 shares nothing with the others: it stays alone although k = 2.
+    assert _edges(graphs.knn(x, k=2)) == {(0, 1), (1, 0)}
+
+
+def test_knn_breaks_ties_towards_the_lower_index():
+    x = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0],
+                      [0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 2.0]])
+    # Rows 1 and 2 are equally similar to row 0 (1); each prefers another row (2).
+    assert _edges(graphs.knn(x, k=1)) == {(0, 1), (1, 0), (1, 3), (3, 1), (2, 4), (4, 2)}
+
+
+def test_knn_gives_the_same_graph_for_sparse_rows_and_any_block_size():
+    torch.manual_seed(0)
+    x = torch.rand(30, 12) * (torch.rand(30, 12) < 0.3)
+    dense = graphs.knn(x, k=3)
+    assert torch.equal(graphs.knn(x.to_sparse_csr(), k=3, block_size=7), dense)
+    assert torch.equal(graphs.knn(x, k=3, block_size=1), dense)

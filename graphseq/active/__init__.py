@@ -8,8 +8,8 @@ at once, and the model is retrained.
 - :mod:`.prompt`     a person at the terminal (or a pipe), never ``input()``
 - :mod:`.store`      every answer in SQLite, committed before the next question
 - :mod:`.loop`       query, ask, store, retrain, until the budget is spent
-- :mod:`.learners`   the model retrained each round (a two-layer GCN)
-- :mod:`.datasets`   the tasks: Cora's papers, sentence-polarity snippets
+- :mod:`.learners`   fits the model retrained each round (:class:`graphseq.models.GCN`)
+- :mod:`.tasks`      the tasks: Cora's papers, sentence-polarity snippets
 - :mod:`.curves`     learning-curve plots, mean and spread over seeds
 """
 from .curves import plot_learning_curves, plot_run

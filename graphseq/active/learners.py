@@ -1,6 +1,6 @@
 """What the loop retrains after every round: a model over all items of a
-graph, fitted to the labelled ones. :class:`GCNLearner` is a two-layer GCN
-(Kipf and Welling, 2017) trained from the same seeded start each round, so
+graph, fitted to the labelled ones. :class:`GCNLearner` trains the two-layer
+:class:`~graphseq.models.gcn.GCN` from the same seeded start each round, so
 that two labelled sets are compared, not two initialisations.
 """
 from __future__ import annotations
@@ -12,39 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Data
-from torch_geometric.nn import GCNConv
 from torch_geometric.utils import remove_self_loops, to_torch_csr_tensor
 
-
-def sparse_dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """Dropout of a sparse (CSR) feature matrix: the same as ``F.dropout`` on
-    the dense matrix, since zeros stay zero, with one random draw per nonzero
-    instead of one per entry. Cora's features are 1.3% nonzero; dense, the
-    dropout and the first product take most of the training time on a CPU."""
-    values = F.dropout(x.values(), p=p, training=training)
-    return torch.sparse_csr_tensor(x.crow_indices(), x.col_indices(), values, x.shape,
-                                   check_invariants=False)
-
-
-class GCN(torch.nn.Module):
-    """Two GCN layers with ReLU and dropout; returns the class logits and the
-    hidden representation (the embeddings some strategies read)."""
-
-    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int, dropout: float = 0.5):
-        super().__init__()
-        self.dropout = dropout
-        self.conv1 = GCNConv(in_channels, hidden_channels, cached=True)
-        self.conv2 = GCNConv(hidden_channels, out_channels, cached=True)
-
-    def forward(self, x: Tensor, edge_index: Tensor) -> Tuple[Tensor, Tensor]:
-        """``edge_index`` may also be a sparse (transposed) adjacency matrix."""
-        if x.layout == torch.sparse_csr:
-            x = sparse_dropout(x, self.dropout, self.training)
-        else:
-            x = F.dropout(x, p=self.dropout, training=self.training)
-        hidden = F.relu(self.conv1(x, edge_index))  # [num_nodes, hidden_channels]
-        x = F.dropout(hidden, p=self.dropout, training=self.training)
-        return self.conv2(x, edge_index), hidden  # [num_nodes, out_channels]
+from ..models.gcn import GCN
 
 
 class GCNLearner:

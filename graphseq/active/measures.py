@@ -39,6 +39,3 @@ def least_confidence(probabilities: Tensor) -> Tensor:
     :math:`1 - \max_c p_c`."""
     check_probabilities(probabilities)
     return 1.0 - probabilities.max(dim=-1).values
-
-
-MEASURES = {"entropy": entropy, "margin": margin, "least_confidence": least_confidence}

@@ -1,5 +1,5 @@
 """Text for sequence models: vocabularies of characters or words, a word
-tokenizer, and tiny-shakespeare as one character stream for language models
+tokenizer, TF-IDF vectors, and tiny-shakespeare as one character stream for language models
 (read window by window from contiguous streams, as char-rnn does). Its raw
 file comes from the data root, the read-only mirror, or the web, through
 :func:`graphseq.data.files.locate_raw_files`. The sentence-polarity data
@@ -8,10 +8,12 @@ lives in :mod:`graphseq.data.polarity`.
 from __future__ import annotations
 
 import re
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -146,3 +148,21 @@ class TextStreams:
 def tokenize(sentence: str) -> List[str]:
     """Lower-cased runs of word characters; everything else separates them."""
     return re.findall(r"\w+", sentence.lower())
+
+
+def tfidf(sentences: Sequence[str], min_df: int = 2, stop_words: Optional[str] = "english",
+          dtype: torch.dtype = torch.float32) -> Tensor:
+    """TF-IDF vectors of the sentences, ``[num_sentences, vocabulary]`` as a
+    sparse CSR matrix with L2-normalised rows (scikit-learn's
+    ``TfidfVectorizer``, sub-linear term frequencies): words in fewer than
+    ``min_df`` sentences and English stop words are left out, which keeps
+    similarities about content rather than about "the"."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    matrix = TfidfVectorizer(sublinear_tf=True, min_df=min_df, stop_words=stop_words)
+    coo = matrix.fit_transform(sentences).tocoo()
+    indices = torch.as_tensor(np.stack([coo.row, coo.col]), dtype=torch.long)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_coo_tensor(indices, torch.as_tensor(coo.data, dtype=dtype), coo.shape,
+                                       check_invariants=False).coalesce().to_sparse_csr()

@@ -1,2 +1,3 @@
 """Small compositions of graphseq layers: the networks the pipelines train."""
-from .gat import GAT, sparse_dropout  # noqa: F401
+from .gat import GAT  # noqa: F401
+from .gcn import GCN  # noqa: F401

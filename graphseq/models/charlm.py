@@ -2,16 +2,14 @@
 built from graphseq's chain layers: the characters of a window are the nodes
 of a chain graph, an embedding feeds a :class:`~graphseq.nn.ChainLSTM` (or
 RNN, GRU, ON-LSTM) stepped along it, and a linear read-out predicts the next
-character at every node. Also here: loading a trained run, sampling text from
-it, and looking at what single hidden units respond to (an HTML heat map and
-the units that best track simple features of the text).
+character at every node. Also here: loading a trained run and sampling text
+from it. What single hidden units respond to is drawn by :mod:`graphseq.views`.
 """
 from __future__ import annotations
 
-import html
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +18,7 @@ from torch import Tensor, nn
 from ..data.text import Vocabulary
 from ..errors import GraphseqError
 from ..graphs import chain, lengths_to_batch
-from ..io import atomic_write_text, load_checkpoint
+from ..io import load_checkpoint
 from ..nn.recurrent import ChainGRU, ChainLSTM, ChainONLSTM, ChainRNN
 
 State = Union[Tensor, Tuple[Tensor, ...]]
@@ -143,139 +141,6 @@ def sample(model: CharLM, vocab: Vocabulary, prime: str = "", length: int = 500,
         drawn.append(char)
         logits, state = model.forward_windows(torch.tensor([[char]], device=device), state)
     return prime + vocab.decode(drawn)
-
-
-@torch.no_grad()
-def hidden_activations(model: CharLM, vocab: Vocabulary, text: str) -> Tensor:
-    """The top recurrent layer's output after each character of ``text``,
-    ``[len(text), hidden_size]``, the text read as one chain."""
-    model.eval()
-    device = next(model.parameters()).device
-    tokens = vocab.encode(text).to(device)
-    edge_index, batch = model.chains(1, tokens.numel(), device)
-    hidden, _ = model.encode(tokens, edge_index, batch)
-    return hidden.cpu()
-
-
-@torch.no_grad()
-def master_forget_distances(model: CharLM, vocab: Vocabulary, text: str) -> Optional[Tensor]:
-    """For an ON-LSTM, the top layer's master-forget distance after each
-    character of ``text`` as a fraction of its chunks ``[len(text)]``: near 1
-    when the step erases most of the ordered cell (a constituent closes),
-    near 0 when it keeps it. :obj:`None` for other cells."""
-    if model.config["cell"] != "onlstm":
-        return None
-    hidden_activations(model, vocab, text)  # The layer keeps the distances of its last call.
-    return model.rnn.last_distances[:, -1].cpu() / model.rnn.num_chunks
-
-
-# --------------------------------------------------------------------------- #
-# Looking at single units
-# --------------------------------------------------------------------------- #
-
-def _colour(value: float) -> str:
-    # Red for positive, blue for negative, white at zero (Karpathy's heat maps).
-    v = max(-1.0, min(1.0, value))
-    fade = int(255 * (1 - abs(v)))
-    return f"rgb(255,{fade},{fade})" if v >= 0 else f"rgb({fade},{fade},255)"
-
-
-def heatmap_html(text: str, activations: Tensor, cells: Sequence[int],
-                 title: str = "hidden units", rows: Optional[Dict[str, Tensor]] = None) -> str:
-    """An HTML page with one block per unit of ``cells``: every character of
-    ``text`` is a span whose background is that unit's activation after it
-    (red positive, blue negative, scaled by the unit's largest magnitude when
-    it exceeds 1). Hovering a character shows the value. ``rows`` adds named
-    blocks of other per-character values ``[len(text)]`` drawn the same way."""
-    if activations.shape[0] != len(text):
-        raise ValueError(f"expected activations of shape [{len(text)}, hidden], "
-                         f"got {list(activations.shape)}")
-    hidden = activations.shape[1]
-    bad = [c for c in cells if not 0 <= c < hidden]
-    if bad:
-        raise GraphseqError(f"unit(s) {', '.join(map(str, bad))} out of range: the model has "
-                            f"{hidden} hidden units (0..{hidden - 1})")
-    named = [(f"unit {cell}", activations[:, cell]) for cell in cells] + list((rows or {}).items())
-    blocks = []
-    for name, values in named:
-        scale = max(1.0, float(values.abs().max())) if values.numel() else 1.0
-        spans = []
-        for char, value in zip(text, values.tolist()):
-            shown = "\u21b5\n" if char == "\n" else html.escape(char)
-            spans.append(f'<span style="background:{_colour(value / scale)}" '
-                         f'title="{value:+.3f}">{shown}</span>')
-        blocks.append(f"<h2>{html.escape(name)}</h2>\n<pre>{''.join(spans)}</pre>")
-    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title>"
-            "<style>body{font-family:sans-serif} pre{font-size:14px;line-height:1.5;"
-            "white-space:pre-wrap}</style></head><body>\n"
-            f"<h1>{html.escape(title)}</h1>\n" + "\n".join(blocks) + "\n</body></html>\n")
-
-
-def text_features(text: str) -> Dict[str, Tensor]:
-    """Per-character features a unit might track: the position in the line,
-    the characters left until the line ends, being inside double quotes or
-    parentheses, inside a word, and on a speaker's line (``ROMEO:``)."""
-    position, remaining, quoted, bracketed, in_word, speaker = [], [], [], [], [], []
-    inside_quotes = False
-    depth = 0
-    for line in text.split("\n"):
-        is_speaker = line.rstrip().endswith(":") and len(line) > 1
-        for i, char in enumerate(line + "\n"):
-            if char == '"':
-                inside_quotes = not inside_quotes
-            depth += (char == "(") - (char == ")")
-            position.append(i)
-            remaining.append(len(line) - i)
-            quoted.append(inside_quotes)
-            bracketed.append(depth > 0)
-            in_word.append(char.isalpha())
-            speaker.append(is_speaker)
-    n = len(text)  # The loop adds one line break too many at the very end.
-    features = {"position in line": position, "characters to line end": remaining,
-                "inside quotes": quoted, "inside parentheses": bracketed,
-                "inside a word": in_word, "speaker line": speaker}
-    return {name: torch.tensor(values[:n], dtype=torch.float) for name, values in features.items()}
-
-
-def interesting_units(text: str, activations: Tensor, top: int = 5) -> Dict[str, List[Tuple[int, float]]]:
-    """For each feature of :func:`text_features` that varies over ``text``,
-    the ``top`` units whose activation correlates most strongly with it, as
-    ``(unit, Pearson r)`` pairs, strongest first."""
-    centred = activations - activations.mean(0)
-    spread = centred.norm(dim=0).clamp_min(1e-12)
-    found = {}
-    for name, feature in text_features(text).items():
-        feature = feature - feature.mean()
-        if float(feature.norm()) == 0.0:
-            continue  # A constant feature (no quotes in the text, say) says nothing.
-        r = (centred * feature[:, None]).sum(0) / (spread * feature.norm())
-        order = r.abs().argsort(descending=True)[:top]
-        found[name] = [(int(u), float(r[u])) for u in order]
-    return found
-
-
-def describe_units(found: Dict[str, List[Tuple[int, float]]]) -> str:
-    """:func:`interesting_units` as lines of text, one feature per line."""
-    return "\n".join(f"{name}: " + ", ".join(f"unit {u} (r={r:+.2f})" for u, r in units)
-                     for name, units in found.items())
-
-
-def write_heatmap(model: CharLM, vocab: Vocabulary, text: str, path: str | Path,
-                  cells: Optional[Sequence[int]] = None, top: int = 2) -> List[int]:
-    """Writes :func:`heatmap_html` of ``cells`` over ``text`` to ``path``.
-    Without ``cells`` it draws, for each feature of :func:`text_features`,
-    the ``top`` units that track it best. An ON-LSTM's master-forget
-    distances come last. Returns the units drawn."""
-    activations = hidden_activations(model, vocab, text)
-    if cells is None:
-        found = interesting_units(text, activations, top)
-        cells = list(dict.fromkeys(u for units in found.values() for u, _ in units))
-    distances = master_forget_distances(model, vocab, text)
-    rows = None if distances is None else {"master-forget distance (top layer, share of chunks)": distances}
-    atomic_write_text(path, heatmap_html(text, activations, cells, rows=rows,
-                                         title=f"{model.config['cell']} hidden units"))
-    return list(cells)
 
 
 def nats_to_bits(nats: float) -> float:

@@ -1,33 +1,19 @@
 """The two-layer GAT of Veličković et al. (ICLR 2018) for transductive node
 classification, as in its Cora, CiteSeer and PubMed experiments.
 
-Bag-of-words features are almost all zeros (98.7% on Cora). Dropout of a zero
-is still zero, so dropping out only the stored non-zeros of a sparse feature
-matrix draws exactly the distribution dense dropout draws, and the first
-layer then multiplies sparsely: the same model at a fraction of the cost.
+Bag-of-words features are almost all zeros (98.7% on Cora). Kept sparse, they
+are dropped out and multiplied sparsely (:mod:`graphseq.nn.sparse`): the same
+model at a fraction of the cost.
 """
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
 from ..nn import GATConv
-
-
-def sparse_dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """Dropout that also accepts a sparse CSR or COO matrix, dropping its stored values."""
-    if x.layout == torch.strided:
-        return F.dropout(x, p=p, training=training)
-    if not training or p == 0.0:
-        return x
-    if x.layout == torch.sparse_coo:
-        x = x.to_sparse_csr()
-    values = F.dropout(x.values(), p=p, training=True)
-    return torch.sparse_csr_tensor(x.crow_indices(), x.col_indices(), values, x.size(),
-                                   check_invariants=False)
+from ..nn.sparse import sparse_dropout
 
 
 class GAT(nn.Module):

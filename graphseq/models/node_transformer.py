@@ -14,8 +14,7 @@ from torch import Tensor, nn
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
 from ..nn import SelfAttentionConv, TransformerEncoderLayer
-from ..nn.sparse import sparse_dense_mm
-from .gat import sparse_dropout
+from ..nn.sparse import sparse_dense_mm, sparse_dropout
 
 ATTENTION = ("neighbours", "full")
 

@@ -1,13 +1,15 @@
 """Sparse node features. Bag-of-words features are mostly zeros (98.7% on
 Cora): multiplying them as a sparse CSR matrix skips the zeros in both the
 forward pass and the weight gradient, which torch's generic sparse backward
-does not do quickly on CPU.
+does not do quickly on CPU; and dropout of a zero is still zero, so dropping
+out only the stored values draws exactly what dense dropout draws.
 """
 from __future__ import annotations
 
 import warnings
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.index import index2ptr, ptr2index
 
@@ -46,3 +48,18 @@ def sparse_dense_mm(x: Tensor, weight: Tensor) -> Tensor:
     if x.layout != torch.sparse_csr:
         x = x.to_sparse_csr()
     return _SparseDenseMM.apply(x.crow_indices(), x.col_indices(), x.values(), x.size(1), weight)
+
+
+def sparse_dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """``F.dropout`` that also takes a sparse CSR or COO matrix, dropping out
+    its stored values: the distribution of dense dropout, since zeros stay
+    zero, with one random draw per non-zero instead of one per entry."""
+    if x.layout == torch.strided:
+        return F.dropout(x, p=p, training=training)
+    if not training or p == 0.0:
+        return x
+    if x.layout == torch.sparse_coo:
+        x = x.to_sparse_csr()
+    values = F.dropout(x.values(), p=p, training=True)
+    return torch.sparse_csr_tensor(x.crow_indices(), x.col_indices(), values, x.size(),
+                                   check_invariants=False)

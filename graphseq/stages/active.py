@@ -17,7 +17,7 @@ from typing import List
 import torch
 
 from ..active.curves import PLOT_NAME, plot_learning_curves
-from ..active.datasets import cora_task, polarity_task
+from ..active.tasks import cora_task, polarity_task
 from ..active.learners import GCNLearner
 from ..active.loop import active_learning as run_loop
 from ..active.oracles import FileOracle, SimulatedOracle

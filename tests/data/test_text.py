@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from graphseq.data import text
-from graphseq.data.text import TextStreams, Vocabulary, load_tiny_shakespeare, split_stream, tokenize
+from graphseq.data.text import TextStreams, Vocabulary, load_tiny_shakespeare, split_stream, tfidf, tokenize
 from graphseq.errors import GraphseqError
 
 
@@ -83,3 +83,11 @@ def test_split_fraction_must_be_a_fraction():
 
 def test_tokenize_lowercases_and_splits_on_non_word_characters():
     assert tokenize("It's a GREAT film -- 10/10!") == ["it", "s", "a", "great", "film", "10", "10"]
+
+
+def test_tfidf_rows_are_unit_vectors_over_the_shared_words():
+    x = tfidf(["a great film", "a great cast", "a dull film", "nothing"], min_df=2)
+    assert x.layout == torch.sparse_csr and x.shape == (4, 2)  # film, great; "a" is a stop word
+    dense = x.to_dense()
+    assert torch.allclose(dense[:3].norm(dim=1), torch.ones(3))
+    assert (dense[3] == 0).all()  # no word seen twice

@@ -1,7 +1,8 @@
 import torch
 import torch_geometric.nn as pyg_nn
 
-from graphseq.models import GAT, sparse_dropout
+from graphseq.models import GAT
+from graphseq.nn.sparse import sparse_dropout
 
 EDGE_INDEX = torch.tensor([[1, 2, 0, 3, 4, 2, 3, 3],
                            [0, 2, 1, 1, 3, 4, 2, 3]])

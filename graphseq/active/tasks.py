@@ -1,11 +1,12 @@
-"""The tasks the active-learning pipelines label: Cora's citation graph
-(nodes are papers; a person sees a paper's neighbourhood and the model's
-guess) and the sentence-polarity snippets joined into a k-nearest-neighbour
-graph over TF-IDF (nodes are sentences a person can read and judge).
+"""The tasks the active-learning pipelines label, each a
+:class:`~graphseq.active.loop.Task` (classes, pool, graph, and what a person
+reads about an item) with its data: Cora's citation graph (nodes are papers;
+a person sees a paper's neighbourhood and the model's guess) and the
+sentence-polarity snippets joined into a k-nearest-neighbour graph over
+TF-IDF (nodes are sentences a person can read and judge).
 """
 from __future__ import annotations
 
-import warnings
 from collections import Counter
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
@@ -14,11 +15,12 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
-from torch_geometric.utils import to_undirected
 
 from ..data.planetoid import load_planetoid
 from ..data.polarity import CLASS_NAMES as POLARITY_CLASSES
 from ..data.polarity import load_polarity
+from ..data.text import tfidf
+from ..graphs import knn
 from .loop import Task
 from .prompt import wrap
 
@@ -70,36 +72,6 @@ def cora_task(root: Path, mirror: Optional[Path] = None, name: str = "cora") -> 
     return Task(class_names, pool, data.edge_index, describe), data
 
 
-def tfidf_knn_graph(sentences: List[str], k: int) -> Tuple[Tensor, Tensor]:
-    """TF-IDF vectors of the sentences (``[num_sentences, vocabulary]``, sparse
-    CSR) and the undirected graph joining each sentence to its ``k`` nearest
-    neighbours by cosine similarity; neighbours sharing no word are left out.
-
-    The rows are L2-normalised, so the cosine similarities are the sparse
-    product ``X X^T``; English stop words are dropped, which keeps that product
-    sparse (and the neighbours about content, not about "the")."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    tfidf = TfidfVectorizer(sublinear_tf=True, min_df=2, stop_words="english").fit_transform(sentences)
-    similarity = (tfidf @ tfidf.T).tocsr()
-    similarity.setdiag(0.0)  # A sentence is not its own neighbour.
-    similarity.eliminate_zeros()
-    sources, targets = [], []
-    for row in range(similarity.shape[0]):
-        start, end = similarity.indptr[row], similarity.indptr[row + 1]
-        values, columns = similarity.data[start:end], similarity.indices[start:end]
-        nearest = columns[np.argsort(-values, kind="stable")[:k]]
-        sources.append(np.full(len(nearest), row))
-        targets.append(nearest)
-    edge_index = torch.as_tensor(np.stack([np.concatenate(sources), np.concatenate(targets)]), dtype=torch.long)
-    coo = tfidf.tocoo()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        x = torch.sparse_coo_tensor(np.stack([coo.row, coo.col]), coo.data.astype(np.float32), coo.shape,
-                                    check_invariants=False).to_sparse_csr()
-    return to_undirected(edge_index, num_nodes=len(sentences)), x
-
-
 def polarity_task(root: Path, mirror: Optional[Path] = None, neighbours: int = 10,
                   test_fraction: float = 0.2, limit: int = 0) -> Tuple[Task, Data]:
     """The polarity sentences as nodes of a k-nearest-neighbour graph over
@@ -112,7 +84,8 @@ def polarity_task(root: Path, mirror: Optional[Path] = None, neighbours: int = 1
     if limit:
         order = np.sort(np.random.default_rng(0).permutation(len(sentences))[:limit])
         sentences, labels = [sentences[i] for i in order], [labels[i] for i in order]
-    edge_index, x = tfidf_knn_graph(sentences, neighbours)
+    x = tfidf(sentences)  # [num_sentences, vocabulary], sparse
+    edge_index = knn(x, neighbours)
     num_items = len(sentences)
     test = torch.zeros(num_items, dtype=torch.bool)
     test[torch.as_tensor(np.random.default_rng(1).permutation(num_items)[:int(test_fraction * num_items)])] = True

@@ -1,0 +1,28 @@
+"""The two-layer GCN the active-learning loop retrains."""
+import torch
+import torch_geometric.nn as pyg_nn
+
+from graphseq.models import GCN
+
+EDGE_INDEX = torch.tensor([[1, 2, 0, 3, 4, 2],
+                           [0, 1, 1, 4, 3, 0]])
+
+
+def test_gcn_equals_two_pyg_layers_with_relu_between():
+    torch.manual_seed(0)
+    model = GCN(5, 4, 3).eval()
+    conv1, conv2 = pyg_nn.GCNConv(5, 4), pyg_nn.GCNConv(4, 3)
+    conv1.load_state_dict(model.conv1.state_dict())
+    conv2.load_state_dict(model.conv2.state_dict())
+    x = torch.randn(5, 5)
+    hidden = conv1(x, EDGE_INDEX).relu()
+    logits, embeddings = model(x, EDGE_INDEX)
+    assert torch.allclose(embeddings, hidden, atol=1e-6)
+    assert torch.allclose(logits, conv2(hidden, EDGE_INDEX), atol=1e-6)
+
+
+def test_gcn_takes_sparse_features():
+    torch.manual_seed(0)
+    model = GCN(5, 4, 3).eval()
+    x = torch.randn(5, 5) * (torch.rand(5, 5) < 0.5)
+    assert torch.allclose(model(x.to_sparse_csr(), EDGE_INDEX)[0], model(x, EDGE_INDEX)[0], atol=1e-6)
