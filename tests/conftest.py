@@ -58,5 +58,13 @@ def _write_fake_planetoid(folder, name, num_features=20, num_classes=3, per_clas
 
 
 @pytest.fixture
-def write_fake_planetoid():
-    return _write_fake_planetoid
+def write_fake_planetoid(monkeypatch):
+    """Writes generated Planetoid files; their dataset's known checksums are
+    set aside for the test, since generated files are not the real ones."""
+    from graphseq.data import planetoid
+
+    def write(folder, name, **kwargs):
+        monkeypatch.setitem(planetoid.CHECKSUMS, planetoid.NAMES[name.lower()], {})
+        return _write_fake_planetoid(folder, name, **kwargs)
+
+    return write

@@ -85,8 +85,8 @@ def test_resume_of_an_empty_directory_is_refused(capsys, tmp_path):
 
 
 def test_missing_dataset_is_named_without_traceback(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr("torch_geometric.datasets.Planetoid.download",
-                        lambda self: (_ for _ in ()).throw(OSError("offline")))
+    monkeypatch.setattr("graphseq.data.planetoid.download_url",
+                        lambda url, path: (_ for _ in ()).throw(OSError("offline")))
     err = fail(capsys, "run", "gat-pubmed", "--data-root", str(tmp_path / "root"),
                "--data-mirror", str(tmp_path / "empty"), "--out", str(tmp_path / "out"), "--quiet")
     assert "ind.pubmed.allx" in err and "offline" in err

@@ -1,36 +1,123 @@
-"""Finding raw dataset files: the data root first, then a read-only mirror
-with the same layout (copied into the root, never written to), then a
-download. When all three fail the error names every file and place tried."""
+"""Finding raw dataset files and making sure they are the right ones.
+
+A loader names the files it needs; :func:`locate_raw_files` looks for them in
+the data root first, then in a read-only mirror with the same layout (copied
+into the root, never written to), then downloads them. When the loader knows
+a file's checksum, the file is checked wherever it was found, before it is
+used: a damaged file (truncated, altered) stops the run with one line naming
+the file and the place, and is never copied into the data root; a damaged
+download is deleted. When all places fail, the error names every file and
+place tried.
+
+The checks are reusable: a loader passes its table of :class:`Checksum`
+values, and :func:`check_file` checks any single file (one extracted from an
+archive, say).
+"""
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from ..errors import GraphseqError
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Checksum:
+    """What a good copy of a file is known to be: its SHA-256 and size in
+    bytes, or, where only that is known, its git blob id (the SHA-1 of
+    ``b"blob <size>\\0"`` and the bytes, what ``git hash-object`` prints)."""
+
+    sha256: str = ""
+    size: int = -1
+    git_blob: str = ""
+
+    def __post_init__(self):
+        if not (self.sha256 or self.git_blob):
+            raise ValueError("a Checksum needs a sha256 or a git_blob")
+
+
+class DamagedFileError(GraphseqError):
+    """A dataset file whose bytes are not those of a good copy."""
+
+
+def _short(digest: str) -> str:
+    return digest[:12] + "..."
+
+
+def _where(place: str) -> str:
+    return f" ({place})" if place else ""
+
+
+def check_file(path: Path, checksum: Checksum, place: str = "") -> None:
+    """Raises :class:`DamagedFileError` naming ``path`` (and ``place``, where
+    it was found) unless the file matches ``checksum``."""
+    path = Path(path)
+    size = path.stat().st_size
+    if checksum.size >= 0 and size != checksum.size:
+        hint = "truncated" if size < checksum.size else "too long"
+        raise DamagedFileError(f"damaged dataset file {path}{_where(place)}: {size:,} bytes where a good "
+                               f"copy has {checksum.size:,} ({hint}); replace it with a good copy")
+    sha256, git_blob = hashlib.sha256(), hashlib.sha1(f"blob {size}\0".encode())
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            sha256.update(chunk)
+            git_blob.update(chunk)
+    for name, expected, found in (("SHA-256", checksum.sha256, sha256.hexdigest()),
+                                  ("git blob id", checksum.git_blob, git_blob.hexdigest())):
+        if expected and found != expected:
+            raise DamagedFileError(f"damaged dataset file {path}{_where(place)}: its {name} {_short(found)} "
+                                   f"is not the known {_short(expected)} (altered or truncated); "
+                                   f"replace it with a good copy")
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copies ``source`` to ``target`` through a temporary file beside it, so
+    a crash never leaves half a file under the name."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def locate_raw_files(folder: str, names: Sequence[str], root: Path,
                      mirror: Optional[Path] = None,
-                     download: Optional[Callable[[Path], None]] = None) -> Path:
-    """Makes sure ``root/folder/NAME`` exists for every name and returns
-    ``root/folder``.
+                     download: Optional[Callable[[Path], None]] = None,
+                     checksums: Optional[Mapping[str, Checksum]] = None) -> Path:
+    """Makes sure ``root/folder/NAME`` exists, and is a good copy where
+    ``checksums`` knows ``NAME``, for every name; returns ``root/folder``.
 
-    Missing files are copied from ``mirror/folder`` when it has them; what is
-    still missing is handed to ``download(root/folder)``. Errors from the
-    download (offline, say) become a :class:`GraphseqError` naming the files.
+    Files already in the root are checked first. Missing files are copied
+    from ``mirror/folder`` when it has them (checked before they are
+    copied); what is still missing is handed to ``download(root/folder)``,
+    and every downloaded file is checked (a damaged one is deleted). Errors
+    from the download (offline, say) become a :class:`GraphseqError` naming
+    the files.
     """
+    checksums = checksums or {}
     target = Path(root) / folder
+    for name in names:
+        if (target / name).is_file() and name in checksums:
+            check_file(target / name, checksums[name], "in the data root; delete it to fetch it again")
     missing = [n for n in names if not (target / n).exists()]
     if missing and mirror is not None:
         source = Path(mirror) / folder
         for name in list(missing):
             if (source / name).is_file():
-                (target / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source / name, target / name)
+                if name in checksums:
+                    check_file(source / name, checksums[name], "in the mirror; nothing was copied")
+                _copy(source / name, target / name)
                 missing.remove(name)
     if not missing:
         return target
@@ -46,12 +133,20 @@ def locate_raw_files(folder: str, names: Sequence[str], root: Path,
     still = [n for n in names if not (target / n).exists()]
     if still:
         raise GraphseqError(f"missing dataset file(s) {', '.join(still)} after downloading into {target}")
+    for name in missing:
+        if name in checksums:
+            try:
+                check_file(target / name, checksums[name], "just downloaded, now deleted")
+            except DamagedFileError:
+                (target / name).unlink()
+                raise
     return target
 
 
 def download_url(url: str, path: Path) -> None:
     """Downloads ``url`` to ``path`` through a temporary file beside it, so
-    an interrupted download never leaves a partial file under the name."""
+    an interrupted download never leaves a partial file under the name
+    (PyG's ``download_url`` writes in place)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)

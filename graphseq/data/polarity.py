@@ -22,12 +22,19 @@ import torch
 from torch import Tensor
 
 from ..errors import GraphseqError
-from .files import download_url, locate_raw_files
+from .files import Checksum, download_url, locate_raw_files
 
 URL = "http://www.cs.cornell.edu/people/pabo/movie-review-data/rt-polaritydata.tar.gz"
 FOLDER = "rt-polaritydata"
 FILES = ["rt-polarity.neg", "rt-polarity.pos"]
 CLASS_NAMES = ["negative", "positive"]
+# The sentence polarity dataset v1.0 as first committed to
+# dennybritz/cnn-text-classification-tf (5a4610cd), the copy closest to the
+# tarball's bytes (Windows-1252).
+CHECKSUMS = {
+    "rt-polarity.neg": Checksum("4af43bf489620b498a0852c5a8c6a535155dec7985fdfea782b8f7756b957ccc", 612_290),
+    "rt-polarity.pos": Checksum("d79ef14009bbf87cd6be21f91c3ea1a3cbcb73b34dfb4231aef7bbcd7677abc4", 626_168),
+}
 
 Fold = Tuple[Tensor, Tensor, Tensor]
 
@@ -51,7 +58,7 @@ def download_polarity(target: Path) -> None:
 def polarity_folder(root: Path, mirror: Optional[Path] = None) -> Path:
     """Makes sure ``root/rt-polaritydata`` holds the two files (from the
     mirror, else Cornell's tarball) and returns that folder."""
-    return locate_raw_files(FOLDER, FILES, Path(root), mirror, download_polarity)
+    return locate_raw_files(FOLDER, FILES, Path(root), mirror, download_polarity, CHECKSUMS)
 
 
 def load_polarity(root: Path, mirror: Optional[Path] = None) -> Tuple[List[str], List[int]]:

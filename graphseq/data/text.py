@@ -18,10 +18,13 @@ import torch
 from torch import Tensor
 
 from ..errors import GraphseqError
-from .files import download_url, locate_raw_files
+from .files import Checksum, download_url, locate_raw_files
 
 TINY_SHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/"
                         "data/tinyshakespeare/input.txt")
+# karpathy/char-rnn, commit 6f9487a6.
+TINY_SHAKESPEARE = {"input.txt": Checksum("86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+                                          1_115_394)}
 
 
 # --------------------------------------------------------------------------- #
@@ -97,7 +100,8 @@ class Vocabulary:
 def load_tiny_shakespeare(root: Path, mirror: Optional[Path] = None) -> str:
     """The 1,115,394 characters of Karpathy's tiny-shakespeare."""
     folder = locate_raw_files("tinyshakespeare", ["input.txt"], Path(root), mirror,
-                              lambda target: download_url(TINY_SHAKESPEARE_URL, target / "input.txt"))
+                              lambda target: download_url(TINY_SHAKESPEARE_URL, target / "input.txt"),
+                              TINY_SHAKESPEARE)
     return (folder / "input.txt").read_text(encoding="utf-8")
 
 

@@ -21,7 +21,7 @@ def test_missing_raw_file_is_named_with_the_places_looked(tmp_path, monkeypatch,
     def offline(*args, **kwargs):
         raise OSError("network is unreachable")
 
-    monkeypatch.setattr("torch_geometric.datasets.Planetoid.download", offline)
+    monkeypatch.setattr("graphseq.data.planetoid.download_url", offline)
     with pytest.raises(GraphseqError) as error:
         load_planetoid("PubMed", tmp_path / "root", mirror)
     message = str(error.value)

@@ -81,6 +81,7 @@ def test_polarity_download_copies_only_the_data_files(tmp_path, monkeypatch):
                        "rt-polaritydata/rt-polarity.neg": b"bad\n",
                        "../escaped.txt": b"should not be written"})
     monkeypatch.setattr(polarity, "URL", archive.as_uri())
+    monkeypatch.setattr(polarity, "CHECKSUMS", {})  # Stand-ins, not the real files.
     folder = polarity_folder(tmp_path / "root")
     assert sorted(p.name for p in folder.iterdir()) == ["rt-polarity.neg", "rt-polarity.pos"]
     assert not (tmp_path / "root" / "escaped.txt").exists()

@@ -72,6 +72,7 @@ def test_text_downloads_when_root_and_mirror_lack_it(tmp_path, monkeypatch):
     source = tmp_path / "served.txt"
     source.write_text("To be, or not to be\n")
     monkeypatch.setattr(text, "TINY_SHAKESPEARE_URL", source.as_uri())
+    monkeypatch.setattr(text, "TINY_SHAKESPEARE", {})  # A stand-in, not the real text.
     assert load_tiny_shakespeare(tmp_path / "root") == "To be, or not to be\n"
     assert (tmp_path / "root" / "tinyshakespeare" / "input.txt").is_file()
 

@@ -1,0 +1,145 @@
+"""Raw dataset files are checked against their known checksums wherever they
+are found (data root, mirror, download): a damaged one stops the run with one
+line naming the file and the place, and never reaches the data root."""
+import hashlib
+import shutil
+
+import pytest
+
+from graphseq.cli import main
+from graphseq.data import planetoid, polarity, text
+from graphseq.data.files import Checksum, DamagedFileError, check_file, locate_raw_files
+from graphseq.data.planetoid import load_planetoid
+from graphseq.data.polarity import load_polarity
+from graphseq.errors import GraphseqError
+
+GOOD = b"first line\nsecond line\n"
+CHECKSUMS = {"a.txt": Checksum(hashlib.sha256(GOOD).hexdigest(), len(GOOD))}
+
+
+def test_a_good_copy_passes(tmp_path):
+    (tmp_path / "a.txt").write_bytes(GOOD)
+    check_file(tmp_path / "a.txt", CHECKSUMS["a.txt"])
+
+
+def test_a_truncated_file_is_named_with_both_sizes(tmp_path):
+    (tmp_path / "a.txt").write_bytes(GOOD[:10])
+    with pytest.raises(DamagedFileError) as error:
+        check_file(tmp_path / "a.txt", CHECKSUMS["a.txt"], "in the mirror")
+    message = str(error.value)
+    assert str(tmp_path / "a.txt") in message and "in the mirror" in message
+    assert "10 bytes where a good copy has 23 (truncated)" in message
+    assert "\n" not in message
+
+
+def test_an_altered_file_of_the_right_size_fails_on_its_digest(tmp_path):
+    (tmp_path / "a.txt").write_bytes(GOOD.replace(b"first", b"FIRST"))
+    with pytest.raises(DamagedFileError, match="SHA-256 .* is not the known"):
+        check_file(tmp_path / "a.txt", CHECKSUMS["a.txt"])
+
+
+def test_a_git_blob_id_is_checked_as_git_hash_object_computes_it(tmp_path):
+    (tmp_path / "a.txt").write_bytes(b"hello\n")
+    # `printf 'hello\n' | git hash-object --stdin`
+    check_file(tmp_path / "a.txt", Checksum(git_blob="ce013625030ba8dba906f756967f9e9ca394464a"))
+    with pytest.raises(DamagedFileError, match="git blob id"):
+        check_file(tmp_path / "a.txt", Checksum(git_blob="0" * 40))
+
+
+def test_a_damaged_mirror_file_is_named_and_not_copied(tmp_path):
+    (tmp_path / "mirror" / "set").mkdir(parents=True)
+    (tmp_path / "mirror" / "set" / "a.txt").write_bytes(GOOD[:-1])
+    with pytest.raises(DamagedFileError, match=f"{tmp_path / 'mirror' / 'set' / 'a.txt'} \\(in the mirror"):
+        locate_raw_files("set", ["a.txt"], tmp_path / "root", tmp_path / "mirror", checksums=CHECKSUMS)
+    assert not (tmp_path / "root" / "set" / "a.txt").exists()
+
+
+def test_a_damaged_file_in_the_root_is_named_and_left_as_it_was(tmp_path):
+    (tmp_path / "root" / "set").mkdir(parents=True)
+    (tmp_path / "root" / "set" / "a.txt").write_bytes(b"junk")
+    with pytest.raises(DamagedFileError, match="in the data root; delete it to fetch it again"):
+        locate_raw_files("set", ["a.txt"], tmp_path / "root", checksums=CHECKSUMS)
+    assert (tmp_path / "root" / "set" / "a.txt").read_bytes() == b"junk"
+
+
+def test_a_damaged_download_is_deleted(tmp_path):
+    def download(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "a.txt").write_bytes(b"<html>rate limited</html>")
+
+    with pytest.raises(DamagedFileError, match="just downloaded, now deleted"):
+        locate_raw_files("set", ["a.txt"], tmp_path / "root", download=download, checksums=CHECKSUMS)
+    assert not (tmp_path / "root" / "set" / "a.txt").exists()
+
+
+def test_good_files_are_copied_and_files_without_a_checksum_pass(tmp_path):
+    (tmp_path / "mirror" / "set").mkdir(parents=True)
+    (tmp_path / "mirror" / "set" / "a.txt").write_bytes(GOOD)
+    (tmp_path / "mirror" / "set" / "b.txt").write_bytes(b"anything")
+    folder = locate_raw_files("set", ["a.txt", "b.txt"], tmp_path / "root", tmp_path / "mirror",
+                              checksums=CHECKSUMS)
+    assert (folder / "a.txt").read_bytes() == GOOD and (folder / "b.txt").read_bytes() == b"anything"
+
+
+# --------------------------------------------------------------------------- #
+# The real datasets, with one file truncated in a temporary mirror
+# --------------------------------------------------------------------------- #
+
+def _mirror_with_truncated(tmp_path, mirror, folder, name):
+    copy = tmp_path / "mirror" / folder
+    shutil.copytree(mirror / folder, copy)
+    data = (copy / name).read_bytes()
+    (copy / name).write_bytes(data[:len(data) // 2])
+    return tmp_path / "mirror"
+
+
+def test_a_truncated_cora_test_index_stops_the_run_with_one_line(tmp_path, mirror, capsys):
+    damaged = _mirror_with_truncated(tmp_path, mirror, "Cora/raw", "ind.cora.test.index")
+    assert main(["run", "gat-cora", "--data-root", str(tmp_path / "root"), "--data-mirror", str(damaged),
+                 "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"damaged dataset file {damaged / 'Cora' / 'raw' / 'ind.cora.test.index'} (in the mirror" in err
+    assert "2,500 bytes where a good copy has 5,000 (truncated)" in err
+    assert not (tmp_path / "root" / "Cora" / "raw" / "ind.cora.test.index").exists()
+
+
+@pytest.mark.parametrize("name", ["ind.citeseer.graph", "ind.citeseer.x", "ind.citeseer.allx", "ind.citeseer.y"])
+def test_truncated_planetoid_files_are_refused_before_pyg_reads_them(tmp_path, mirror, name):
+    damaged = _mirror_with_truncated(tmp_path, mirror, "CiteSeer/raw", name)
+    with pytest.raises(DamagedFileError, match=name):
+        load_planetoid("CiteSeer", tmp_path / "root", damaged)
+    assert not (tmp_path / "root" / "CiteSeer" / "raw" / name).exists()
+    assert not (tmp_path / "root" / "CiteSeer" / "processed").exists()
+
+
+def test_truncated_tiny_shakespeare_is_refused(tmp_path, mirror):
+    damaged = _mirror_with_truncated(tmp_path, mirror, "tinyshakespeare", "input.txt")
+    with pytest.raises(DamagedFileError, match="input.txt .*truncated"):
+        text.load_tiny_shakespeare(tmp_path / "root", damaged)
+
+
+def test_truncated_polarity_file_is_refused(tmp_path, mirror):
+    damaged = _mirror_with_truncated(tmp_path, mirror, "rt-polaritydata", "rt-polarity.pos")
+    with pytest.raises(DamagedFileError, match="rt-polarity.pos .*truncated"):
+        load_polarity(tmp_path / "root", damaged)
+
+
+def test_every_known_checksum_matches_the_shared_mirror(mirror):
+    tables = [(f"{name}/raw", table) for name, table in planetoid.CHECKSUMS.items()]
+    tables += [("tinyshakespeare", text.TINY_SHAKESPEARE), ("rt-polaritydata", polarity.CHECKSUMS)]
+    checked = 0
+    for folder, table in tables:
+        for name, checksum in table.items():
+            if (mirror / folder / name).is_file():  # ind.pubmed.allx is absent here.
+                check_file(mirror / folder / name, checksum)
+                checked += 1
+    assert checked == 26  # 8 Cora, 8 CiteSeer, 7 PubMed, 1 text, 2 polarity
+
+
+def test_an_unreadable_file_without_a_checksum_is_a_one_line_error(tmp_path, write_fake_planetoid):
+    write_fake_planetoid(tmp_path / "mirror" / "PubMed" / "raw", "PubMed")
+    graph = tmp_path / "mirror" / "PubMed" / "raw" / "ind.pubmed.graph"
+    graph.write_bytes(graph.read_bytes()[:100])
+    with pytest.raises(GraphseqError, match="cannot read the PubMed files in .* may be damaged"):
+        load_planetoid("PubMed", tmp_path / "root", tmp_path / "mirror")
