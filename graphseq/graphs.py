@@ -6,11 +6,11 @@ differ mainly in the graph that messages travel along.
 """
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.utils import to_undirected
+from torch_geometric.utils import index_sort, to_undirected
 
 Lengths = Union[Sequence[int], Tensor, int]
 
@@ -72,6 +72,28 @@ def fully_connected(lengths: Lengths, self_loops: bool = True) -> Tensor:
         return edge_index
 
     return _blocks(_as_lengths(lengths), pairs)
+
+
+def fully_connected_bipartite(source_lengths: Lengths, target_lengths: Lengths) -> Tensor:
+    """Every target node of a graph receives from every source node of the
+    same graph, sources and targets numbered apart (cross-attention's graph).
+    Edges are ordered by target, then source.
+
+    Example:
+        >>> fully_connected_bipartite([2], [1])
+        tensor([[0, 1],
+                [0, 0]])
+    """
+    sources, targets = _as_lengths(source_lengths), _as_lengths(target_lengths)
+    if sources.numel() != targets.numel():
+        raise ValueError(f"need as many source as target graphs, got {sources.numel()} and {targets.numel()}")
+    source_offsets, target_offsets = torch.cumsum(sources, 0) - sources, torch.cumsum(targets, 0) - targets
+    parts = []
+    for n_src, n_dst, off_src, off_dst in zip(sources.tolist(), targets.tolist(),
+                                              source_offsets.tolist(), target_offsets.tolist()):
+        target, source = torch.meshgrid(torch.arange(n_dst), torch.arange(n_src), indexing="ij")
+        parts.append(torch.stack([source.flatten() + off_src, target.flatten() + off_dst]))
+    return torch.cat(parts, dim=1) if parts else torch.empty(2, 0, dtype=torch.long)
 
 
 def causal(lengths: Lengths) -> Tensor:
@@ -166,3 +188,25 @@ def knn(x: Tensor, k: int, block_size: int = 512) -> Tensor:
         targets.append(column[keep])
     edge_index = torch.stack([torch.cat(sources), torch.cat(targets)])
     return to_undirected(edge_index, num_nodes=num_items)
+
+
+def sort_by_target(edge_index: Tensor, num_targets: Optional[int] = None) -> Tuple[Tensor, Optional[Tensor]]:
+    """The edges ordered by target (stably, so each target's edges keep
+    their order) and the permutation that did it, or ``None`` when they
+    already were: the grouping that segment reductions and CSR products need."""
+    target = edge_index[1]
+    if target.numel() < 2 or not bool((target[1:] < target[:-1]).any()):
+        return edge_index, None
+    _, perm = index_sort(target, max_value=num_targets, stable=True)
+    return edge_index[:, perm], perm
+
+
+def with_self_loops(edge_index: Tensor, num_nodes: int, sort: bool = False) -> Tensor:
+    """The edges without their self-loops, followed by one loop on each of
+    the nodes ``0 .. num_nodes - 1`` (PyG's ``remove_self_loops`` then
+    ``add_self_loops``): the graph GAT attends along. With ``sort``, the
+    result is ordered by target (:func:`sort_by_target`)."""
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    loops = torch.arange(num_nodes, device=edge_index.device).expand(2, -1)
+    edge_index = torch.cat([edge_index, loops], dim=1)
+    return sort_by_target(edge_index, num_nodes)[0] if sort else edge_index

@@ -78,3 +78,27 @@ def test_knn_gives_the_same_graph_for_sparse_rows_and_any_block_size():
     dense = graphs.knn(x, k=3)
     assert torch.equal(graphs.knn(x.to_sparse_csr(), k=3, block_size=7), dense)
     assert torch.equal(graphs.knn(x, k=3, block_size=1), dense)
+
+
+def test_with_self_loops_replaces_loops_as_pyg_does():
+    from torch_geometric.utils import add_self_loops, remove_self_loops
+    edge_index = torch.tensor([[1, 2, 2, 0, 3], [0, 2, 1, 3, 3]])
+    expected, _ = add_self_loops(remove_self_loops(edge_index)[0], num_nodes=5)
+    assert torch.equal(graphs.with_self_loops(edge_index, 5), expected)
+    grouped = graphs.with_self_loops(edge_index, 5, sort=True)
+    assert grouped[1].tolist() == [0, 0, 1, 1, 2, 3, 3, 4]
+    assert grouped[:, :2].tolist() == [[1, 0], [0, 0]]  # Stable: each target's edges keep their order.
+
+
+def test_sort_by_target_reports_whether_it_sorted():
+    edge_index = torch.tensor([[0, 1, 2], [2, 0, 1]])
+    grouped, perm = graphs.sort_by_target(edge_index)
+    assert grouped.tolist() == [[1, 2, 0], [0, 1, 2]] and perm.tolist() == [1, 2, 0]
+    assert graphs.sort_by_target(grouped)[1] is None
+
+
+def test_fully_connected_bipartite():
+    edge_index = graphs.fully_connected_bipartite([2, 1], [1, 2])
+    assert edge_index.tolist() == [[0, 1, 2, 2], [0, 0, 1, 2]]
+    assert torch.equal(graphs.fully_connected_bipartite([3, 2], [3, 2]), graphs.fully_connected([3, 2]))
+    assert graphs.fully_connected_bipartite([0], [2]).shape == (2, 0)

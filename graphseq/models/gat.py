@@ -10,8 +10,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from torch_geometric.utils import add_self_loops, remove_self_loops
-
+from .. import graphs
 from ..nn import GATConv
 from ..nn.sparse import sparse_dropout
 
@@ -57,9 +56,7 @@ class GAT(nn.Module):
         key = (edge_index, edge_index._version, num_nodes)
         if self._graph is not None and self._graph[0] is key[0] and self._graph[1:3] == key[1:]:
             return self._graph[3]
-        graph, _ = remove_self_loops(edge_index)
-        graph, _ = add_self_loops(graph, num_nodes=num_nodes)
-        graph, _ = GATConv.sort_by_target(graph)
+        graph = graphs.with_self_loops(edge_index, num_nodes, sort=True)
         self._graph = (*key, graph)
         return graph
 

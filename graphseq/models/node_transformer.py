@@ -11,9 +11,9 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.utils import add_self_loops, remove_self_loops
 
-from ..nn import SelfAttentionConv, TransformerEncoderLayer
+from .. import graphs
+from ..nn import TransformerEncoderLayer
 from ..nn.sparse import sparse_dense_mm, sparse_dropout
 
 ATTENTION = ("neighbours", "full")
@@ -71,9 +71,7 @@ class NodeTransformer(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         if self.attention == "neighbours":
-            edge_index, _ = remove_self_loops(edge_index)
-            edge_index, _ = add_self_loops(edge_index, num_nodes=x.size(0))
-            edge_index, _ = SelfAttentionConv.sort_by_target(edge_index)
+            edge_index = graphs.with_self_loops(edge_index, x.size(0), sort=True)
         else:
             edge_index = None  # Every node of the one graph attends to every node.
         x = sparse_dropout(x, self.dropout, self.training)
