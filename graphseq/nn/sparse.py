@@ -1,21 +1,36 @@
-"""Sparse node features. Bag-of-words features are mostly zeros (98.7% on
-Cora): multiplying them as a sparse CSR matrix skips the zeros in both the
-forward pass and the weight gradient, which torch's generic sparse backward
-does not do quickly on CPU; and dropout of a zero is still zero, so dropping
-out only the stored values draws exactly what dense dropout draws.
+"""Sparse kernels on CPU, for the layers' fast paths.
+
+Two problems are sparse here. Bag-of-words node features are mostly zeros
+(98.7% on Cora): multiplying them as a CSR matrix skips the zeros in the
+forward pass and in the weight gradient, which torch's generic sparse
+backward does not do quickly on CPU; and dropout of a zero is still zero, so
+dropping out only the stored values draws exactly what dense dropout draws.
+And attention along edges is a pair of
+adjoint sparse products: summing ``alpha``-weighted source values into each
+target is a sparse-dense product with the CSR adjacency (rows = targets), and
+scoring every edge by a dot product of its two ends is the sampled
+dense-dense product on the same pattern. Each is the other's gradient, so
+both are written once, as autograd functions whose backward passes call each
+other: gradients of any order follow.
 """
 from __future__ import annotations
 
 import warnings
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.index import index2ptr, ptr2index
 
-# CSR support is stable for what is used here (matmul, values, indices); the
-# "beta" notice would otherwise print on every run.
-warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+
+def csr_tensor(crow: Tensor, col: Tensor, values: Tensor, size) -> Tensor:
+    """A sparse CSR tensor from trusted parts (no invariant checks), without
+    torch's "CSR support is in beta" notice. The notice is silenced only
+    around this call: the user's own warning filters stay as they were."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+        return torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
 
 
 class _SparseDenseMM(torch.autograd.Function):
@@ -27,9 +42,7 @@ class _SparseDenseMM(torch.autograd.Function):
                 weight: Tensor) -> Tensor:
         ctx.save_for_backward(crow, col, values)
         ctx.num_cols = num_cols
-        x = torch.sparse_csr_tensor(crow, col, values, (crow.numel() - 1, num_cols),
-                                    check_invariants=False)
-        return x @ weight
+        return csr_tensor(crow, col, values, (crow.numel() - 1, num_cols)) @ weight
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
@@ -37,8 +50,8 @@ class _SparseDenseMM(torch.autograd.Function):
         num_rows = crow.numel() - 1
         rows = ptr2index(crow, output_size=col.numel())
         col_sorted, perm = torch.sort(col, stable=True)
-        x_t = torch.sparse_csr_tensor(index2ptr(col_sorted, ctx.num_cols), rows[perm], values[perm],
-                                      (ctx.num_cols, num_rows), check_invariants=False)
+        x_t = csr_tensor(index2ptr(col_sorted, ctx.num_cols), rows[perm], values[perm],
+                         (ctx.num_cols, num_rows))
         return None, None, None, None, x_t @ grad_out
 
 
@@ -47,6 +60,8 @@ def sparse_dense_mm(x: Tensor, weight: Tensor) -> Tensor:
     gradient and ``weight`` a dense one, differentiable in ``weight``."""
     if x.layout != torch.sparse_csr:
         x = x.to_sparse_csr()
+    if x.dtype != weight.dtype:
+        x = x.to(weight.dtype)
     return _SparseDenseMM.apply(x.crow_indices(), x.col_indices(), x.values(), x.size(1), weight)
 
 
@@ -61,5 +76,147 @@ def sparse_dropout(x: Tensor, p: float, training: bool) -> Tensor:
     if x.layout == torch.sparse_coo:
         x = x.to_sparse_csr()
     values = F.dropout(x.values(), p=p, training=True)
-    return torch.sparse_csr_tensor(x.crow_indices(), x.col_indices(), values, x.size(),
-                                   check_invariants=False)
+    return csr_tensor(x.crow_indices(), x.col_indices(), values, x.size())
+
+
+class EdgePattern:
+    """The edges of a graph grouped by target (CSR, rows = targets), and the
+    same edges grouped by source (:meth:`transposed`, made on first use).
+
+    Args:
+        ptr (Tensor): ``[num_targets + 1]`` offsets of each target's edges.
+        index (Tensor): ``[num_edges]`` the source of each edge, in that order.
+        num_sources (int): number of source nodes.
+    """
+
+    def __init__(self, ptr: Tensor, index: Tensor, num_sources: int):
+        self.ptr, self.index, self.num_sources = ptr, index, num_sources
+        self.num_targets = ptr.numel() - 1
+        self._transposed: Optional[EdgePattern] = None
+        self._perm: Optional[Tensor] = None
+        self._heads: dict = {}
+
+    @property
+    def perm(self) -> Tensor:
+        """Reads edge values in the transposed pattern's order into this
+        pattern's order: ``values = values_of_transpose[perm]``."""
+        if self._perm is None:
+            other = self.transposed().perm
+            self._perm = torch.empty_like(other)
+            self._perm[other] = torch.arange(other.numel(), device=other.device)
+        return self._perm
+
+    def transposed(self) -> "EdgePattern":
+        """The same edges grouped by source (rows = sources)."""
+        if self._transposed is None:
+            target = ptr2index(self.ptr, output_size=self.index.numel())
+            source, perm = torch.sort(self.index, stable=True)
+            transposed = EdgePattern(index2ptr(source, self.num_sources), target[perm], self.num_targets)
+            transposed._perm, transposed._transposed = perm, self
+            self._transposed = transposed
+        return self._transposed
+
+    def per_head(self, heads: int):
+        """``ptr`` and ``index`` repeated for a batch of ``heads`` matrices."""
+        if heads not in self._heads:
+            self._heads[heads] = (self.ptr.expand(heads, -1).contiguous(),
+                                  self.index.expand(heads, -1).contiguous())
+        return self._heads[heads]
+
+
+class SparseAggregate(torch.autograd.Function):
+    """``out[i, h] = sum over edges e = (j -> i) of alpha[e, h] * value[j, h]``:
+    one CSR sparse-dense product per head. Backward: the value gradient is
+    the same product on the transposed pattern, the alpha gradient a sampled
+    dot product (:class:`SampledDot`)."""
+
+    @staticmethod
+    def forward(ctx, pattern: EdgePattern, alpha: Tensor, value: Tensor) -> Tensor:
+        ctx.pattern = pattern
+        ctx.save_for_backward(alpha, value)
+        size = (pattern.num_targets, pattern.num_sources)
+        out = value.new_empty(pattern.num_targets, value.size(1), value.size(2))
+        for head in range(value.size(1)):
+            out[:, head] = csr_tensor(pattern.ptr, pattern.index, alpha[:, head].contiguous(), size) @ value[:, head]
+        return out  # [num_targets, heads, channels]
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        alpha, value = ctx.saved_tensors
+        pattern = ctx.pattern
+        grad_alpha = grad_value = None
+        if ctx.needs_input_grad[1]:
+            grad_alpha = SampledDot.apply(pattern, grad_out, value)
+        if ctx.needs_input_grad[2]:
+            transposed = pattern.transposed()
+            grad_value = SparseAggregate.apply(transposed, alpha[transposed.perm], grad_out)
+        return None, grad_alpha, grad_value
+
+
+class SampledDot(torch.autograd.Function):
+    """``score[e, h] = query[i, h] . key[j, h]`` for every edge ``e = (j -> i)``:
+    torch's sampled dense-dense product on the CSR pattern, all heads in one
+    batched call, so no ``[num_edges, heads, channels]`` tensor is made.
+    Backward: two :class:`SparseAggregate` products."""
+
+    @staticmethod
+    def forward(ctx, pattern: EdgePattern, query: Tensor, key: Tensor) -> Tensor:
+        ctx.pattern = pattern
+        ctx.save_for_backward(query, key)
+        heads = query.size(1)
+        crow, col = pattern.per_head(heads)
+        # Zero values, not empty ones: sampled_addmm adds beta * values even
+        # for beta = 0, and 0 * NaN is NaN.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+            mask = torch.sparse_csr_tensor(crow, col, query.new_zeros(heads, col.size(1)),
+                                           (heads, pattern.num_targets, pattern.num_sources),
+                                           check_invariants=False)
+        score = torch.sparse.sampled_addmm(mask, query.transpose(0, 1), key.permute(1, 2, 0), beta=0.0)
+        return score.values().t()  # [num_edges, heads]
+
+    @staticmethod
+    def backward(ctx, grad_score: Tensor):
+        query, key = ctx.saved_tensors
+        pattern = ctx.pattern
+        grad_query = grad_key = None
+        if ctx.needs_input_grad[1]:
+            grad_query = SparseAggregate.apply(pattern, grad_score, key)
+        if ctx.needs_input_grad[2]:
+            transposed = pattern.transposed()
+            grad_key = SparseAggregate.apply(transposed, grad_score[transposed.perm], query)
+        return None, grad_query, grad_key
+
+
+class SegmentSum(torch.autograd.Function):
+    """The sum of each run of rows ``src[ptr[i]:ptr[i + 1]]`` (torch's
+    segment reduction), with a backward that is itself differentiable (a
+    gather by ``index``, the segment of each row), which torch's segment
+    reduction lacks."""
+
+    @staticmethod
+    def forward(ctx, src: Tensor, ptr: Tensor, index: Tensor) -> Tensor:
+        ctx.save_for_backward(index)
+        return torch.segment_reduce(src, "sum", offsets=ptr)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        (index,) = ctx.saved_tensors
+        return grad_out.index_select(0, index), None, None
+
+
+def segment_softmax(score: Tensor, ptr: Tensor, index: Tensor) -> Tensor:
+    """The softmax of ``score`` ``[num_edges, ...]`` over each target's edges,
+    given grouped by target (``ptr`` offsets, ``index`` target of each edge):
+    PyG's :func:`~torch_geometric.utils.softmax` on segments, differentiable
+    twice."""
+    high = torch.segment_reduce(score.detach(), "max", offsets=ptr, initial=float("-inf"))
+    high = torch.where(high.isinf(), 0.0, high).index_select(0, index)
+    out = (score - high).exp()
+    return out / (SegmentSum.apply(out, ptr, index).index_select(0, index) + 1e-16)
+
+
+def fused_kernels_apply(tensor: Tensor) -> bool:
+    """Whether the sparse kernels above serve ``tensor``'s device and dtype
+    (torch's CSR products on CPU in single and double precision)."""
+    return tensor.device.type == "cpu" and tensor.dtype in (torch.float32, torch.float64)

@@ -1,0 +1,79 @@
+import subprocess
+import sys
+import warnings
+
+import torch
+from torch_geometric.index import index2ptr
+
+from graphseq.nn.sparse import EdgePattern, SampledDot, SparseAggregate, csr_tensor, sparse_dense_mm
+
+# Edges grouped by target: 1, 2 -> 0; 0, 3 -> 1; 0 -> 2; 2, 3 -> 3; node 4
+# receives nothing and sends nothing; 2 -> 0 is repeated.
+SOURCE = torch.tensor([1, 2, 2, 0, 3, 0, 2, 3])
+TARGET = torch.tensor([0, 0, 0, 1, 1, 2, 3, 3])
+
+
+def pattern():
+    return EdgePattern(index2ptr(TARGET, 5), SOURCE, 5)
+
+
+def inputs(*shapes):
+    torch.manual_seed(0)
+    return [torch.randn(*shape, dtype=torch.double, requires_grad=True) for shape in shapes]
+
+
+def test_aggregate_is_the_sum_of_weighted_source_values():
+    alpha, value = inputs((8, 2), (5, 2, 3))
+    expected = torch.zeros(5, 2, 3, dtype=torch.double).index_add(0, TARGET, value[SOURCE] * alpha.unsqueeze(-1))
+    assert torch.allclose(SparseAggregate.apply(pattern(), alpha, value), expected)
+
+
+def test_sampled_dot_is_the_dot_product_of_both_ends():
+    query, key = inputs((5, 2, 3), (5, 2, 3))
+    expected = (query[TARGET] * key[SOURCE]).sum(-1)
+    assert torch.allclose(SampledDot.apply(pattern(), query, key), expected)
+
+
+def test_first_and_second_gradients_of_both_kernels():
+    p = pattern()
+    alpha, value, query = inputs((8, 2), (5, 2, 3), (5, 2, 3))
+    assert torch.autograd.gradcheck(lambda a, v: SparseAggregate.apply(p, a, v), (alpha, value))
+    assert torch.autograd.gradgradcheck(lambda a, v: SparseAggregate.apply(p, a, v), (alpha, value))
+    assert torch.autograd.gradcheck(lambda q, k: SampledDot.apply(p, q, k), (query, value))
+    assert torch.autograd.gradgradcheck(lambda q, k: SampledDot.apply(p, q, k), (query, value))
+
+
+def test_bipartite_pattern_and_its_transpose():
+    # Three sources, two targets: 0, 2 -> 0 and 1, 2 -> 1.
+    p = EdgePattern(torch.tensor([0, 2, 4]), torch.tensor([0, 2, 1, 2]), 3)
+    t = p.transposed()
+    assert t.ptr.tolist() == [0, 1, 2, 4] and t.index.tolist() == [0, 1, 0, 1]
+    values = torch.tensor([10, 11, 12, 13])
+    assert values[t.perm].tolist() == [10, 12, 11, 13]
+    assert torch.equal(values[t.perm][p.perm], values) and t.transposed() is p
+    alpha, value = inputs((4, 1), (3, 1, 2))
+    assert SparseAggregate.apply(p, alpha, value).shape == (2, 1, 2)
+    assert torch.autograd.gradgradcheck(lambda a, v: SparseAggregate.apply(p, a, v), (alpha, value))
+
+
+def test_sparse_features_times_dense_weight():
+    x = torch.randn(6, 5) * (torch.rand(6, 5) < 0.4)
+    weight = torch.randn(5, 3, requires_grad=True)
+    out = sparse_dense_mm(x.to_sparse(), weight)
+    (grad,) = torch.autograd.grad(out.square().sum(), weight)
+    dense_weight = weight.detach().clone().requires_grad_()
+    (x @ dense_weight).square().sum().backward()
+    assert torch.allclose(out, x @ weight, atol=1e-6) and torch.allclose(grad, dense_weight.grad, atol=1e-5)
+
+
+def test_csr_tensor_leaves_the_users_warning_filters_alone():
+    before = list(warnings.filters)
+    csr_tensor(torch.tensor([0, 1]), torch.tensor([0]), torch.ones(1), (1, 1))
+    assert warnings.filters == before
+
+
+def test_importing_graphseq_nn_adds_no_warning_filter():
+    code = ("import warnings, torch, torch_geometric; before = list(warnings.filters); import graphseq.nn; "
+            "assert warnings.filters == before, [f for f in warnings.filters if f not in before]; "
+            "import graphseq.models; assert not any('CSR' in str(f[1]) for f in warnings.filters)")
+    subprocess.run([sys.executable, "-c", code], check=True)
