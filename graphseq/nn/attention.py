@@ -1,73 +1,123 @@
-"""Attention as message passing. Every attention layer here does the same
-three things along the edges of a graph: score each edge ``j -> i``, take a
-softmax over the scores of each target's incoming edges, and sum the values
-of the sources weighted by that softmax. Only the score differs: GAT's is
-additive, ``LeakyReLU(a_s . W x_j + a_d . W x_i)``; the Transformer's is the
-scaled dot product ``q_i . k_j / sqrt(d)``. Only the graph differs too: a
-node's neighbours for GAT, every node of its graph for self-attention.
+r"""Attention as message passing. Every attention layer here does the same
+three things along the edges of a graph: score each edge ``j -> i``
+(:meth:`edge_update`, run through :meth:`edge_updater`), take a softmax over
+the scores of each target's incoming edges, and sum the values of the sources
+weighted by that softmax (:meth:`message`, run through :meth:`propagate`).
+Only the score differs: GAT's is additive, ``LeakyReLU(a_s . W x_j + a_d . W
+x_i)``; the Transformer's is the scaled dot product ``q_i . k_j / sqrt(d)``.
+Only the graph differs too: a node's neighbours for GAT, every node of its
+graph for self-attention.
+
+Each layer runs one of two paths with the same numbers. The message path is
+PyG's: ``message`` makes every edge's message in the user's edge order, so
+message hooks, :mod:`torch_geometric.explain` and ``decomposed_layers`` see
+and change them. When nothing asks for the messages (no such hook, no
+explanation, no decomposition, not compiling) and torch's sparse CPU kernels
+serve the dtype, the fused path groups the edges by target once per graph
+(kept while the same ``edge_index`` comes back) and fuses ``message`` and the
+sum into sparse products (:mod:`graphseq.nn.sparse`); attention weights and
+dropout still follow the user's edge order.
 """
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Optional, Tuple, Union
 
 import torch
+import torch.nn.attention
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
-from torch_geometric.index import index2ptr, ptr2index
+from torch_geometric import EdgeIndex, Index
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import glorot, zeros
-from torch_geometric.utils import (add_self_loops, index_sort, remove_self_loops, segment, softmax,
-                                   to_dense_batch)
+from torch_geometric.utils import (add_self_loops, is_torch_sparse_tensor, remove_self_loops, softmax,
+                                   to_dense_batch, to_edge_index)
+from torch_geometric.utils.sparse import set_sparse_value
 
 from .. import graphs
 from . import checks
-from .sparse import sparse_dense_mm
+from .sparse import EdgePattern, SampledDot, SparseAggregate, fused_kernels_apply, segment_softmax, sparse_dense_mm
+
+PairTensor = Tuple[Tensor, Optional[Tensor]]
 
 
-class _AttentionAggregate(torch.autograd.Function):
-    """``out[i, h] = sum over edges j -> i of alpha[e, h] * value[j, h]`` for
-    edges in CSR order (grouped by target): a sparse product per head forward;
-    backward, the value gradient is a product with the transposed adjacency
-    and the alpha gradient a dot product per edge."""
+class AttentionGraph:
+    """The edges one attention call runs over.
 
-    @staticmethod
-    def forward(ctx, ptr: Tensor, source: Tensor, alpha: Tensor, value: Tensor) -> Tensor:
-        ctx.save_for_backward(ptr, source, alpha, value)
-        num_targets, num_sources = ptr.numel() - 1, value.size(0)
-        out = value.new_empty(num_targets, value.size(1), value.size(2))
-        for head in range(value.size(1)):
-            adj_t = torch.sparse_csr_tensor(ptr, source, alpha[:, head].contiguous(),
-                                            (num_targets, num_sources), check_invariants=False)
-            out[:, head] = adj_t @ value[:, head]
-        return out
+    ``edge_index`` holds them in the user's order: the given edges (without
+    their self-loops when loops are added) followed by one loop per node, as
+    :func:`torch_geometric.utils.add_self_loops` makes them. :meth:`by_target`
+    gives the same edges grouped by target for the fused path, made on first
+    use and kept with the graph.
 
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):
-        ptr, source, alpha, value = ctx.saved_tensors
-        num_targets, num_sources = ptr.numel() - 1, value.size(0)
-        target = ptr2index(ptr, output_size=source.numel())
-        grad_alpha = grad_value = None
-        if ctx.needs_input_grad[2]:
-            grad_alpha = (grad_out.index_select(0, target) * value.index_select(0, source)).sum(-1)
-        if ctx.needs_input_grad[3]:
-            source_sorted, perm = torch.sort(source, stable=True)
-            source_ptr, target_sorted = index2ptr(source_sorted, num_sources), target[perm]
-            grad_value = torch.empty_like(value)
-            for head in range(value.size(1)):
-                adj = torch.sparse_csr_tensor(source_ptr, target_sorted, alpha[perm, head].contiguous(),
-                                              (num_sources, num_targets), check_invariants=False)
-                grad_value[:, head] = adj @ grad_out[:, head].contiguous()
-        return None, None, grad_alpha, grad_value
+    Args:
+        edge_index (Tensor): ``[2, num_edges]`` source and target of each edge.
+        size (tuple): ``(num_sources, num_targets)``.
+        adjacency (Tensor, optional): the sparse adjacency the edges came
+            from (rows = targets); attention weights are returned in it.
+        kept (Tensor, optional): which given edges remain (loops removed),
+            to carry edge features along.
+        num_loops (int): how many self-loops were appended.
+    """
 
+    def __init__(self, edge_index: Tensor, size: Tuple[int, int], adjacency: Optional[Tensor] = None,
+                 kept: Optional[Tensor] = None, num_loops: int = 0):
+        self.edge_index = edge_index
+        self.size = size
+        self.adjacency = adjacency
+        self.kept = kept
+        self.num_loops = num_loops
+        self._by_target: Optional[Tuple[EdgeIndex, Optional[Tensor]]] = None
+        self._inverse: Optional[Tensor] = None
 
-def attention_aggregate(ptr: Tensor, source: Tensor, alpha: Tensor, value: Tensor) -> Tensor:
-    """Attention-weighted sum of ``value`` ``[num_sources, heads, channels]``
-    over edges given in CSR form (``ptr`` over targets, ``source`` per edge)
-    with coefficients ``alpha`` ``[num_edges, heads]``."""
-    return _AttentionAggregate.apply(ptr, source, alpha, value)
+    @property
+    def num_edges(self) -> int:
+        return self.edge_index.size(1)
+
+    def by_target(self) -> Tuple[EdgeIndex, Optional[Tensor]]:
+        """The edges sorted by target (stably) as an :class:`EdgeIndex` that
+        carries its :class:`EdgePattern`, and the permutation from the user's
+        order (``None`` when the edges were sorted already)."""
+        if self._by_target is None:
+            edges, perm = graphs.sort_by_target(self.edge_index, self.size[1])
+            edges = EdgeIndex(edges.contiguous(), sparse_size=self.size, sort_order="col")
+            (ptr, source), _ = edges.get_csc()
+            edges.pattern = EdgePattern(ptr, source, self.size[0])
+            self._by_target = (edges, perm)
+        return self._by_target
+
+    def to_user_order(self, values: Tensor) -> Tensor:
+        """Edge values in the order of :meth:`by_target` back in the user's order."""
+        _, perm = self.by_target()
+        if perm is None:
+            return values
+        if self._inverse is None:
+            self._inverse = torch.empty_like(perm)
+            self._inverse[perm] = torch.arange(perm.numel(), device=perm.device)
+        return values[self._inverse]
+
+    def edge_features(self, edge_attr: Optional[Tensor], fill_value) -> Optional[Tensor]:
+        """``edge_attr`` of the given edges, for the edges of this graph: the
+        rows of removed self-loops dropped and those of the added loops made
+        from ``fill_value`` as :func:`~torch_geometric.utils.add_self_loops` does."""
+        if edge_attr is None or self.kept is None:
+            return edge_attr
+        edge_attr = edge_attr[self.kept]
+        without_loops = self.edge_index[:, :self.num_edges - self.num_loops]
+        _, edge_attr = add_self_loops(without_loops, edge_attr, fill_value=fill_value,
+                                      num_nodes=self.num_loops)
+        return edge_attr
+
+    def attention_weights(self, alpha: Tensor):
+        """What ``return_attention_weights`` gives, as PyG's layers do:
+        ``(edge_index, alpha)``, or ``(adjacency, alpha)`` with the sparse
+        adjacency holding ``alpha`` when one was given."""
+        if self.adjacency is not None:
+            return set_sparse_value(self.adjacency, alpha), alpha
+        return self.edge_index, alpha
 
 
 class AttentionConv(MessagePassing):
@@ -78,67 +128,153 @@ class AttentionConv(MessagePassing):
         \alpha_{ij} = \frac{\exp(e_{ij})}{\sum_{k \in \mathcal{N}(i)} \exp(e_{ik})},
         \qquad \mathbf{h}_i = \sum_{j \in \mathcal{N}(i)} \alpha_{ij} \mathbf{v}_j
 
-    Subclasses compute the score :math:`e_{ij}` and the values and call
-    :meth:`attend`. A node with no incoming edge receives a zero vector.
+    A subclass gives the score :math:`e_{ij}` in :meth:`edge_update`, which
+    takes the tensors it needs (``x_i``/``x_j`` suffixes gather them per edge,
+    as in PyG) and ends in ``return self.normalize(score, index, ptr,
+    dim_size)``; its ``forward`` prepares values and score inputs and calls
+    :meth:`attend`. GAT's additive score and the Transformer's dot product
+    are two such subclasses; a third score is a third ``edge_update``. A
+    node with no incoming edge receives a zero vector.
 
     Args:
         heads (int): number of attention heads.
         dropout (float): dropout probability of the normalised attention
             coefficients during training. (default: :obj:`0.`)
+        **kwargs (optional): arguments of
+            :class:`torch_geometric.nn.conv.MessagePassing` (``aggr`` must stay
+            ``"add"``).
     """
 
+    SUPPORTS_FUSED_EDGE_INDEX = True
+
     def __init__(self, heads: int, dropout: float = 0.0, **kwargs):
-        kwargs.setdefault("aggr", "add")
-        super().__init__(node_dim=0, **kwargs)
+        checks.check_kwargs(self, kwargs)
+        if kwargs.setdefault("aggr", "add") not in ("add", "sum"):
+            raise ValueError(f"{type(self).__name__} sums the attention-weighted values "
+                             f"(aggr='add'), got aggr={kwargs['aggr']!r}")
+        if kwargs.get("flow", "source_to_target") != "source_to_target":
+            raise ValueError(f"{type(self).__name__} supports flow='source_to_target' only")
+        kwargs["node_dim"] = 0
+        super().__init__(**kwargs)
+        if heads < 1:
+            raise ValueError(f"{type(self).__name__} needs heads >= 1, got {heads}")
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"{type(self).__name__} needs dropout in [0, 1], got {dropout}")
         self.heads = heads
         self.dropout = dropout
+        self._graph_cache = None
 
-    def attend(self, edge_index: Tensor, value: Tensor, score: Tensor,
-               num_nodes: int) -> Tuple[Tensor, Tensor]:
-        """Softmax of ``score`` ``[num_edges, heads]`` over each target's edges,
-        then the weighted sum of ``value`` ``[num_nodes, heads, channels]``.
-        Returns the aggregated ``[num_nodes, heads, channels]`` and the
-        attention coefficients ``[num_edges, heads]`` in the order of
-        ``edge_index``.
+    @torch.compiler.disable
+    def attention_graph(self, edge_index: Tensor, size: Tuple[int, int], self_loops: bool = False,
+                        num_loops: Optional[int] = None) -> AttentionGraph:
+        """The edges to attend along, from an ``edge_index`` tensor, an
+        :class:`EdgeIndex` or a sparse adjacency (rows = targets), with every
+        self-loop replaced by one per node (the first ``num_loops`` nodes)
+        when ``self_loops``. The result is kept for as long as the same,
+        unmodified ``edge_index`` comes back.
 
-        Edges are grouped by target (a CSR layout) so that the softmax and the
-        sum run as segment reductions, which on CPU are several times faster
-        than scatters. Callers that pass edges already sorted by target (see
-        :meth:`sort_by_target`) skip the sort.
+        :func:`torch.compile` leaves this method out of its graphs: its output
+        size depends on the data (removed self-loops) and it reads the cache,
+        so it runs as ordinary Python between the compiled parts.
         """
-        edge_index, perm = self.sort_by_target(edge_index)
-        if perm is not None:
-            score = score[perm]
-        ptr = index2ptr(edge_index[1], num_nodes)
-        alpha = softmax(score, ptr=ptr, num_nodes=num_nodes)  # [num_edges, heads]
-        alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-        # The graph as a transposed CSR adjacency (row = target), so that
-        # propagate fuses message and aggregation into sparse products.
-        adj_t = torch.sparse_csr_tensor(ptr, edge_index[0], alpha.new_ones(alpha.size(0)),
-                                        (num_nodes, value.size(0)), check_invariants=False)
-        out = self.propagate(adj_t, value=value, alpha=alpha)
-        if perm is not None:
-            alpha = torch.empty_like(alpha).index_copy_(0, perm, alpha)
-        return out, alpha
+        num_loops = min(size) if num_loops is None else num_loops
+        if is_torch_sparse_tensor(edge_index):
+            return self._sparse_graph(edge_index, size, self_loops, num_loops)
+        if isinstance(edge_index, EdgeIndex):
+            edge_index = edge_index.as_tensor()
+        checks.check_edge_index(self, edge_index, size)
+        key = (edge_index._version, size, self_loops, num_loops)
+        cache = self._graph_cache
+        if cache is not None and cache[0]() is edge_index and cache[1] == key:
+            return cache[2]
+        graph = self._make_graph(edge_index, size, self_loops, num_loops)
+        self._graph_cache = (weakref.ref(edge_index), key, graph)
+        return graph
 
     @staticmethod
-    def sort_by_target(edge_index: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
-        """Edges ordered by target (stable) and the permutation that did it,
-        or ``None`` when they already were."""
-        target = edge_index[1]
-        if target.numel() < 2 or not bool((target[1:] < target[:-1]).any()):
-            return edge_index, None
-        _, perm = index_sort(target, stable=True)
-        return edge_index[:, perm], perm
+    def _make_graph(edge_index: Tensor, size: Tuple[int, int], self_loops: bool,
+                    num_loops: int) -> AttentionGraph:
+        if not self_loops:
+            return AttentionGraph(edge_index, size)
+        kept = edge_index[0] != edge_index[1]
+        edge_index = graphs.with_self_loops(edge_index, num_loops)
+        return AttentionGraph(edge_index, size, kept=kept, num_loops=num_loops)
 
-    def message(self, value_j: Tensor, alpha: Tensor) -> Tensor:
-        return value_j * alpha.unsqueeze(-1)  # [num_edges, heads, channels]
+    def _sparse_graph(self, adj: Tensor, size: Tuple[int, int], self_loops: bool,
+                      num_loops: int) -> AttentionGraph:
+        name = type(self).__name__
+        if adj.dim() != 2 or tuple(adj.shape) != (size[1], size[0]):
+            raise ValueError(f"{name} expects a sparse adjacency of shape [num_targets, num_sources] "
+                             f"= [{size[1]}, {size[0]}] (the transposed adjacency, as PyG takes it), "
+                             f"got {list(adj.shape)}")
+        if self_loops:
+            if adj.layout == torch.sparse_csc:  # PyG's loop helpers take CSR and COO.
+                adj = adj.to_sparse_csr()
+            adj, _ = remove_self_loops(adj)
+            adj, _ = add_self_loops(adj, num_nodes=num_loops)
+        (target, source), _ = to_edge_index(adj)
+        return AttentionGraph(torch.stack([source, target]), size, adjacency=adj)
 
-    def message_and_aggregate(self, adj_t: Tensor, value: Tensor, alpha: Tensor) -> Tensor:
-        # The sum over each target's edges of message(value_j, alpha), as one
+    def use_fused_path(self, value: Tensor, graph: AttentionGraph) -> bool:
+        """Whether the fused sparse path may run: nothing needs per-edge
+        messages and the kernels serve ``value``'s device and dtype."""
+        return (fused_kernels_apply(value) and graph.num_edges > 0 and not self.explain
+                and self.decomposed_layers == 1 and not torch.compiler.is_compiling()
+                and not (self._message_forward_pre_hooks or self._message_forward_hooks
+                         or self._aggregate_forward_pre_hooks or self._aggregate_forward_hooks))
+
+    def attend(self, graph: AttentionGraph, value: Tensor, edge_attr: Optional[Tensor] = None,
+               need_weights: bool = False, **score_inputs) -> Tuple[Tensor, Optional[Tensor]]:
+        """Scores (:meth:`edge_update` on ``score_inputs`` and ``edge_attr``),
+        softmax, dropout, then the weighted sum of ``value`` ``[num_sources,
+        heads, channels]`` into each target. Returns ``[num_targets, heads,
+        channels]`` and, if ``need_weights``, alpha ``[num_edges, heads]`` in
+        the order of ``graph.edge_index``."""
+        if not self.use_fused_path(value, graph):
+            alpha = self.edge_updater(graph.edge_index, edge_attr=edge_attr, **score_inputs)
+            alpha = F.dropout(alpha, p=self.dropout, training=self.training)  # [num_edges, heads]
+            out = self.propagate(graph.edge_index, x=value, alpha=alpha, size=graph.size)
+            return out, alpha
+
+        edges, perm = graph.by_target()
+        if edge_attr is not None and perm is not None:
+            edge_attr = edge_attr[perm]
+        alpha = self.edge_updater(edges, edge_attr=edge_attr, **score_inputs)  # [num_edges, heads], by target
+        if self.training and self.dropout > 0:
+            # The mask is drawn in the user's edge order, so that both paths
+            # (and PyG's layers) drop the same edges for the same seed.
+            mask = F.dropout(alpha.new_ones(graph.num_edges, alpha.size(1)), p=self.dropout)
+            alpha = alpha * (mask if perm is None else mask[perm])
+        out = self.propagate(edges, x=value, alpha=alpha)
+        return out, graph.to_user_order(alpha) if need_weights else None
+
+    def normalize(self, score: Tensor, index: Tensor, ptr: Optional[Tensor],
+                  dim_size: Optional[int]) -> Tensor:
+        """The softmax of ``score`` ``[num_edges, heads]`` over each target's
+        edges (segment reductions when the edges come grouped by target)."""
+        if ptr is not None:
+            return segment_softmax(score, ptr, index.as_tensor() if isinstance(index, Index) else index)
+        return softmax(score, index, ptr, dim_size)
+
+    def message(self, x_j: Tensor, alpha: Tensor) -> Tensor:
+        return alpha.unsqueeze(-1) * x_j  # [num_edges, heads, channels]
+
+    def message_and_aggregate(self, edge_index: EdgeIndex, x: Tensor, alpha: Tensor) -> Tensor:
+        # The sum over each target's edges of message(x_j, alpha), as one
         # sparse-dense product per head: no [num_edges, heads, channels]
-        # tensor is built in the forward pass.
-        return attention_aggregate(adj_t.crow_indices(), adj_t.col_indices(), alpha, value)
+        # tensor is built.
+        return SparseAggregate.apply(edge_index.pattern, alpha, x)  # [num_targets, heads, channels]
+
+
+def transform(lin: Linear, x: Tensor) -> Tensor:
+    """``lin(x)`` (no bias), multiplying only the non-zeros of a sparse ``x``."""
+    if x.layout == torch.strided:
+        return lin(x)
+    return sparse_dense_mm(x, lin.weight.t())
+
+
+def num_rows(x: Optional[Tensor]) -> Optional[int]:
+    return None if x is None else x.size(0)
 
 
 class GATConv(AttentionConv):
@@ -147,18 +283,25 @@ class GATConv(AttentionConv):
 
     .. math::
         \mathbf{x}^{\prime}_i = \big\Vert_{h=1}^{H} \sum_{j \in \mathcal{N}(i) \cup \{ i \}}
-        \alpha^{h}_{i,j}\mathbf{\Theta}^{h}\mathbf{x}_{j},
+        \alpha^{h}_{i,j}\mathbf{\Theta}^{h}_{s}\mathbf{x}_{j},
         \qquad
         \alpha^{h}_{i,j} = \mathrm{softmax}_j\Big(\mathrm{LeakyReLU}\big(
-        \mathbf{a}^{h\top}_{s}\mathbf{\Theta}^{h}\mathbf{x}_j +
-        \mathbf{a}^{h\top}_{d}\mathbf{\Theta}^{h}\mathbf{x}_i\big)\Big)
+        \mathbf{a}^{h\top}_{s}\mathbf{\Theta}^{h}_{s}\mathbf{x}_j +
+        \mathbf{a}^{h\top}_{d}\mathbf{\Theta}^{h}_{d}\mathbf{x}_i +
+        \mathbf{a}^{h\top}_{e}\mathbf{\Theta}^{h}_{e}\mathbf{e}_{j,i}\big)\Big)
 
-    A drop-in for :class:`torch_geometric.nn.GATConv` with the options below:
-    the same arguments, ``state_dict`` keys and outputs. ``x`` may also be a
-    sparse COO tensor (bag-of-words features), which is multiplied sparsely.
+    (the edge term only with ``edge_dim``; :math:`\Theta_s = \Theta_d` unless
+    ``in_channels`` is a pair). A drop-in for
+    :class:`torch_geometric.nn.GATConv` (2.8): the same arguments in the same
+    order, ``state_dict`` keys, input forms (``x`` or a bipartite ``(x_src,
+    x_dst)``, ``edge_index``, :class:`~torch_geometric.EdgeIndex` or a
+    ``torch.sparse`` adjacency, ``edge_attr``, ``size``) and outputs.
+    ``x`` may also be a sparse CSR or COO tensor (bag-of-words features),
+    which is multiplied sparsely.
 
     Args:
-        in_channels (int): size of each input sample.
+        in_channels (int or tuple): size of each input sample, ``-1`` to
+            infer it, or ``(source, target)`` sizes of a bipartite graph.
         out_channels (int): size of each output sample per head.
         heads (int): number of attention heads. (default: :obj:`1`)
         concat (bool): concatenate the heads if :obj:`True`, else average
@@ -167,158 +310,173 @@ class GATConv(AttentionConv):
             (default: :obj:`0.2`)
         dropout (float): dropout probability of the normalised attention
             coefficients. (default: :obj:`0.`)
-        add_self_loops (bool): add a self-loop to every node (after removing
-            existing ones). (default: :obj:`True`)
+        add_self_loops (bool): replace existing self-loops by one per node
+            (per node present on both sides when bipartite). (default: :obj:`True`)
+        edge_dim (int, optional): edge feature size; edge features then enter
+            the score. (default: :obj:`None`)
+        fill_value (float or Tensor or str): edge features of the added
+            self-loops: a value, or how to reduce each node's incoming edge
+            features (``"add"``, ``"mean"``, ``"min"``, ``"max"``, ``"mul"``).
+            (default: :obj:`"mean"`)
         bias (bool): learn an additive bias. (default: :obj:`True`)
+        residual (bool): add a learned linear map of the (target) input.
+            (default: :obj:`False`)
         value_dropout (float): dropout of the transformed features that are
             summed (not of those that are scored), as the authors' TensorFlow
             code does; PyG's layer has no such option. (default: :obj:`0.`)
+        **kwargs (optional): arguments of :class:`MessagePassing`.
 
     Shapes:
-        - **input:** node features :math:`(|\mathcal{V}|, F_{in})`, edge
-          indices :math:`(2, |\mathcal{E}|)`
-        - **output:** node features :math:`(|\mathcal{V}|, H * F_{out})` or
-          :math:`(|\mathcal{V}|, F_{out})` if :obj:`concat=False`; with
+        - **input:** node features :math:`(|\mathcal{V}|, F_{in})` or
+          :math:`((|\mathcal{V_s}|, F_{s}), (|\mathcal{V_t}|, F_{t}))`
+          (``x_dst`` may be ``None`` with ``size``), edge indices
+          :math:`(2, |\mathcal{E}|)` or a sparse :math:`(|\mathcal{V_t}|,
+          |\mathcal{V_s}|)` adjacency, edge features :math:`(|\mathcal{E}|, D)`
+        - **output:** node features :math:`(|\mathcal{V_t}|, H * F_{out})` or
+          :math:`(|\mathcal{V_t}|, F_{out})` if :obj:`concat=False`; with
           ``return_attention_weights``, also ``(edge_index, alpha)`` with
-          alpha :math:`(|\mathcal{E}|, H)`, self-loops included.
+          alpha :math:`(|\mathcal{E}|, H)`, self-loops included (a sparse
+          adjacency of alpha when one was given).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, heads: int = 1, concat: bool = True,
-                 negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True,
-                 bias: bool = True, value_dropout: float = 0.0, **kwargs):
+    def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, heads: int = 1,
+                 concat: bool = True, negative_slope: float = 0.2, dropout: float = 0.0,
+                 add_self_loops: bool = True, edge_dim: Optional[int] = None,
+                 fill_value: Union[float, Tensor, str] = "mean", bias: bool = True,
+                 residual: bool = False, value_dropout: float = 0.0, **kwargs):
         super().__init__(heads=heads, dropout=dropout, **kwargs)
-        self.value_dropout = value_dropout
-        if not isinstance(in_channels, int):
-            raise TypeError("graphseq.nn.GATConv takes an int in_channels (bipartite inputs are not supported)")
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.concat = concat
         self.negative_slope = negative_slope
         self.add_self_loops = add_self_loops
+        self.edge_dim = edge_dim
+        self.fill_value = fill_value
+        self.residual = residual
+        self.value_dropout = value_dropout
 
-        self.lin = Linear(in_channels, heads * out_channels, bias=False, weight_initializer="glorot")
+        # A bipartite layer transforms sources and targets with their own weights.
+        self.lin = self.lin_src = self.lin_dst = None
+        if isinstance(in_channels, int):
+            self.lin = Linear(in_channels, heads * out_channels, bias=False, weight_initializer="glorot")
+        else:
+            self.lin_src = Linear(in_channels[0], heads * out_channels, bias=False, weight_initializer="glorot")
+            self.lin_dst = Linear(in_channels[1], heads * out_channels, bias=False, weight_initializer="glorot")
         self.att_src = Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = Parameter(torch.empty(1, heads, out_channels))
+        if edge_dim is not None:
+            self.lin_edge = Linear(edge_dim, heads * out_channels, bias=False, weight_initializer="glorot")
+            self.att_edge = Parameter(torch.empty(1, heads, out_channels))
+        else:
+            self.lin_edge = None
+            self.register_parameter("att_edge", None)
+        total_out_channels = out_channels * (heads if concat else 1)
+        if residual:
+            target_channels = in_channels if isinstance(in_channels, int) else in_channels[1]
+            self.res = Linear(target_channels, total_out_channels, bias=False, weight_initializer="glorot")
+        else:
+            self.register_parameter("res", None)
         if bias:
-            self.bias = Parameter(torch.empty(heads * out_channels if concat else out_channels))
+            self.bias = Parameter(torch.empty(total_out_channels))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
 
     def reset_parameters(self):
         super().reset_parameters()
-        self.lin.reset_parameters()
+        for lin in (self.lin, self.lin_src, self.lin_dst, self.lin_edge, self.res):
+            if lin is not None:
+                lin.reset_parameters()
         glorot(self.att_src)
         glorot(self.att_dst)
+        glorot(self.att_edge)
         zeros(self.bias)
 
-    def forward(self, x: Tensor, edge_index: Tensor,
-                return_attention_weights: Optional[bool] = None
-                ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]]]:
+    def forward(self, x: Union[Tensor, PairTensor], edge_index: Tensor, edge_attr: Optional[Tensor] = None,
+                size: Optional[Tuple[int, int]] = None, return_attention_weights: Optional[bool] = None):
         H, C = self.heads, self.out_channels
-        checks.check_features(self, x, self.in_channels)
-        num_nodes = x.size(0)
-        checks.check_edge_index(self, edge_index, num_nodes)
+        bipartite = isinstance(x, (tuple, list))
+        x_src, x_dst = x if bipartite else (x, None)
+        source_channels, target_channels = ((self.in_channels, self.in_channels) if self.lin is not None
+                                            else self.in_channels)
+        checks.check_features(self, x_src, source_channels, name="x_src" if bipartite else "x")
+        if x_dst is not None:
+            checks.check_features(self, x_dst, target_channels, name="x_dst")
 
-        if x.layout != torch.strided:  # Multiply only the non-zero features.
-            h = sparse_dense_mm(x, self.lin.weight.t()).view(-1, H, C)
+        # Transform the features, sources and targets with their own weights
+        # when the layer is bipartite.
+        if not bipartite:
+            res = None if self.res is None else transform(self.res, x_src)
+            if self.lin is not None:
+                h_src = h_dst = transform(self.lin, x_src).view(-1, H, C)  # [num_nodes, heads, channels]
+            else:
+                h_src = transform(self.lin_src, x_src).view(-1, H, C)
+                h_dst = transform(self.lin_dst, x_src).view(-1, H, C)
         else:
-            h = self.lin(x).view(-1, H, C)  # [num_nodes, heads, channels]
-        alpha_src = (h * self.att_src).sum(dim=-1)  # [num_nodes, heads]
-        alpha_dst = (h * self.att_dst).sum(dim=-1)
+            res = None if self.res is None or x_dst is None else transform(self.res, x_dst)
+            lin_src, lin_dst = (self.lin, self.lin) if self.lin is not None else (self.lin_src, self.lin_dst)
+            h_src = transform(lin_src, x_src).view(-1, H, C)
+            h_dst = None if x_dst is None else transform(lin_dst, x_dst).view(-1, H, C)
 
-        if self.add_self_loops:
-            edge_index, _ = remove_self_loops(edge_index)
-            edge_index, _ = add_self_loops(edge_index, num_nodes=num_nodes)
-        returned_edges = edge_index
-        edge_index, perm = self.sort_by_target(edge_index)
+        # Each node's share of the score, as a source and as a target.
+        alpha_src = (h_src * self.att_src).sum(dim=-1)  # [num_source_nodes, heads]
+        alpha_dst = None if h_dst is None else (h_dst * self.att_dst).sum(dim=-1)
 
-        source, target = edge_index
-        score = F.leaky_relu(alpha_src[source] + alpha_dst[target], self.negative_slope)  # [num_edges, heads]
-        value = F.dropout(h, p=self.value_dropout, training=self.training)
-        out, alpha = self.attend(edge_index, value, score, num_nodes)
+        size = self.edge_size(edge_index, size, h_src.size(0), num_rows(h_dst) if bipartite else h_src.size(0))
+        if alpha_dst is None:
+            # Targets without features add nothing to the score; zeros keep
+            # the number of targets known to the softmax.
+            alpha_dst = alpha_src.new_zeros(size[1], H)
+        graph = self.attention_graph(edge_index, size, self.add_self_loops)
+        if edge_attr is not None:
+            if graph.adjacency is not None:
+                raise NotImplementedError("GATConv takes edge_attr with an edge_index tensor, "
+                                          "not with a sparse adjacency")
+            checks.check_edge_features(self, edge_attr, edge_index.size(1), self.edge_dim)
+            if self.lin_edge is None:
+                edge_attr = None  # As PyG's layer does, edge features without edge_dim are ignored.
+        edge_attr = graph.edge_features(edge_attr, self.fill_value)
+
+        value = F.dropout(h_src, p=self.value_dropout, training=self.training)
+        out, alpha = self.attend(graph, value, edge_attr=edge_attr, alpha=(alpha_src, alpha_dst),
+                                 need_weights=bool(return_attention_weights))
 
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
+        if res is not None:
+            out = out + res
         if self.bias is not None:
             out = out + self.bias
         if return_attention_weights:
-            if perm is not None:  # Back to PyG's edge order.
-                alpha = torch.empty_like(alpha).index_copy_(0, perm, alpha)
-            return out, (returned_edges, alpha)
+            return out, graph.attention_weights(alpha)
         return out
+
+    def edge_size(self, edge_index, size, num_sources: int, num_targets: Optional[int]) -> Tuple[int, int]:
+        """``(num_sources, num_targets)`` from the features, ``size`` and a sparse adjacency's shape."""
+        if is_torch_sparse_tensor(edge_index) and num_targets is None and size is None:
+            size = (edge_index.size(1), edge_index.size(0))
+        elif isinstance(edge_index, EdgeIndex) and size is None and None not in edge_index.sparse_size():
+            size = edge_index.sparse_size()
+        return checks.check_size(self, size, (num_sources, num_targets))
+
+    def edge_update(self, alpha_j: Tensor, alpha_i: Optional[Tensor], edge_attr: Optional[Tensor],
+                    index: Tensor, ptr: Optional[Tensor], dim_size: Optional[int]) -> Tensor:
+        # The additive score: each end's share, plus the edge's when it has features.
+        score = alpha_j if alpha_i is None else alpha_j + alpha_i  # [num_edges, heads]
+        if edge_attr is not None and self.lin_edge is not None and index.numel() > 0:
+            if edge_attr.dim() == 1:
+                edge_attr = edge_attr.view(-1, 1)
+            edge_attr = self.lin_edge(edge_attr).view(-1, self.heads, self.out_channels)
+            score = score + (edge_attr * self.att_edge).sum(dim=-1)
+        score = F.leaky_relu(score, self.negative_slope)
+        return self.normalize(score, index, ptr, dim_size)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
 
 
-class DotProductAlongEdges(torch.autograd.Function):
-    """``q_i . k_j`` for every edge ``j -> i`` of edges sorted by target:
-    ``[num_nodes, heads, channels]`` queries and keys in, ``[num_edges, heads]``
-    scores out.
-
-    Left to autograd, the two ``[num_edges, heads, channels]`` gathers behind
-    the scores would be the largest tensors kept for the backward pass. Here
-    only the node-sized queries and keys are kept. On CPU the edges are a
-    sparse CSR matrix per head: the scores are torch's sampled dense-dense
-    product (``torch.sparse.sampled_addmm``) and the gradients two sparse-dense
-    products, so no ``[num_edges, heads, channels]`` tensor exists at all.
-    Elsewhere the gathers are computed (and redone in the backward pass).
-    """
-
-    @staticmethod
-    def forward(ctx, query: Tensor, key: Tensor, edge_index: Tensor, target_ptr: Tensor) -> Tensor:
-        ctx.save_for_backward(query, key, edge_index, target_ptr)
-        source, target = edge_index
-        if not _use_sparse_kernels(query, edge_index):
-            return (query.index_select(0, target) * key.index_select(0, source)).sum(dim=-1)
-        num_nodes, heads = query.shape[:2]
-        # Zero values, not empty ones: sampled_addmm adds beta * values even
-        # for beta = 0, and 0 * NaN is NaN.
-        pattern = torch.sparse_csr_tensor(target_ptr.expand(heads, -1).contiguous(),
-                                          source.expand(heads, -1).contiguous(),
-                                          query.new_zeros(heads, source.numel()),
-                                          (heads, num_nodes, key.size(0)), check_invariants=False)
-        score = torch.sparse.sampled_addmm(pattern, query.transpose(0, 1), key.permute(1, 2, 0),
-                                           beta=0.0)  # [heads, num_nodes, num_nodes], sparse
-        return score.values().t()  # [num_edges, heads]
-
-    @staticmethod
-    def backward(ctx, grad_score: Tensor):
-        query, key, edge_index, target_ptr = ctx.saved_tensors
-        source, target = edge_index
-        grad_query = grad_key = None
-        if not _use_sparse_kernels(query, edge_index):
-            grad = grad_score.unsqueeze(-1)  # [num_edges, heads, 1]
-            if ctx.needs_input_grad[0]:
-                grad_query = segment(key.index_select(0, source) * grad, target_ptr, reduce="sum")
-            if ctx.needs_input_grad[1]:
-                grad_key = torch.zeros_like(key).index_add_(0, source, query.index_select(0, target) * grad)
-            return grad_query, grad_key, None, None
-
-        # Per head, the gradient is a sparse [target, source] matrix G:
-        # grad_query = G @ key and grad_key = G^T @ query, G^T being the same
-        # arrays read as a CSC matrix.
-        grad = grad_score.t().contiguous()  # [heads, num_edges]
-        shape = (query.size(0), key.size(0))
-        if ctx.needs_input_grad[0]:
-            grad_query = torch.stack([
-                torch.sparse_csr_tensor(target_ptr, source, g, shape, check_invariants=False) @ key[:, h]
-                for h, g in enumerate(grad)], dim=1)
-        if ctx.needs_input_grad[1]:
-            grad_key = torch.stack([
-                torch.sparse_csc_tensor(target_ptr, source, g, shape[::-1], check_invariants=False) @ query[:, h]
-                for h, g in enumerate(grad)], dim=1)
-        return grad_query, grad_key, None, None
-
-
-def _use_sparse_kernels(query: Tensor, edge_index: Tensor) -> bool:
-    return (query.device.type == "cpu" and query.dtype in (torch.float32, torch.float64)
-            and edge_index.size(1) > 0)
-
-
 class SelfAttentionConv(AttentionConv):
-    r"""Multi-head scaled dot-product self-attention from `"Attention Is All
-    You Need" <https://arxiv.org/abs/1706.03762>`_ (Vaswani et al., NeurIPS
+    r"""Multi-head scaled dot-product attention from `"Attention Is All You
+    Need" <https://arxiv.org/abs/1706.03762>`_ (Vaswani et al., NeurIPS
     2017), as message passing along a graph.
 
     .. math::
@@ -334,17 +492,26 @@ class SelfAttentionConv(AttentionConv):
     is :math:`i`'s in-neighbours, and a mask of :class:`torch.nn.MultiheadAttention`
     becomes a graph (``graphs.causal`` for a decoder's causal mask).
 
+    Cross-attention (queries on one node set, keys and values on another, as
+    an encoder-decoder's) takes ``x=(x_src, x_dst)``: the targets ``x_dst``
+    ``[num_targets, embed_dim]`` ask, the sources ``x_src`` ``[num_sources,
+    kdim]`` answer (``x_src`` may be a pair ``(keys, values)`` of ``kdim`` and
+    ``vdim`` features), along a bipartite ``edge_index`` (row 0 indexes
+    ``x_src``, row 1 ``x_dst``) or, without one, from every source to every
+    target of the same graph (``batch=(batch_src, batch_dst)``).
+
     Fully connected graphs are computed densely, graph by graph, with
     :func:`torch.nn.functional.scaled_dot_product_attention` (graphs of unequal
-    sizes are padded and the padding masked out). Any other graph takes the
-    edge-wise softmax of :meth:`AttentionConv.attend`, whose memory grows with
-    the number of edges times heads, not with the square of the nodes. Both
-    give the same numbers.
+    sizes are padded and the padding masked out), unless message hooks or an
+    explainer need the edges. Any other graph takes the edge-wise path of
+    :meth:`AttentionConv.attend`, whose memory grows with the number of edges
+    times heads, not with the square of the nodes. Both give the same numbers.
 
     Parameters and ``state_dict`` keys are those of
     ``torch.nn.MultiheadAttention(embed_dim, num_heads, bias=bias,
-    batch_first=True)`` (``in_proj_weight``, ``in_proj_bias``,
-    ``out_proj.weight``, ``out_proj.bias``), so weights load both ways.
+    kdim=kdim, vdim=vdim, batch_first=True)``, so weights load both ways.
+    Its options ``add_bias_kv`` and ``add_zero_attn`` are not implemented and
+    refused by name.
 
     A node with no incoming edge attends to nothing: its attention output
     (the sum of weighted values, before ``out_proj``) is a zero vector, so its
@@ -352,25 +519,37 @@ class SelfAttentionConv(AttentionConv):
     :class:`torch.nn.MultiheadAttention` returns NaN for a fully masked row.
 
     Args:
-        embed_dim (int): size of each input and output sample.
+        embed_dim (int): size of each query and output sample.
         num_heads (int): number of attention heads; must divide ``embed_dim``.
         dropout (float): dropout probability of the attention coefficients
             during training. (default: :obj:`0.`)
         bias (bool): learn biases of the input and output projections.
             (default: :obj:`True`)
+        add_bias_kv (bool): not implemented; must be :obj:`False`.
+        add_zero_attn (bool): not implemented; must be :obj:`False`.
+        kdim (int, optional): size of each key sample. (default: ``embed_dim``)
+        vdim (int, optional): size of each value sample. (default: ``embed_dim``)
+        **kwargs (optional): arguments of :class:`MessagePassing`.
 
     Shapes:
-        - **input:** node features :math:`(|\mathcal{V}|, E)`, optional edge
-          indices :math:`(2, |\mathcal{E}|)` (source row 0, target row 1),
-          optional sorted batch vector :math:`(|\mathcal{V}|)`
-        - **output:** node features :math:`(|\mathcal{V}|, E)`; with
+        - **input:** node features :math:`(|\mathcal{V}|, E)` or
+          :math:`((|\mathcal{V_s}|, E_k), (|\mathcal{V_t}|, E))`, optional
+          edge indices :math:`(2, |\mathcal{E}|)` (source row 0, target row 1),
+          optional sorted batch vector :math:`(|\mathcal{V}|)` (a pair when
+          bipartite)
+        - **output:** node features :math:`(|\mathcal{V_t}|, E)`; with
           ``return_attention_weights``, also ``(edge_index, alpha)`` with
           alpha :math:`(|\mathcal{E}|, H)` (the fully connected edges
           when no ``edge_index`` was given).
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 **kwargs):
+                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: Optional[int] = None,
+                 vdim: Optional[int] = None, **kwargs):
+        checks.check_option(self, "add_bias_kv", add_bias_kv, False,
+                            "its learned extra key and value are not part of this layer")
+        checks.check_option(self, "add_zero_attn", add_zero_attn, False,
+                            "it would attend to an extra zero key and value")
         super().__init__(heads=num_heads, dropout=dropout, **kwargs)
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
@@ -378,9 +557,21 @@ class SelfAttentionConv(AttentionConv):
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         self.bias = bias
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
 
         # The names and shapes of torch.nn.MultiheadAttention, so weights load both ways.
-        self.in_proj_weight = Parameter(torch.empty(3 * embed_dim, embed_dim))
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = Parameter(torch.empty(3 * embed_dim, embed_dim))
+            self.register_parameter("q_proj_weight", None)
+            self.register_parameter("k_proj_weight", None)
+            self.register_parameter("v_proj_weight", None)
+        else:
+            self.q_proj_weight = Parameter(torch.empty(embed_dim, embed_dim))
+            self.k_proj_weight = Parameter(torch.empty(embed_dim, self.kdim))
+            self.v_proj_weight = Parameter(torch.empty(embed_dim, self.vdim))
+            self.register_parameter("in_proj_weight", None)
         if bias:
             self.in_proj_bias = Parameter(torch.empty(3 * embed_dim))
         else:
@@ -391,88 +582,193 @@ class SelfAttentionConv(AttentionConv):
     def reset_parameters(self):
         # torch.nn.MultiheadAttention's initialisation.
         super().reset_parameters()
-        torch.nn.init.xavier_uniform_(self.in_proj_weight)
+        for weight in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+            if weight is not None:
+                torch.nn.init.xavier_uniform_(weight)
         self.out_proj.reset_parameters()
         if self.in_proj_bias is not None:
             torch.nn.init.zeros_(self.in_proj_bias)
             torch.nn.init.zeros_(self.out_proj.bias)
 
-    def forward(self, x: Tensor, edge_index: Optional[Tensor] = None, batch: Optional[Tensor] = None,
-                return_attention_weights: bool = False
-                ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]]]:
+    def forward(self, x: Union[Tensor, Tuple], edge_index: Optional[Tensor] = None,
+                batch: Optional[Union[Tensor, Tuple[Tensor, Tensor]]] = None,
+                return_attention_weights: bool = False):
         H, D = self.num_heads, self.head_dim
-        checks.check_features(self, x, self.embed_dim)
-        num_nodes = x.size(0)
-        checks.check_batch(self, batch, num_nodes)
-        qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias).view(-1, 3, H, D)  # [num_nodes, 3, heads, head_dim]
+        query, key, value, batch_src, batch_dst = self.project(x, batch)  # [num_nodes, heads, head_dim] each
+        num_sources, num_targets = key.size(0), query.size(0)
 
-        if edge_index is None and not return_attention_weights:
-            out = self.attend_fully_connected(qkv, batch)
+        if edge_index is None and not return_attention_weights and self.dense_path_allowed():
+            out = self.attend_fully_connected(query, key, value, batch_src, batch_dst)
         else:
-            if edge_index is None:  # The weights are wanted edge by edge: build the edges.
-                edge_index = graphs.fully_connected(self.graph_sizes(batch, num_nodes)).to(x.device)
-            checks.check_edge_index(self, edge_index, num_nodes)
-            out, alpha = self.attend_edges(qkv, edge_index)
+            if edge_index is None:  # The edges are wanted: build them.
+                edge_index = self.fully_connected_edges(batch_src, batch_dst, num_sources, num_targets)
+                edge_index = edge_index.to(query.device)
+            graph = self.attention_graph(edge_index, (num_sources, num_targets))
+            out, alpha = self.attend(graph, value, query=query, key=key,
+                                     need_weights=bool(return_attention_weights))
 
-        out = self.out_proj(out.reshape(-1, H * D))  # [num_nodes, embed_dim]
+        out = self.out_proj(out.reshape(-1, H * D))  # [num_targets, embed_dim]
         if return_attention_weights:
-            return out, (edge_index, alpha)
+            return out, graph.attention_weights(alpha)
         return out
 
-    def attend_fully_connected(self, qkv: Tensor, batch: Optional[Tensor]) -> Tensor:
-        """Dense attention inside each graph of ``batch``: ``qkv`` ``[num_nodes,
-        3, heads, head_dim]`` in, the attention output ``[num_nodes, heads,
-        head_dim]`` out. Graphs of equal size are a plain reshape; unequal ones
-        are padded to the largest and the padded keys masked out."""
-        num_nodes = qkv.size(0)
-        sizes = self.graph_sizes(batch, num_nodes)
-        num_graphs, longest = sizes.numel(), int(sizes.max()) if sizes.numel() else 0
-        if num_nodes == 0:
-            return qkv.new_zeros(0, self.num_heads, self.head_dim)
-        if bool((sizes == longest).all()):
-            dense, mask, real = qkv.view(num_graphs, longest, *qkv.shape[1:]), None, None
-        else:
-            dense, real = to_dense_batch(qkv, batch, batch_size=num_graphs, max_num_nodes=longest)  # [graphs, longest, 3, heads, head_dim]
-            # An empty graph (a gap in batch) would leave its padded queries with
-            # no key at all; letting them see the padding keeps NaN out of the
-            # backward pass. Padded queries are dropped afterwards either way.
-            empty = (sizes == 0).to(real.device)
-            mask = (real | empty.unsqueeze(1)).view(num_graphs, 1, 1, longest)
-        query, key, value = dense.permute(2, 0, 3, 1, 4)  # [graphs, heads, longest, head_dim] each
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask,
-                                             dropout_p=self.dropout if self.training else 0.0)
-        out = out.transpose(1, 2)  # [graphs, longest, heads, head_dim]
-        return out.reshape(num_nodes, self.num_heads, self.head_dim) if real is None else out[real]
+    def project(self, x, batch):
+        """Queries (of the targets), keys and values (of the sources), each
+        ``[num_nodes, heads, head_dim]``, and the two batch vectors."""
+        H, D, E = self.num_heads, self.head_dim, self.embed_dim
+        if not isinstance(x, (tuple, list)):
+            checks.check_features(self, x, E)
+            if not self._qkv_same_embed_dim:
+                raise ValueError(f"SelfAttentionConv with kdim={self.kdim}, vdim={self.vdim} attends "
+                                 f"across two node sets: pass x=(x_src, x_dst)")
+            if isinstance(batch, (tuple, list)):
+                raise ValueError("SelfAttentionConv takes one batch vector with one x (a pair with x=(x_src, x_dst))")
+            checks.check_batch(self, batch, x.size(0))
+            qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias).view(-1, 3, H, D)
+            # One copy makes each of query, key and value contiguous, which
+            # the edge gathers read several times faster than strided views.
+            query, key, value = qkv.transpose(0, 1).contiguous()
+            return query, key, value, batch, batch
 
-    def attend_edges(self, qkv: Tensor, edge_index: Tensor) -> Tuple[Tensor, Tensor]:
-        """The edge-wise path: scores ``q_i . k_j / sqrt(d)`` along the edges,
-        then :meth:`AttentionConv.attend`. Returns the attention output
-        ``[num_nodes, heads, head_dim]`` and alpha ``[num_edges, heads]`` in
-        the order of ``edge_index``."""
-        # One copy makes each of query, key and value contiguous, which the
-        # edge gathers below read several times faster than strided views.
-        query, key, value = qkv.transpose(0, 1).contiguous()  # [num_nodes, heads, head_dim] each
-        # Sorted by target, the queries are gathered in memory order and
-        # attend need not sort again.
-        edge_index, perm = self.sort_by_target(edge_index)
-        target_ptr = index2ptr(edge_index[1], qkv.size(0))
-        score = DotProductAlongEdges.apply(query, key, edge_index, target_ptr)
-        score = score / math.sqrt(self.head_dim)  # [num_edges, heads]
-        out, alpha = self.attend(edge_index, value, score, qkv.size(0))
-        if perm is not None:
-            alpha = torch.empty_like(alpha).index_copy_(0, perm, alpha)
-        return out, alpha
+        if len(x) != 2:
+            raise ValueError(f"SelfAttentionConv expects x or a pair (x_src, x_dst), got {len(x)} tensors")
+        x_src, x_dst = x
+        x_key, x_value = x_src if isinstance(x_src, (tuple, list)) else (x_src, x_src)
+        checks.check_features(self, x_dst, E, name="x_dst")
+        checks.check_features(self, x_key, self.kdim, name="x_src (keys)" if x_key is not x_value else "x_src")
+        checks.check_features(self, x_value, self.vdim, name="x_src (values)")
+        if x_key.size(0) != x_value.size(0):
+            raise ValueError(f"SelfAttentionConv expects as many key as value rows, got "
+                             f"{x_key.size(0)} and {x_value.size(0)}")
+        batch_src, batch_dst = batch if isinstance(batch, (tuple, list)) else (batch, batch)
+        if (batch_src is None) != (batch_dst is None):
+            raise ValueError("SelfAttentionConv expects batch=(batch_src, batch_dst), both or neither")
+        checks.check_batch(self, batch_src, x_key.size(0))
+        checks.check_batch(self, batch_dst, x_dst.size(0))
+        b_q, b_k, b_v = (None, None, None) if self.in_proj_bias is None else self.in_proj_bias.chunk(3)
+        if self._qkv_same_embed_dim:
+            w_q, w_k, w_v = self.in_proj_weight.chunk(3)
+        else:
+            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        query = F.linear(x_dst, w_q, b_q).view(-1, H, D)
+        key = F.linear(x_key, w_k, b_k).view(-1, H, D)
+        value = F.linear(x_value, w_v, b_v).view(-1, H, D)
+        return query, key, value, batch_src, batch_dst
+
+    def dense_path_allowed(self) -> bool:
+        """Fully connected graphs run densely unless something needs their edges."""
+        return not (self.explain or self.decomposed_layers > 1
+                    or self._message_forward_pre_hooks or self._message_forward_hooks
+                    or self._aggregate_forward_pre_hooks or self._aggregate_forward_hooks
+                    or self._edge_update_forward_pre_hooks or self._edge_update_forward_hooks)
+
+    def edge_update(self, query: Tensor, key: Tensor, edge_index, edge_index_i: Tensor,
+                    edge_index_j: Tensor, index: Tensor, ptr: Optional[Tensor]) -> Tensor:
+        # The scaled dot product of each edge's query (target) and key (source).
+        pattern = getattr(edge_index, "pattern", None)
+        if pattern is not None:  # Fused: no [num_edges, heads, head_dim] tensor.
+            score = SampledDot.apply(pattern, query, key)
+        else:
+            score = (query.index_select(0, edge_index_i) * key.index_select(0, edge_index_j)).sum(dim=-1)
+        return self.normalize(score / math.sqrt(self.head_dim), index, ptr, query.size(0))  # [num_edges, heads]
 
     @staticmethod
-    def graph_sizes(batch: Optional[Tensor], num_nodes: int) -> Tensor:
-        """The number of nodes of each graph of a sorted ``batch`` vector (one
-        graph of every node when there is none)."""
-        if batch is None:
-            return torch.tensor([num_nodes])
-        if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
-            raise ValueError("SelfAttentionConv expects a sorted batch vector (nodes numbered "
-                             "graph after graph, as PyG's loaders make them)")
-        return graphs.batch_to_lengths(batch)
+    def fully_connected_edges(batch_src: Optional[Tensor], batch_dst: Optional[Tensor],
+                              num_sources: int, num_targets: int) -> Tensor:
+        """Every source to every target of the same graph."""
+        if batch_src is None:
+            return graphs.fully_connected_bipartite([num_sources], [num_targets])
+        num_graphs = graph_count(batch_src, batch_dst)
+        return graphs.fully_connected_bipartite(graph_sizes(batch_src, num_graphs),
+                                                graph_sizes(batch_dst, num_graphs))
+
+    def attend_fully_connected(self, query: Tensor, key: Tensor, value: Tensor,
+                               batch_src: Optional[Tensor], batch_dst: Optional[Tensor]) -> Tensor:
+        """Dense attention inside each graph: every target attends to every
+        source of its graph. Queries ``[num_targets, heads, head_dim]``, keys
+        and values ``[num_sources, heads, head_dim]`` in, the attention output
+        ``[num_targets, heads, head_dim]`` out. Graphs of equal sizes are a
+        plain reshape; unequal ones are padded to the largest and the padded
+        keys masked out."""
+        H, D = self.num_heads, self.head_dim
+        num_graphs = 0 if batch_src is None else graph_count(batch_src, batch_dst)
+        if num_graphs == 0:  # One graph (or none at all).
+            return self.scaled_dot_product(query[None], key[None], value[None], None)[0]
+        sizes_src, sizes_dst = graph_sizes(batch_src, num_graphs), graph_sizes(batch_dst, num_graphs)
+        if bool((sizes_src == sizes_src[0]).all()) and bool((sizes_dst == sizes_dst[0]).all()):
+            out = self.scaled_dot_product(query.view(num_graphs, -1, H, D), key.view(num_graphs, -1, H, D),
+                                          value.view(num_graphs, -1, H, D), None)
+            return out.reshape(-1, H, D)
+        longest_src, longest_dst = int(sizes_src.max()), int(sizes_dst.max())
+        q, real_dst = to_dense_batch(query, batch_dst, batch_size=num_graphs, max_num_nodes=longest_dst)
+        k, real_src = to_dense_batch(key, batch_src, batch_size=num_graphs, max_num_nodes=longest_src)
+        v, _ = to_dense_batch(value, batch_src, batch_size=num_graphs, max_num_nodes=longest_src)
+        # A graph without sources would leave its queries with no key at all;
+        # letting them see the padding (zero keys and values) keeps NaN out
+        # and gives them the zero output of a node that attends to nothing.
+        empty = (sizes_src == 0).to(real_src.device)
+        mask = (real_src | empty.unsqueeze(1)).view(num_graphs, 1, 1, longest_src)
+        out = self.scaled_dot_product(q, k, v, mask)  # [graphs, longest_dst, heads, head_dim]
+        return out[real_dst]
+
+    def scaled_dot_product(self, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor]) -> Tensor:
+        """SDPA on ``[graphs, nodes, heads, head_dim]`` tensors."""
+        query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
+        dropout = self.dropout if self.training else 0.0
+        if dropout > 0 or torch.compiler.is_compiling() or not torch.is_grad_enabled():
+            out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
+        else:
+            out = TwiceDifferentiableSDPA.apply(query, key, value, mask)
+        return out.transpose(1, 2)
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}({self.embed_dim}, num_heads={self.num_heads})"
+        extra = "" if self._qkv_same_embed_dim else f", kdim={self.kdim}, vdim={self.vdim}"
+        return f"{self.__class__.__name__}({self.embed_dim}, num_heads={self.num_heads}{extra})"
+
+
+class TwiceDifferentiableSDPA(torch.autograd.Function):
+    """:func:`~torch.nn.functional.scaled_dot_product_attention` (no dropout)
+    whose gradient is differentiable again. Torch's fused CPU and CUDA kernels
+    have no second derivative (nor has :class:`torch.nn.MultiheadAttention`):
+    the first backward pass here is theirs, and only when a graph of the
+    gradient is asked for (``create_graph=True``) is the attention redone
+    with the math kernel and differentiated through."""
+
+    @staticmethod
+    def forward(ctx, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor]) -> Tensor:
+        with torch.enable_grad():
+            inputs = [t.detach().requires_grad_() for t in (query, key, value)]
+            out = F.scaled_dot_product_attention(*inputs, attn_mask=mask)
+        ctx.save_for_backward(query, key, value)
+        ctx.inner, ctx.mask = (inputs, out), mask
+        return out.detach()
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        query, key, value = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: through the math kernel.
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+                out = F.scaled_dot_product_attention(query, key, value, attn_mask=ctx.mask)
+            wanted = [t for t, need in zip((query, key, value), ctx.needs_input_grad) if need]
+            found = iter(torch.autograd.grad(out, wanted, grad_out, create_graph=True))
+            return (*[next(found) if need else None for need in ctx.needs_input_grad[:3]], None)
+        if ctx.inner is None:  # A second pass through a retained graph: redo the forward.
+            with torch.enable_grad():
+                inputs = [t.detach().requires_grad_() for t in (query, key, value)]
+                ctx.inner = (inputs, F.scaled_dot_product_attention(*inputs, attn_mask=ctx.mask))
+        (inputs, out), ctx.inner = ctx.inner, None
+        return (*torch.autograd.grad(out, inputs, grad_out), None)
+
+
+def graph_count(batch_src: Tensor, batch_dst: Tensor) -> int:
+    """The number of graphs two batch vectors span (the larger graph id + 1)."""
+    counts = [int(b.max()) + 1 for b in (batch_src, batch_dst) if b.numel()]
+    return max(counts, default=0)
+
+
+def graph_sizes(batch: Tensor, num_graphs: int) -> Tensor:
+    """The number of nodes of each graph of a sorted ``batch`` vector."""
+    if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
+        raise ValueError("SelfAttentionConv expects a sorted batch vector (nodes numbered "
+                         "graph after graph, as PyG's loaders make them)")
+    return graphs.batch_to_lengths(batch, num_graphs)

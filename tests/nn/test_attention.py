@@ -1,63 +1,308 @@
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
+from torch_geometric import EdgeIndex
+from torch_geometric.utils import to_torch_coo_tensor, to_torch_csc_tensor, to_torch_csr_tensor
 
 from graphseq.nn import GATConv
+from graphseq.nn.attention import AttentionConv
 
 # A 6-node graph with a repeated edge (1 -> 0 twice), an existing self-loop
-# (2 -> 2) and an isolated node (5).
+# (2 -> 2), edges out of target order and an isolated node (5).
 EDGE_INDEX = torch.tensor([[1, 1, 2, 0, 3, 4, 2, 3],
                            [0, 0, 2, 1, 1, 3, 4, 2]])
 
 
-def copied_pair(**kwargs):
+def copied_pair(in_channels=5, out_channels=4, **kwargs):
     torch.manual_seed(0)
-    ours = GATConv(5, 4, **kwargs)
-    theirs = pyg_nn.GATConv(5, 4, **kwargs)
+    ours = GATConv(in_channels, out_channels, **kwargs)
+    theirs = pyg_nn.GATConv(in_channels, out_channels, **kwargs)
+    theirs.load_state_dict(ours.state_dict())
+    if ours.bias is not None:  # PyG starts its bias at zero; make it count.
+        for module in (ours, theirs):
+            torch.nn.init.constant_(module.bias, 0.1)
+    return ours.eval(), theirs.eval()
+
+
+def assert_same_gradients(ours, theirs, ours_inputs, theirs_inputs, atol=1e-5):
+    for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=atol), name
+    for a, b in zip(ours_inputs, theirs_inputs):
+        assert torch.allclose(a.grad, b.grad, atol=atol)
+
+
+def leaf(t):
+    return None if t is None else t.detach().clone().requires_grad_()
+
+
+def run_both(ours, theirs, x, edge_index, edge_attr=None, **kwargs):
+    """Outputs, attention weights and gradients (of the parameters, the
+    features and the edge features) of both layers on the same inputs."""
+    results = []
+    for layer in (ours, theirs):
+        x_in = tuple(leaf(t) for t in x) if isinstance(x, tuple) else leaf(x)
+        attr_in = leaf(edge_attr)
+        out, (edges, alpha) = layer(x_in, edge_index, attr_in, return_attention_weights=True, **kwargs)
+        (out.square().sum() + alpha.square().sum()).backward()
+        leaves = [t for t in (*(x_in if isinstance(x_in, tuple) else (x_in,)), attr_in) if t is not None]
+        results.append((out, edges, alpha, leaves))
+    (out, edges, alpha, leaves), (ref, ref_edges, ref_alpha, ref_leaves) = results
+    assert torch.allclose(out, ref, atol=1e-5)
+    assert torch.equal(edges, ref_edges)
+    assert torch.allclose(alpha, ref_alpha, atol=1e-5)
+    assert_same_gradients(ours, theirs, leaves, ref_leaves)
+
+
+@pytest.mark.parametrize("heads,concat,add_self_loops,bias,residual", [
+    (1, True, True, True, False),
+    (3, True, True, True, True),
+    (3, False, True, True, True),
+    (2, True, False, False, False),
+    (4, False, False, True, True),
+])
+def test_equals_pyg_gatconv_with_copied_weights(heads, concat, add_self_loops, bias, residual):
+    ours, theirs = copied_pair(heads=heads, concat=concat, add_self_loops=add_self_loops,
+                               bias=bias, residual=residual, negative_slope=0.1, dropout=0.5)
+    run_both(ours, theirs, torch.randn(6, 5), EDGE_INDEX)
+
+
+@pytest.mark.parametrize("edge_dim,fill_value", [(1, 0.5), (1, "mean"), (3, "add"), (3, "max"),
+                                                 (3, torch.tensor([1.0, -1.0, 0.5]))])
+def test_edge_features_enter_the_score_as_in_pyg(edge_dim, fill_value):
+    ours, theirs = copied_pair(heads=2, edge_dim=edge_dim, fill_value=fill_value)
+    edge_attr = torch.randn(EDGE_INDEX.size(1), edge_dim).squeeze(-1)
+    run_both(ours, theirs, torch.randn(6, 5), EDGE_INDEX.flip(1), edge_attr)
+    out = ours(torch.randn(6, 5), EDGE_INDEX, edge_attr)  # PyG's order: edge_attr third.
+    assert out.shape == (6, 8)
+
+
+def test_edge_features_change_the_output():
+    ours, _ = copied_pair(heads=2, edge_dim=3)
+    x, edge_attr = torch.randn(6, 5), torch.randn(EDGE_INDEX.size(1), 3)
+    assert not torch.allclose(ours(x, EDGE_INDEX, edge_attr), ours(x, EDGE_INDEX, 2 * edge_attr))
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_bipartite_inputs_equal_pyg(shared):
+    in_channels = 5 if shared else (5, 3)
+    ours, theirs = copied_pair(in_channels, 4, heads=2, residual=True)
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 6, 6], [0, 0, 1, 1, 2, 3, 0]])  # 7 sources, 4 targets
+    x_dst = torch.randn(4, 5 if shared else 3)
+    run_both(ours, theirs, (torch.randn(7, 5), x_dst), edge_index)
+    run_both(ours, theirs, (torch.randn(7, 5), x_dst), edge_index, size=(7, 4))
+    # Without target features, the size says how many targets there are.
+    x_src = torch.randn(7, 5)
+    assert torch.allclose(ours((x_src, None), edge_index, size=(7, 4)),
+                          theirs((x_src, None), edge_index, size=(7, 4)), atol=1e-5)
+
+
+def test_bipartite_layer_on_one_node_set_equals_pyg():
+    ours, theirs = copied_pair((5, 5), 4, heads=2)
+    run_both(ours, theirs, torch.randn(6, 5), EDGE_INDEX)
+
+
+@pytest.mark.parametrize("to_sparse", [to_torch_csr_tensor, to_torch_coo_tensor])
+def test_sparse_adjacency_equals_pyg(to_sparse):
+    ours, theirs = copied_pair(heads=2)
+    x = torch.randn(6, 5)
+    adj_t = to_sparse(EDGE_INDEX.flip(0), size=(6, 6))  # rows = targets
+    out, (adj, alpha) = ours(x, adj_t, return_attention_weights=True)
+    ref, (ref_adj, ref_alpha) = theirs(x, adj_t, return_attention_weights=True)
+    assert torch.allclose(out, ref, atol=1e-5) and torch.allclose(alpha, ref_alpha, atol=1e-5)
+    assert adj.layout == ref_adj.layout and torch.allclose(adj.to_dense(), ref_adj.to_dense(), atol=1e-5)
+    # The same graph as an edge_index (a sparse matrix holds the repeated edge once).
+    assert torch.allclose(out, ours(x, EDGE_INDEX.unique(dim=1)), atol=1e-5)
+
+
+def test_csc_adjacency_equals_csr():
+    # PyG's layer refuses a CSC adjacency when it adds self-loops; ours reads it as CSR.
+    ours, _ = copied_pair(heads=2)
+    x = torch.randn(6, 5)
+    csr = ours(x, to_torch_csr_tensor(EDGE_INDEX.flip(0), size=(6, 6)))
+    assert torch.allclose(ours(x, to_torch_csc_tensor(EDGE_INDEX.flip(0), size=(6, 6))), csr, atol=1e-6)
+
+
+def test_edge_index_object_equals_a_plain_tensor():
+    ours, _ = copied_pair(heads=2)
+    x = torch.randn(6, 5)
+    edge_index = EdgeIndex(EDGE_INDEX, sparse_size=(6, 6))
+    assert torch.allclose(ours(x, edge_index), ours(x, EDGE_INDEX), atol=1e-6)
+
+
+def force_message_path(monkeypatch):
+    monkeypatch.setattr(AttentionConv, "use_fused_path", lambda self, value, graph: False)
+
+
+@pytest.mark.parametrize("options", [dict(heads=3), dict(heads=2, edge_dim=2), dict(heads=2, concat=False)])
+def test_fused_and_message_paths_give_the_same_numbers_in_the_users_order(options, monkeypatch):
+    ours, _ = copied_pair(heads=options.pop("heads"), dropout=0.5, **options)
+    ours.train()
+    x = torch.randn(6, 5, requires_grad=True)
+    edge_attr = torch.randn(EDGE_INDEX.size(1), 2)
+    results = []
+    for fused in (True, False):
+        if not fused:
+            force_message_path(monkeypatch)
+        torch.manual_seed(3)  # Same seed: the same edges dropped on both paths.
+        out, (edges, alpha) = ours(x, EDGE_INDEX, edge_attr, return_attention_weights=True)
+        grads = torch.autograd.grad((out.square().sum() + alpha.square().sum()), [x, ours.att_src])
+        results.append((out, edges, alpha, *grads))
+    for a, b in zip(*results):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_training_with_dropout_equals_pyg_for_the_same_seed():
+    ours, theirs = copied_pair(heads=3, dropout=0.5)
+    ours.train(), theirs.train()
+    x = torch.randn(6, 5)
+    torch.manual_seed(7)
+    out, (_, alpha) = ours(x, EDGE_INDEX, return_attention_weights=True)
+    torch.manual_seed(7)
+    ref, (_, ref_alpha) = theirs(x, EDGE_INDEX, return_attention_weights=True)
+    assert torch.allclose(out, ref, atol=1e-5) and torch.allclose(alpha, ref_alpha, atol=1e-5)
+    assert (alpha == 0).any()  # Dropout did act.
+
+
+def test_fused_path_runs_when_nothing_needs_the_messages(monkeypatch):
+    ours, _ = copied_pair(heads=2)
+    calls = []
+    monkeypatch.setattr(GATConv, "message", lambda self, *args, **kwargs: calls.append(1))
+    ours(torch.randn(6, 5), EDGE_INDEX)
+    assert calls == []
+
+
+def test_message_hook_sees_the_messages_pyg_makes():
+    ours, theirs = copied_pair(heads=2)
+    x = torch.randn(6, 5)
+    seen = {}
+    for name, layer in (("ours", ours), ("theirs", theirs)):
+        layer.register_message_forward_hook(lambda module, inputs, out, name=name: seen.setdefault(name, out))
+        layer(x, EDGE_INDEX)
+    assert seen["ours"].shape == (EDGE_INDEX.size(1) + 6 - 1, 2, 4)  # One self-loop was replaced.
+    assert torch.allclose(seen["ours"], seen["theirs"], atol=1e-6)
+
+
+def test_hooks_can_change_messages_and_alpha():
+    ours, theirs = copied_pair(heads=2)
+    x = torch.randn(6, 5)
+    for layer in (ours, theirs):
+        layer.register_message_forward_hook(lambda module, inputs, out: 2 * out)
+        layer.register_edge_update_forward_hook(lambda module, inputs, alpha: alpha.flip(0))
+    assert torch.allclose(ours(x, EDGE_INDEX), theirs(x, EDGE_INDEX), atol=1e-5)
+
+
+def test_decomposed_layers_give_the_same_numbers():
+    ours, _ = copied_pair(heads=2, out_channels=6)
+    x = torch.randn(6, 5)
+    expected = ours(x, EDGE_INDEX)
+    ours.decomposed_layers = 3
+    assert torch.allclose(ours(x, EDGE_INDEX), expected, atol=1e-6)
+
+
+class TwoLayerGAT(torch.nn.Module):
+    def __init__(self, conv):
+        super().__init__()
+        self.conv1 = conv(5, 4, heads=2)
+        self.conv2 = conv(8, 3, heads=1)
+
+    def forward(self, x, edge_index):
+        return self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index)
+
+
+def explainer_pair():
+    torch.manual_seed(0)
+    ours, theirs = TwoLayerGAT(GATConv), TwoLayerGAT(pyg_nn.GATConv)
     theirs.load_state_dict(ours.state_dict())
     return ours.eval(), theirs.eval()
 
 
-@pytest.mark.parametrize("heads,concat,add_self_loops,bias", [
-    (1, True, True, True),
-    (3, True, True, True),
-    (3, False, True, True),
-    (2, True, False, False),
-    (4, False, False, True),
-])
-def test_equals_pyg_gatconv_with_copied_weights(heads, concat, add_self_loops, bias):
-    ours, theirs = copied_pair(heads=heads, concat=concat, add_self_loops=add_self_loops,
-                               bias=bias, negative_slope=0.1, dropout=0.5)
+def explain(model, algorithm, x, edge_index, **config):
+    from torch_geometric.explain import Explainer
+    explainer = Explainer(model, algorithm, explanation_type="model",
+                          model_config=dict(mode="multiclass_classification", task_level="node",
+                                            return_type="raw"), **config)
+    torch.manual_seed(0)
+    return explainer(x, edge_index, index=2)
+
+
+def test_gnn_explainer_gives_pyg_masks():
+    from torch_geometric.explain import GNNExplainer
+    ours, theirs = explainer_pair()
     x = torch.randn(6, 5)
-    out, (edges, alpha) = ours(x, EDGE_INDEX, return_attention_weights=True)
-    ref, (ref_edges, ref_alpha) = theirs(x, EDGE_INDEX, return_attention_weights=True)
-    assert torch.allclose(out, ref, atol=1e-5)
-    assert torch.equal(edges, ref_edges)
-    assert torch.allclose(alpha, ref_alpha, atol=1e-5)
+    masks = [explain(model, GNNExplainer(epochs=30), x, EDGE_INDEX, edge_mask_type="object",
+                     node_mask_type="attributes") for model in (ours, theirs)]
+    assert torch.allclose(masks[0].edge_mask, masks[1].edge_mask, atol=1e-5)
+    assert torch.allclose(masks[0].node_mask, masks[1].node_mask, atol=1e-5)
+    # The gradient lands on edges that feed node 2 within two hops, and only there.
+    assert (masks[0].edge_mask[EDGE_INDEX[1] == 5] == 0).all()
 
 
-def test_state_dict_matches_pyg_keys_and_shapes():
-    ours = GATConv(7, 3, heads=2)
-    theirs = pyg_nn.GATConv(7, 3, heads=2)
-    assert {k: v.shape for k, v in ours.state_dict().items()} == \
-        {k: v.shape for k, v in theirs.state_dict().items()}
-
-
-def test_loads_pyg_weights():
-    theirs = pyg_nn.GATConv(5, 4, heads=2).eval()
-    ours = GATConv(5, 4, heads=2).eval()
-    ours.load_state_dict(theirs.state_dict())
+def test_attention_explainer_gives_pyg_attributions():
+    from torch_geometric.explain import AttentionExplainer
+    ours, theirs = explainer_pair()
     x = torch.randn(6, 5)
-    assert torch.allclose(ours(x, EDGE_INDEX), theirs(x, EDGE_INDEX), atol=1e-5)
+    masks = [explain(model, AttentionExplainer(), x, EDGE_INDEX, edge_mask_type="object")
+             for model in (ours, theirs)]
+    assert masks[0].edge_mask.abs().sum() > 0
+    assert torch.allclose(masks[0].edge_mask, masks[1].edge_mask, atol=1e-6)
 
 
-def test_gradients_match_pyg():
-    ours, theirs = copied_pair(heads=2)
-    x = torch.randn(6, 5)
-    ours(x, EDGE_INDEX).square().sum().backward()
-    theirs(x, EDGE_INDEX).square().sum().backward()
-    for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
-        assert torch.allclose(p.grad, q.grad, atol=1e-5), name
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_on_cpu(dtype):
+    ours, _ = copied_pair(heads=2, edge_dim=2)
+    x, edge_attr = torch.randn(6, 5), torch.randn(EDGE_INDEX.size(1), 2)
+    expected = ours(x, EDGE_INDEX, edge_attr)
+    half = GATConv(5, 4, heads=2, edge_dim=2).to(dtype).eval()
+    half.load_state_dict(ours.state_dict())
+    x_half = x.to(dtype).requires_grad_()
+    out = half(x_half, EDGE_INDEX, edge_attr.to(dtype))
+    assert out.dtype == dtype and torch.allclose(out.float(), expected, atol=0.05)
+    out.float().sum().backward()
+    assert x_half.grad.dtype == dtype and x_half.grad.isfinite().all()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_second_derivatives_equal_pyg(fused, monkeypatch):
+    if not fused:
+        force_message_path(monkeypatch)
+    ours, theirs = copied_pair(heads=2, edge_dim=2)
+    ours.double(), theirs.double()
+    x, edge_attr = torch.randn(6, 5, dtype=torch.double), torch.randn(EDGE_INDEX.size(1), 2, dtype=torch.double)
+    penalties = []
+    for layer in (ours, theirs):
+        x_in = x.clone().requires_grad_()
+        (grad,) = torch.autograd.grad(layer(x_in, EDGE_INDEX, edge_attr).square().sum(), x_in, create_graph=True)
+        penalties.append(torch.autograd.grad(grad.square().sum(), [x_in, layer.att_src, layer.lin.weight]))
+    for a, b in zip(*penalties):
+        assert torch.allclose(a, b, atol=1e-8)
+    assert torch.autograd.gradgradcheck(lambda x_in: ours(x_in, EDGE_INDEX, edge_attr),
+                                        (x.clone().requires_grad_(),))
+
+
+def test_compiles_with_no_more_graph_breaks_than_pyg():
+    torch.manual_seed(0)
+    x, edge_index = torch.randn(30, 5), torch.randint(0, 30, (2, 120))
+    counts = {}
+    for name, layer in (("ours", GATConv(5, 4, heads=3)), ("theirs", pyg_nn.GATConv(5, 4, heads=3))):
+        torch._dynamo.reset()
+        counts[name] = torch._dynamo.explain(layer)(x, edge_index).graph_break_count
+    assert counts["ours"] <= counts["theirs"], counts
+    assert counts["ours"] == 1  # Only around the graph preparation (self-loops).
+    torch._dynamo.reset()
+    layer = GATConv(5, 4, heads=3)
+    out = torch.compile(layer)(x, edge_index)
+    assert torch.allclose(out, layer(x, edge_index), atol=1e-5)
+    out.sum().backward()
+    assert layer.att_src.grad is not None
+
+
+def test_no_nodes_keep_the_graph_of_gradients():
+    for bias in (True, False):
+        conv = GATConv(8, 4, heads=2, bias=bias)
+        out = conv(torch.randn(0, 8), torch.empty(2, 0, dtype=torch.long))
+        assert out.shape == (0, 8) and out.grad_fn is not None
+        out.sum().backward()
+        assert conv.lin.weight.grad is not None
 
 
 def test_isolated_node_without_self_loops_gets_only_bias():
@@ -67,10 +312,18 @@ def test_isolated_node_without_self_loops_gets_only_bias():
     assert torch.allclose(out[5], ours.bias)
 
 
-def test_sparse_features_give_the_dense_result():
-    conv = GATConv(5, 4, heads=2).eval()
-    x = torch.randn(6, 5) * (torch.rand(6, 5) < 0.3)
-    assert torch.allclose(conv(x.to_sparse(), EDGE_INDEX), conv(x, EDGE_INDEX), atol=1e-6)
+def test_sparse_features_give_the_dense_result_and_gradients():
+    conv = GATConv(5, 4, heads=2, residual=True)
+    x = torch.randn(6, 5) * (torch.rand(6, 5) < 0.4)
+    out = conv(x, EDGE_INDEX)
+    out.square().sum().backward()
+    dense_grads = [p.grad.clone() for p in conv.parameters()]
+    conv.zero_grad()
+    for sparse_x in (x.to_sparse_csr(), x.to_sparse()):
+        assert torch.allclose(conv(sparse_x, EDGE_INDEX), out, atol=1e-6)
+    conv(x.to_sparse_csr(), EDGE_INDEX).square().sum().backward()
+    for p, grad in zip(conv.parameters(), dense_grads):
+        assert torch.allclose(p.grad, grad, atol=1e-5)
 
 
 def test_attention_sums_to_one_per_node():
@@ -80,51 +333,48 @@ def test_attention_sums_to_one_per_node():
     assert torch.allclose(totals, torch.ones(6, 3))
 
 
-def test_wrong_input_shape_is_named():
+def test_graph_is_kept_while_the_same_edges_come_back():
+    conv = GATConv(5, 4, heads=2).eval()
+    x, edge_index = torch.randn(6, 5), EDGE_INDEX.clone()
+    conv(x, edge_index)
+    graph = conv._graph_cache[2]
+    conv(x, edge_index)
+    assert conv._graph_cache[2] is graph
+    edge_index[0, 0] = 3  # Changed in place: made again.
+    changed = conv(x, edge_index)
+    assert conv._graph_cache[2] is not graph
+    assert torch.allclose(changed, conv(x, edge_index.clone()), atol=1e-6)
+    assert not torch.allclose(changed, conv(x, EDGE_INDEX), atol=1e-6)
+
+
+def test_wrong_inputs_are_named():
     conv = GATConv(5, 4)
-    with pytest.raises(ValueError, match=r"GATConv expects x of shape \[num_nodes, 5\]"):
+    with pytest.raises(ValueError, match=r"GATConv expects x of shape \[num_nodes, 5\], got \[6, 3\]"):
         conv(torch.randn(6, 3), EDGE_INDEX)
-    with pytest.raises(ValueError, match="edge_index of shape"):
+    with pytest.raises(ValueError, match=r"GATConv expects edge_index of shape \[2, num_edges\]"):
         conv(torch.randn(6, 5), EDGE_INDEX.t())
-    with pytest.raises(ValueError, match="refers to node 4, but there are only 4 nodes"):
+    with pytest.raises(ValueError, match="GATConv: edge_index refers to node 4, but there are only 4 nodes"):
         conv(torch.randn(4, 5), EDGE_INDEX)
+    with pytest.raises(ValueError, match="GATConv: edge_index holds a negative node index"):
+        conv(torch.randn(6, 5), torch.tensor([[0, -1], [1, 2]]))
+    with pytest.raises(ValueError, match="GATConv: size gives 5 source nodes, but the features hold 6"):
+        conv(torch.randn(6, 5), EDGE_INDEX, size=(5, 6))
+    with pytest.raises(ValueError, match=r"GATConv expects edge_attr with 2 features per edge"):
+        GATConv(5, 4, edge_dim=2)(torch.randn(6, 5), EDGE_INDEX, torch.randn(8, 3))
+    with pytest.raises(ValueError, match=r"GATConv expects x_dst of shape \[num_nodes, 3\]"):
+        GATConv((5, 3), 4)((torch.randn(6, 5), torch.randn(6, 5)), EDGE_INDEX)
+
+
+def test_unknown_keyword_arguments_name_the_layer():
+    with pytest.raises(TypeError, match="GATConv got unexpected keyword argument.*'hedas'"):
+        GATConv(5, 4, hedas=2)
+    with pytest.raises(ValueError, match="GATConv sums"):
+        GATConv(5, 4, aggr="max")
 
 
 def test_repr():
     assert repr(GATConv(16, 8, heads=4)) == "GATConv(16, 8, heads=4)"
-
-
-def test_sparse_csr_features_give_dense_gradients():
-    conv = GATConv(5, 4, heads=2)
-    x = torch.randn(6, 5) * (torch.rand(6, 5) < 0.4)
-    conv(x, EDGE_INDEX).square().sum().backward()
-    dense_grad = conv.lin.weight.grad.clone()
-    conv.zero_grad()
-    conv(x.to_sparse_csr(), EDGE_INDEX).square().sum().backward()
-    assert torch.allclose(conv.lin.weight.grad, dense_grad, atol=1e-5)
-
-
-def test_fused_aggregation_equals_the_message_sum_with_gradients():
-    from graphseq.nn.attention import attention_aggregate
-    from torch_geometric.index import index2ptr
-
-    source = torch.tensor([1, 2, 0, 3, 0, 2, 3])
-    target = torch.tensor([0, 0, 1, 1, 2, 3, 3])  # Node 4 receives nothing.
-    alpha = torch.rand(7, 2, dtype=torch.double, requires_grad=True)
-    value = torch.randn(5, 2, 3, dtype=torch.double, requires_grad=True)
-    ptr = index2ptr(target, 5)
-    expected = torch.zeros(5, 2, 3, dtype=torch.double).index_add(
-        0, target, value[source] * alpha.unsqueeze(-1))
-    assert torch.allclose(attention_aggregate(ptr, source, alpha, value), expected)
-    assert torch.autograd.gradcheck(lambda a, v: attention_aggregate(ptr, source, a, v), (alpha, value))
-
-
-def test_layer_uses_the_fused_path(monkeypatch):
-    conv = GATConv(5, 4, heads=2).eval()
-    calls = []
-    monkeypatch.setattr(GATConv, "message", lambda self, *a: calls.append(1))
-    conv(torch.randn(6, 5), EDGE_INDEX)
-    assert calls == []
+    assert repr(GATConv((16, 4), 8)) == "GATConv((16, 4), 8, heads=1)"
 
 
 def test_value_dropout_acts_only_in_training():

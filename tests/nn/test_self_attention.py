@@ -3,7 +3,6 @@ import torch
 
 from graphseq import graphs
 from graphseq.nn import SelfAttentionConv
-from graphseq.nn import attention
 
 CHANNELS, HEADS = 8, 2
 
@@ -114,25 +113,24 @@ def test_dense_and_edge_wise_paths_give_the_same_numbers():
     assert torch.allclose(grad_dense, grad_sparse, atol=1e-5)
 
 
-def test_cpu_sparse_kernels_equal_the_edge_gathers(monkeypatch):
-    """The CPU path (sampled dense-dense and sparse-dense products) and the
-    gather path other devices take give the same scores and gradients,
-    repeated edges included."""
-    torch.manual_seed(0)
-    edge_index = torch.tensor([[0, 2, 2, 1, 3, 3, 0], [0, 1, 1, 2, 2, 3, 3]])
-    ptr = torch.tensor([0, 1, 3, 5, 7])
+def test_fused_and_message_paths_give_the_same_numbers(monkeypatch):
+    from graphseq.nn.attention import AttentionConv
+    ours, _ = copied_pair()
+    ours.dropout = 0.5
+    ours.train()
+    torch.manual_seed(1)
+    edge_index = graph_of_mask(torch.rand(6, 6) < 0.5, 2)
+    edge_index = edge_index[:, torch.randperm(edge_index.size(1))]
+    x = torch.randn(12, CHANNELS, requires_grad=True)
     results = []
-    for sparse in (True, False):
-        monkeypatch.setattr(attention, "_use_sparse_kernels", lambda *args: sparse)
-        torch.manual_seed(0)
-        query = torch.randn(4, HEADS, 3, dtype=torch.double, requires_grad=True)
-        key = torch.randn(4, HEADS, 3, dtype=torch.double, requires_grad=True)
-        score = attention.DotProductAlongEdges.apply(query, key, edge_index, ptr)
-        score.mul(torch.arange(score.numel(), dtype=torch.double).view_as(score)).sum().backward()
-        results.append((score, query.grad, key.grad))
-        assert torch.autograd.gradcheck(attention.DotProductAlongEdges.apply, (query, key, edge_index, ptr))
-    for ours, theirs in zip(*results):
-        assert torch.allclose(ours, theirs)
+    for fused in (True, False):
+        if not fused:
+            monkeypatch.setattr(AttentionConv, "use_fused_path", lambda self, value, graph: False)
+        torch.manual_seed(2)
+        out, (_, alpha) = ours(x, edge_index, return_attention_weights=True)
+        results.append((out, alpha, *torch.autograd.grad(out.square().sum(), [x, ours.in_proj_weight])))
+    for a, b in zip(*results):
+        assert torch.allclose(a, b, atol=1e-5)
 
 
 def test_node_without_incoming_edges_gets_zero_attention_output():
@@ -208,3 +206,142 @@ def test_wrong_inputs_are_named():
 
 def test_repr():
     assert repr(SelfAttentionConv(16, 4)) == "SelfAttentionConv(16, num_heads=4)"
+
+
+def cross_pair(kdim=3, vdim=5, bias=True):
+    torch.manual_seed(0)
+    ours = SelfAttentionConv(CHANNELS, HEADS, kdim=kdim, vdim=vdim, bias=bias)
+    if bias:
+        torch.nn.init.normal_(ours.in_proj_bias)
+        torch.nn.init.normal_(ours.out_proj.bias)
+    theirs = torch.nn.MultiheadAttention(CHANNELS, HEADS, kdim=kdim, vdim=vdim, bias=bias, batch_first=True)
+    theirs.load_state_dict(ours.state_dict())
+    return ours.eval(), theirs.eval()
+
+
+def test_cross_attention_state_dict_matches_multihead_attention():
+    for kdim, vdim in ((3, 5), (CHANNELS, CHANNELS), (4, 4)):
+        ours = SelfAttentionConv(CHANNELS, HEADS, kdim=kdim, vdim=vdim)
+        theirs = torch.nn.MultiheadAttention(CHANNELS, HEADS, kdim=kdim, vdim=vdim, batch_first=True)
+        assert {k: v.shape for k, v in ours.state_dict().items()} == \
+            {k: v.shape for k, v in theirs.state_dict().items()}
+
+
+@pytest.mark.parametrize("kdim,vdim", [(3, 5), (CHANNELS, CHANNELS)])
+def test_cross_attention_equals_multihead_attention(kdim, vdim):
+    ours, theirs = cross_pair(kdim, vdim)
+    query, key, value = torch.randn(3, 4, CHANNELS), torch.randn(3, 6, kdim), torch.randn(3, 6, vdim)
+    sources = (key.reshape(18, kdim), value.reshape(18, vdim)) if kdim != vdim else key.reshape(18, kdim)
+    if kdim == vdim:
+        value = key
+    batch = (graphs.lengths_to_batch([6, 6, 6]), graphs.lengths_to_batch([4, 4, 4]))
+    out = ours((sources, query.reshape(12, CHANNELS)), batch=batch)
+    expected = theirs(query, key, value, need_weights=False)[0]
+    assert torch.allclose(out, expected.reshape(12, CHANNELS), atol=1e-5)
+
+
+def test_cross_attention_between_graphs_of_unequal_sizes_equals_key_padding_mask():
+    ours, theirs = cross_pair()
+    sources, targets = [2, 5, 1], [3, 1, 4]
+    key, value = torch.randn(sum(sources), 3), torch.randn(sum(sources), 5)
+    query = torch.randn(sum(targets), CHANNELS)
+    pad = lambda x, sizes: torch.nn.utils.rnn.pad_sequence(x.split(sizes), batch_first=True)
+    padding = pad(torch.zeros(sum(sources), dtype=torch.bool), sources)
+    padding = ~pad(torch.ones(sum(sources), dtype=torch.bool), sources)
+    expected = theirs(pad(query, targets), pad(key, sources), pad(value, sources),
+                      key_padding_mask=padding, need_weights=False)[0]
+    real = pad(torch.ones(sum(targets), dtype=torch.bool), targets)
+    batch = (graphs.lengths_to_batch(sources), graphs.lengths_to_batch(targets))
+    out = ours(((key, value), query), batch=batch)
+    assert torch.allclose(out, expected[real], atol=1e-5)
+    # Along the bipartite fully connected edges: the same numbers and MHA's weights.
+    edges = graphs.fully_connected_bipartite(sources, targets)
+    out_edges, (returned, alpha) = ours(((key, value), query), edges, return_attention_weights=True)
+    assert torch.allclose(out_edges, out, atol=1e-5) and torch.equal(returned, edges)
+    _, (returned, alpha_dense) = ours(((key, value), query), batch=batch, return_attention_weights=True)
+    assert torch.equal(returned, edges) and torch.allclose(alpha_dense, alpha, atol=1e-6)
+
+
+def test_cross_attention_along_a_mask_with_gradients():
+    ours, theirs = cross_pair()
+    torch.manual_seed(1)
+    mask = torch.rand(4, 6) < 0.5
+    mask[:, 0] = False  # Every target sees something.
+    target, source = (~mask).nonzero().t()
+    query = torch.randn(1, 4, CHANNELS, requires_grad=True)
+    key, value = torch.randn(1, 6, 3, requires_grad=True), torch.randn(1, 6, 5, requires_grad=True)
+    theirs(query, key, value, attn_mask=mask, need_weights=False)[0].square().sum().backward()
+    ours_inputs = [t.detach()[0].clone().requires_grad_() for t in (query, key, value)]
+    q, k, v = ours_inputs
+    ours(((k, v), q), torch.stack([source, target])).square().sum().backward()
+    for a, b in zip(ours_inputs, (query, key, value)):
+        assert torch.allclose(a.grad, b.grad[0], atol=1e-5)
+    for (name, p), r in zip(ours.named_parameters(), theirs.parameters()):
+        assert torch.allclose(p.grad, r.grad, atol=1e-5), name
+
+
+def test_unimplemented_multihead_attention_options_are_refused_by_name():
+    with pytest.raises(ValueError, match="SelfAttentionConv does not implement add_zero_attn=True"):
+        SelfAttentionConv(CHANNELS, HEADS, add_zero_attn=True)
+    with pytest.raises(ValueError, match="SelfAttentionConv does not implement add_bias_kv=True"):
+        SelfAttentionConv(CHANNELS, HEADS, add_bias_kv=True)
+    with pytest.raises(TypeError, match="SelfAttentionConv got unexpected keyword argument.*'batch_frist'"):
+        SelfAttentionConv(CHANNELS, HEADS, batch_frist=True)
+    with pytest.raises(ValueError, match=r"pass x=\(x_src, x_dst\)"):
+        SelfAttentionConv(CHANNELS, HEADS, kdim=3)(torch.randn(4, CHANNELS))
+    with pytest.raises(ValueError, match=r"x_src \(keys\) of shape \[num_nodes, 3\]"):
+        SelfAttentionConv(CHANNELS, HEADS, kdim=3, vdim=5)(((torch.randn(4, 4), torch.randn(4, 5)),
+                                                            torch.randn(2, CHANNELS)))
+
+
+def test_message_hooks_switch_fully_connected_graphs_to_the_edges():
+    conv = SelfAttentionConv(CHANNELS, HEADS).eval()
+    x, batch = torch.randn(5, CHANNELS), graphs.lengths_to_batch([2, 3])
+    dense = conv(x, batch=batch)
+    messages = []
+    conv.register_message_forward_hook(lambda module, inputs, out: messages.append(out))
+    assert torch.allclose(conv(x, batch=batch), dense, atol=1e-5)
+    assert messages[0].shape == (2 * 2 + 3 * 3, HEADS, CHANNELS // HEADS)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_on_cpu(dtype):
+    ours, _ = copied_pair()
+    x = torch.randn(6, CHANNELS)
+    edge_index = graphs.causal([6])
+    half = SelfAttentionConv(CHANNELS, HEADS).to(dtype).eval()
+    half.load_state_dict(ours.state_dict())
+    for edges in (edge_index, None):
+        x_half = x.to(dtype).requires_grad_()
+        out = half(x_half, edges)
+        assert out.dtype == dtype and torch.allclose(out.float(), ours(x, edges), atol=0.05)
+        out.float().sum().backward()
+        assert x_half.grad.isfinite().all()
+
+
+def test_second_derivatives_on_the_edges():
+    torch.manual_seed(0)
+    conv = SelfAttentionConv(4, 2).double()
+    edge_index = graphs.causal([3, 2])
+    x = torch.randn(5, 4, dtype=torch.double, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda x: conv(x, edge_index), (x,))
+    assert torch.autograd.gradgradcheck(lambda x: conv(x, batch=graphs.lengths_to_batch([3, 2])), (x,))
+
+
+def test_compiles_on_both_paths():
+    torch.manual_seed(0)
+    conv = SelfAttentionConv(CHANNELS, HEADS)
+    x, edge_index = torch.randn(6, CHANNELS), graphs.causal([6])
+    torch._dynamo.reset()
+    compiled = torch.compile(conv, backend="aot_eager")
+    for edges in (edge_index, None):
+        out = compiled(x, edges)
+        assert torch.allclose(out, conv(x, edges), atol=1e-5)
+        out.sum().backward()
+
+
+def test_no_nodes_keep_the_graph_of_gradients():
+    conv = SelfAttentionConv(CHANNELS, HEADS)
+    for edges in (torch.empty(2, 0, dtype=torch.long), None):
+        out = conv(torch.randn(0, CHANNELS), edges)
+        assert out.shape == (0, CHANNELS) and out.grad_fn is not None

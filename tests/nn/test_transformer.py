@@ -89,3 +89,40 @@ def test_unknown_activation_is_named():
 def test_repr():
     assert repr(TransformerEncoderLayer(16, 4, 32)) == \
         "TransformerEncoderLayer(16, nhead=4, dim_feedforward=32, norm_first=False)"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_on_cpu(dtype):
+    ours, _ = copied_pair(dropout=0.0)
+    x = torch.randn(6, D_MODEL)
+    half = TransformerEncoderLayer(D_MODEL, HEADS, FEEDFORWARD, dropout=0.0).to(dtype).eval()
+    half.load_state_dict(ours.state_dict())
+    for edge_index in (graphs.causal([6]), None):
+        out = half(x.to(dtype), edge_index)
+        assert out.dtype == dtype and torch.allclose(out.float(), ours(x, edge_index), atol=0.1)
+
+
+def test_second_derivatives():
+    torch.manual_seed(0)
+    layer = TransformerEncoderLayer(4, 2, 8, dropout=0.0).double()
+    x = torch.randn(5, 4, dtype=torch.double, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda x: layer(x, graphs.causal([3, 2])), (x,))
+    assert torch.autograd.gradgradcheck(lambda x: layer(x, batch=graphs.lengths_to_batch([3, 2])), (x,))
+
+
+def test_compiles():
+    torch.manual_seed(0)
+    layer = TransformerEncoderLayer(D_MODEL, HEADS, FEEDFORWARD, dropout=0.0)
+    x = torch.randn(6, D_MODEL)
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, backend="aot_eager")
+    for edge_index in (graphs.causal([6]), None):
+        out = compiled(x, edge_index)
+        assert torch.allclose(out, layer(x, edge_index), atol=1e-5)
+        out.sum().backward()
+
+
+def test_no_nodes_keep_the_graph_of_gradients():
+    layer = TransformerEncoderLayer(D_MODEL, HEADS, FEEDFORWARD)
+    out = layer(torch.randn(0, D_MODEL), torch.empty(2, 0, dtype=torch.long))
+    assert out.shape == (0, D_MODEL) and out.grad_fn is not None
