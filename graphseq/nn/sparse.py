@@ -16,7 +16,7 @@ other: gradients of any order follow.
 from __future__ import annotations
 
 import warnings
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -116,29 +116,45 @@ class EdgePattern:
             self._transposed = transposed
         return self._transposed
 
-    def per_head(self, heads: int):
-        """``ptr`` and ``index`` repeated for a batch of ``heads`` matrices."""
+    def interleaved(self, heads: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The pattern of all ``heads`` at once, as one CSR matrix over
+        ``[num_targets * heads, num_sources * heads]`` whose row ``i * heads +
+        h`` holds target ``i``'s edges in head ``h`` (a block per head, heads
+        interleaved so that ``[nodes, heads, channels]`` tensors are its
+        dense operands as they lie in memory). Returns its ``crow`` and
+        ``col``, ``order`` (where each of its values sits in an ``[num_edges,
+        heads]`` tensor, flattened) and ``place`` (the inverse). Made once."""
         if heads not in self._heads:
-            self._heads[heads] = (self.ptr.expand(heads, -1).contiguous(),
-                                  self.index.expand(heads, -1).contiguous())
+            degree = self.ptr.diff()
+            counts = degree.repeat_interleave(heads)  # [num_targets * heads]
+            crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+            row = torch.arange(counts.numel(), device=counts.device).repeat_interleave(counts)
+            head = row % heads
+            edge = self.ptr[row // heads] + torch.arange(row.numel(), device=row.device) - crow[row]
+            order = edge * heads + head
+            place = torch.empty_like(order)
+            place[order] = torch.arange(order.numel(), device=order.device)
+            self._heads[heads] = (crow, self.index[edge] * heads + head, order, place)
         return self._heads[heads]
 
 
 class SparseAggregate(torch.autograd.Function):
     """``out[i, h] = sum over edges e = (j -> i) of alpha[e, h] * value[j, h]``:
-    one CSR sparse-dense product per head. Backward: the value gradient is
-    the same product on the transposed pattern, the alpha gradient a sampled
-    dot product (:class:`SampledDot`)."""
+    one CSR sparse-dense product for all heads (:meth:`EdgePattern.interleaved`).
+    Backward: the value gradient is the same product on the transposed
+    pattern, the alpha gradient a sampled dot product (:class:`SampledDot`)."""
 
     @staticmethod
     def forward(ctx, pattern: EdgePattern, alpha: Tensor, value: Tensor) -> Tensor:
         ctx.pattern = pattern
         ctx.save_for_backward(alpha, value)
-        size = (pattern.num_targets, pattern.num_sources)
-        out = value.new_empty(pattern.num_targets, value.size(1), value.size(2))
-        for head in range(value.size(1)):
-            out[:, head] = csr_tensor(pattern.ptr, pattern.index, alpha[:, head].contiguous(), size) @ value[:, head]
-        return out  # [num_targets, heads, channels]
+        num_edges, heads = alpha.shape
+        channels = value.size(2)
+        crow, col, order, _ = pattern.interleaved(heads)
+        adjacency = csr_tensor(crow, col, alpha.reshape(-1).index_select(0, order),
+                               (pattern.num_targets * heads, pattern.num_sources * heads))
+        out = adjacency @ value.reshape(-1, channels)  # [num_targets * heads, channels]
+        return out.view(pattern.num_targets, heads, channels)
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
@@ -149,31 +165,29 @@ class SparseAggregate(torch.autograd.Function):
             grad_alpha = SampledDot.apply(pattern, grad_out, value)
         if ctx.needs_input_grad[2]:
             transposed = pattern.transposed()
-            grad_value = SparseAggregate.apply(transposed, alpha[transposed.perm], grad_out)
+            grad_value = SparseAggregate.apply(transposed, alpha.index_select(0, transposed.perm), grad_out)
         return None, grad_alpha, grad_value
 
 
 class SampledDot(torch.autograd.Function):
     """``score[e, h] = query[i, h] . key[j, h]`` for every edge ``e = (j -> i)``:
-    torch's sampled dense-dense product on the CSR pattern, all heads in one
-    batched call, so no ``[num_edges, heads, channels]`` tensor is made.
-    Backward: two :class:`SparseAggregate` products."""
+    torch's sampled dense-dense product on the pattern of all heads
+    (:meth:`EdgePattern.interleaved`), so no ``[num_edges, heads, channels]``
+    tensor is made. Backward: two :class:`SparseAggregate` products."""
 
     @staticmethod
     def forward(ctx, pattern: EdgePattern, query: Tensor, key: Tensor) -> Tensor:
         ctx.pattern = pattern
         ctx.save_for_backward(query, key)
-        heads = query.size(1)
-        crow, col = pattern.per_head(heads)
+        heads, channels = query.shape[1:]
+        crow, col, _, place = pattern.interleaved(heads)
         # Zero values, not empty ones: sampled_addmm adds beta * values even
         # for beta = 0, and 0 * NaN is NaN.
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
-            mask = torch.sparse_csr_tensor(crow, col, query.new_zeros(heads, col.size(1)),
-                                           (heads, pattern.num_targets, pattern.num_sources),
-                                           check_invariants=False)
-        score = torch.sparse.sampled_addmm(mask, query.transpose(0, 1), key.permute(1, 2, 0), beta=0.0)
-        return score.values().t()  # [num_edges, heads]
+        mask = csr_tensor(crow, col, query.new_zeros(col.numel()),
+                          (pattern.num_targets * heads, pattern.num_sources * heads))
+        score = torch.sparse.sampled_addmm(mask, query.reshape(-1, channels), key.reshape(-1, channels).t(),
+                                           beta=0.0)
+        return score.values().index_select(0, place).view(-1, heads)  # [num_edges, heads]
 
     @staticmethod
     def backward(ctx, grad_score: Tensor):
@@ -184,7 +198,7 @@ class SampledDot(torch.autograd.Function):
             grad_query = SparseAggregate.apply(pattern, grad_score, key)
         if ctx.needs_input_grad[2]:
             transposed = pattern.transposed()
-            grad_key = SparseAggregate.apply(transposed, grad_score[transposed.perm], query)
+            grad_key = SparseAggregate.apply(transposed, grad_score.index_select(0, transposed.perm), query)
         return None, grad_query, grad_key
 
 
