@@ -23,7 +23,9 @@ from ..active.loop import active_learning as run_loop
 from ..active.oracles import FileOracle, SimulatedOracle
 from ..active.prompt import HumanOracle
 from ..active.store import STORE_NAME, LabelStore
-from ..active.strategies import get_strategy
+from ..active.strategies import STRATEGIES, get_strategy
+from ..checks import Domain, at_least, each, non_negative, one_of, positive, probability
+from ..data.planetoid import NAMES
 from ..errors import GraphseqError
 from ..io import write_json
 from .registry import stage
@@ -31,7 +33,7 @@ from .registry import stage
 ORACLES = ("simulated", "human", "file")
 
 
-@stage("active_cora")
+@stage("active_cora", checks={"name": Domain(f"one of {', '.join(NAMES)}", lambda v: v.lower() in NAMES)})
 def active_cora(ctx, *, name: str = "cora"):
     """Cora (or another Planetoid graph) as a pool of papers to label."""
     ctx.task, ctx.data = cora_task(ctx.data_root, ctx.data_mirror, name)
@@ -39,7 +41,7 @@ def active_cora(ctx, *, name: str = "cora"):
                  f"test {int(ctx.data.test_mask.sum())}")
 
 
-@stage("active_polarity")
+@stage("active_polarity", checks={"neighbours": at_least(1), "limit": non_negative})
 def active_polarity(ctx, *, neighbours: int = 10, limit: int = 0):
     """Sentence-polarity snippets as nodes of a TF-IDF k-nearest-neighbour graph."""
     ctx.task, ctx.data = polarity_task(ctx.data_root, ctx.data_mirror, neighbours, limit=limit)
@@ -47,7 +49,8 @@ def active_polarity(ctx, *, neighbours: int = 10, limit: int = 0):
                  f"pool {ctx.task.pool.numel()}, test {int(ctx.data.test_mask.sum())}")
 
 
-@stage("active_gcn")
+@stage("active_gcn", checks={"hidden": at_least(1), "epochs": at_least(1), "lr": positive,
+                             "weight_decay": non_negative, "dropout": probability})
 def active_gcn(ctx, *, hidden: int = 16, epochs: int = 200, lr: float = 0.01,
                weight_decay: float = 5e-4, dropout: float = 0.5):
     """The learner retrained every round: a two-layer GCN."""
@@ -71,7 +74,10 @@ def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int)
     raise GraphseqError(f"unknown oracle {kind!r}; choose one of {', '.join(ORACLES)}")
 
 
-@stage("active_learning")
+@stage("active_learning", checks={
+    "compare": each(one_of(*STRATEGIES)), "strategy": one_of(*STRATEGIES), "budget": at_least(1),
+    "initial": at_least(1), "batch_size": at_least(1), "oracle": one_of(*ORACLES), "noise": probability},
+    options=("oracle", "labels"), resumes=STORE_NAME, resume_may_change=("budget",))
 def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin", "least_confidence",
                                                   "degree", "pagerank", "age", "coreset"),
                     strategy: str = "margin", budget: int = 140, initial: int = 14, batch_size: int = 14,
@@ -88,8 +94,7 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
     """
     task, data = ctx.require("task", "active_learning"), ctx.require("data", "active_learning")
     make_learner = ctx.require("make_learner", "active_learning")
-    kind = ctx.options.get("oracle") or oracle
-    labels = ctx.options.get("labels") or labels
+    kind = ctx.options.get("oracle", oracle)  # An oracle object handed to graphseq.run, or a name.
     the_oracle = make_oracle(kind, labels, data.y, noise, ctx.seed)
     names = list(compare) if the_oracle.source == "simulated" else [strategy]
     ctx.log.info(f"oracle {the_oracle.source}, strategies {', '.join(names)}, budget {budget}")

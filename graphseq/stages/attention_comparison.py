@@ -11,9 +11,11 @@ import torch
 import torch_geometric.transforms as T
 from torch_geometric.data import Data
 
+from ..checks import at_least, each, non_negative, one_of, positive, probability
 from ..errors import GraphseqError
 from ..models import GAT
 from ..models.node_transformer import NodeTransformer
+from ..seeding import seed_everything
 from .node_training import fit_node_classifier
 from .registry import stage
 
@@ -36,7 +38,12 @@ def node_encodings(data: Data, kind: str, dim: int) -> torch.Tensor | None:
     return graph.pe.to(data.edge_index.device)
 
 
-@stage("attention_comparison")
+@stage("attention_comparison", checks={
+    "variants": each(one_of(*VARIANTS)), "hidden_channels": at_least(1), "heads": at_least(1),
+    "layers": at_least(1), "dim_feedforward": at_least(1), "dropout": probability,
+    "layer_dropout": probability, "attention_dropout": probability,
+    "positional_encoding": one_of("random_walk", "laplacian", "none"), "encoding_dim": at_least(1),
+    "lr": positive, "weight_decay": non_negative, "max_epochs": at_least(1), "patience": at_least(1)})
 def attention_comparison(ctx, *, variants: List[str] = list(VARIANTS), hidden_channels: int = 64,
                          heads: int = 2, layers: int = 2, dim_feedforward: int = 128,
                          dropout: float = 0.6, layer_dropout: float = 0.5, attention_dropout: float = 0.6,
@@ -46,8 +53,6 @@ def attention_comparison(ctx, *, variants: List[str] = list(VARIANTS), hidden_ch
     """Trains each of ``variants`` from the run's seed and sets
     ``test_accuracy_<variant>``, ``val_accuracy_<variant>``,
     ``epochs_<variant>`` and ``epoch_seconds_<variant>``."""
-    from ..pipeline import seed_everything  # The runner imports the stages first.
-
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise GraphseqError(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")

@@ -15,11 +15,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import distributed
+from ..checks import at_least, fraction, non_negative, one_of, positive, probability
 from ..data.text import TextStreams, Vocabulary, load_tiny_shakespeare, split_stream
 from ..errors import GraphseqError
 from ..io import atomic_write_text, write_json
-from ..models.charlm import CharLM, detach_state, nats_to_bits, sample
-from ..training import plot_history, train_steps
+from ..models.charlm import CELLS, CharLM, detach_state, nats_to_bits, sample
+from ..training import CHECKPOINT, plot_history, train_steps
 from .registry import stage
 
 
@@ -30,7 +31,7 @@ class CharCorpus:
     val: Tensor
 
 
-@stage("char_corpus")
+@stage("char_corpus", checks={"val_fraction": fraction})
 def char_corpus(ctx, *, text_file: str = "", val_fraction: float = 0.1) -> None:
     """Tiny-shakespeare (or ``text_file``), its characters as the vocabulary,
     the first ``1 - val_fraction`` for training and the rest for validation."""
@@ -48,7 +49,8 @@ def char_corpus(ctx, *, text_file: str = "", val_fraction: float = 0.1) -> None:
                  f"{train.numel():,} for training, {val.numel():,} for validation")
 
 
-@stage("char_lm")
+@stage("char_lm", checks={"cell": one_of(*CELLS), "embedding_dim": at_least(1), "hidden_size": at_least(1),
+                          "num_layers": at_least(1), "dropout": probability, "chunk_size": at_least(1)})
 def char_lm(ctx, *, cell: str = "lstm", embedding_dim: int = 64, hidden_size: int = 256,
             num_layers: int = 1, dropout: float = 0.0, chunk_size: int = 8) -> None:
     """A character language model: embedding, chain recurrent layers, read-out."""
@@ -82,7 +84,12 @@ def evaluate(model: CharLM, ids: Tensor, batch_size: int, window: int, device: t
     return total / count
 
 
-@stage("tbptt")
+@stage("tbptt", checks={
+    "batch_size": at_least(1), "window": at_least(1), "lr": positive, "lr_decay": positive,
+    "decay_steps": at_least(1), "clip": positive, "steps": non_negative, "minutes": non_negative,
+    "eval_every": at_least(1), "eval_chars": non_negative, "eval_batch_size": at_least(1),
+    "eval_window": at_least(1), "checkpoint_every": at_least(1)},
+    resumes=CHECKPOINT, resume_may_change=("steps", "minutes"))
 def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
           lr_decay: float = 0.5, decay_steps: int = 2000, clip: float = 5.0,
           steps: int = 10000, minutes: float = 0.0, eval_every: int = 250, eval_chars: int = 30000,
@@ -151,7 +158,7 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
                      f"after {result.step} steps, {result.seconds / 60:.1f} min of training")
 
 
-@stage("char_sample")
+@stage("char_sample", checks={"length": non_negative, "temperature": non_negative})
 def char_sample(ctx, *, prime: str = "ROMEO:", length: int = 500, temperature: float = 0.8) -> None:
     """Writes ``sample.txt``: ``length`` characters drawn after ``prime``."""
     model, data = ctx.require("model", "char_sample"), ctx.require("data", "char_sample")

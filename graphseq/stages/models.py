@@ -1,11 +1,13 @@
 """Stages that build a model for the data an earlier stage loaded."""
 from __future__ import annotations
 
+from ..checks import at_least, probability
 from ..models import GAT
 from .registry import stage
 
 
-@stage("gat")
+@stage("gat", checks={"hidden_channels": at_least(1), "heads": at_least(1), "output_heads": at_least(1),
+                      "dropout": probability, "attention_dropout": probability, "value_dropout": probability})
 def gat(ctx, *, hidden_channels: int = 8, heads: int = 8, output_heads: int = 1,
         dropout: float = 0.6, attention_dropout: float = 0.6, value_dropout: float = 0.0) -> None:
     """The two-layer GAT of the paper, as ``ctx.model``."""

@@ -13,6 +13,7 @@ from torch import nn
 from torch_geometric.data import Data
 from tqdm import tqdm
 
+from ..checks import at_least, non_negative, one_of, positive
 from ..errors import GraphseqError
 from ..io import save_checkpoint
 from .registry import stage
@@ -112,7 +113,8 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
     return figures
 
 
-@stage("train_nodes")
+@stage("train_nodes", checks={"lr": positive, "weight_decay": non_negative, "max_epochs": at_least(1),
+                              "patience": at_least(1), "stop_on": one_of(*STOPPING_RULES)})
 def train_nodes(ctx, *, lr: float = 0.005, weight_decay: float = 5e-4, max_epochs: int = 100_000,
                 patience: int = 100, stop_on: str = "gat") -> None:
     """Trains ``ctx.model`` on ``ctx.data``; writes ``best.pt`` into the run directory."""
@@ -124,7 +126,7 @@ def train_nodes(ctx, *, lr: float = 0.005, weight_decay: float = 5e-4, max_epoch
     ctx.metrics.update(figures)
 
 
-@stage("evaluate_nodes")
+@stage("evaluate_nodes", checks={"mask": one_of("train_mask", "val_mask", "test_mask")})
 def evaluate_nodes(ctx, *, mask: str = "test_mask") -> None:
     """Accuracy of ``ctx.model`` on one of the data's masks, as ``<split>_accuracy``."""
     data = ctx.require("data", "evaluate_nodes")

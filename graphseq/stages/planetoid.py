@@ -1,11 +1,14 @@
 """Stage: load a Planetoid citation graph onto the run's device."""
 from __future__ import annotations
 
-from ..data.planetoid import load_planetoid
+from ..checks import Domain, one_of
+from ..data.planetoid import NAMES, load_planetoid
 from .registry import stage
 
 
-@stage("planetoid")
+@stage("planetoid", checks={"name": Domain(f"one of {', '.join(NAMES.values())} (any case)",
+                                           lambda v: v.lower() in NAMES),
+                            "split": one_of("public", "full", "geom-gcn", "random")})
 def planetoid(ctx, *, name: str = "Cora", split: str = "public", normalize_features: bool = True,
               sparse_features: bool = True) -> None:
     """Sets ``ctx.data`` (features stored sparsely if ``sparse_features``),

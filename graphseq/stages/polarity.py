@@ -12,11 +12,13 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm import tqdm
 
+from ..checks import at_least, between, fraction, non_negative, one_of, positive, probability
 from ..data.polarity import load_polarity, split_indices
 from ..data.text import Vocabulary, tokenize
 from ..errors import GraphseqError
 from ..graphs import chain, lengths_to_batch
-from ..models.sentence import SentenceClassifier
+from ..models.sentence import POOLS, SentenceClassifier
+from ..seeding import MAX_SEED
 from .registry import stage
 
 
@@ -29,7 +31,8 @@ class Sentences:
     test_labels: Tensor
 
 
-@stage("sentence_polarity")
+@stage("sentence_polarity", checks={"test_fraction": fraction, "split_seed": between(0, MAX_SEED),
+                                    "min_freq": at_least(1)})
 def sentence_polarity(ctx, *, test_fraction: float = 0.1, split_seed: int = 0, min_freq: int = 1) -> None:
     """The 10,662 snippets, lower-cased and split into words, with a random
     split fixed by ``split_seed`` (not the run's seed, so every run is tested
@@ -48,7 +51,8 @@ def sentence_polarity(ctx, *, test_fraction: float = 0.1, split_seed: int = 0, m
                  f"(split seed {split_seed}), {len(vocab)} words in the vocabulary")
 
 
-@stage("bilstm_classifier")
+@stage("bilstm_classifier", checks={"embedding_dim": at_least(1), "hidden_size": at_least(1),
+                                    "num_layers": at_least(1), "dropout": probability, "pool": one_of(*POOLS)})
 def bilstm_classifier(ctx, *, embedding_dim: int = 300, hidden_size: int = 150, num_layers: int = 1,
                       dropout: float = 0.5, pool: str = "max") -> None:
     """A bidirectional chain-LSTM sentence classifier."""
@@ -92,7 +96,8 @@ def accuracy(model: SentenceClassifier, sentences: List[Tensor], labels: Tensor,
     return correct / max(len(sentences), 1)
 
 
-@stage("train_sentences")
+@stage("train_sentences", checks={"epochs": at_least(1), "batch_size": at_least(1), "lr": positive,
+                                  "weight_decay": non_negative, "clip": positive, "max_batches": non_negative})
 def train_sentences(ctx, *, epochs: int = 6, batch_size: int = 50, lr: float = 2e-3,
                     weight_decay: float = 0.0, clip: float = 5.0, max_batches: int = 0) -> None:
     """Adam on the training sentences for ``epochs`` epochs, gradients

@@ -1,25 +1,64 @@
 """The stage registry: a stage is a plain function ``fn(ctx, *, key=default,
 ...)`` registered under a name. Its keyword parameters are the keys a
-pipeline's TOML section may set, so the function's signature is the schema.
+pipeline's TOML section may set, so the function's signature is the schema;
+the registration adds what a signature cannot say: the values each key may
+take (:mod:`graphseq.checks`), the run options the stage consumes, and the
+file it continues from when a run is resumed.
 """
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Dict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Sequence, Tuple
 
+from ..checks import Domain
 from ..errors import GraphseqError
 
 STAGES: Dict[str, Callable[..., Any]] = {}
+SPECS: Dict[str, "StageSpec"] = {}
 
 
-def stage(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Registers ``fn`` as the stage ``name``; a second stage of the same name is refused."""
+@dataclass(frozen=True)
+class StageSpec:
+    """What the runner knows about a stage besides its signature."""
+
+    name: str
+    checks: Dict[str, Domain] = field(default_factory=dict)
+    options: Tuple[str, ...] = ()            # run options it consumes ("oracle", "labels")
+    resumes: str = ""                        # the file in its run folder it continues from
+    resume_may_change: Tuple[str, ...] = ()  # keys --resume may set anew (budgets)
+
+
+def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequence[str] = (),
+          resumes: str = "", resume_may_change: Sequence[str] = ()
+          ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Registers ``fn`` as the stage ``name``; a second stage of the same name is refused.
+
+    Args:
+        checks: the domain of each keyword parameter that has one, e.g.
+            ``{"lr": positive, "stop_on": one_of("gat", "loss")}``.
+        options: run options the stage consumes (``"oracle"``, ``"labels"``).
+            The runner refuses an option that no stage of the pipeline
+            declares; an option named like a parameter of the stage sets
+            that parameter, so the run folder records it.
+        resumes: the file in the run folder the stage continues from when
+            the run is resumed (``"checkpoint.pt"``). A pipeline none of
+            whose stages declares one cannot be resumed.
+        resume_may_change: keys that ``--resume`` may set to other values
+            than the run was started with (a longer budget).
+    """
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         if name in STAGES:
             raise ValueError(f"stage {name!r} is registered twice "
                              f"({STAGES[name].__module__} and {fn.__module__})")
+        params = stage_params(fn)
+        unknown = [k for k in [*(checks or {}), *resume_may_change] if k not in params]
+        if unknown:
+            raise ValueError(f"stage {name!r} declares {', '.join(unknown)}, which are no parameters of "
+                             f"{fn.__qualname__}")
         STAGES[name] = fn
+        SPECS[name] = StageSpec(name, dict(checks or {}), tuple(options), resumes, tuple(resume_may_change))
         return fn
 
     return register
@@ -29,6 +68,11 @@ def get_stage(name: str) -> Callable[..., Any]:
     if name not in STAGES:
         raise GraphseqError(f"unknown stage {name!r}; known stages: {', '.join(sorted(STAGES))}")
     return STAGES[name]
+
+
+def stage_spec(name: str) -> StageSpec:
+    get_stage(name)  # An unknown name gets the message that lists the known ones.
+    return SPECS[name]
 
 
 def stage_params(fn: Callable[..., Any]) -> Dict[str, Any]:

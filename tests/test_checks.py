@@ -1,0 +1,44 @@
+"""Parameter domains: each says what it allows, and every stage declares one
+for every numeric parameter, with defaults inside it."""
+import math
+
+import pytest
+
+from graphseq.checks import at_least, between, each, fraction, non_negative, one_of, positive, probability
+from graphseq.stages import SPECS, STAGES, stage, stage_params
+
+
+@pytest.mark.parametrize("domain, inside, outside", [
+    (positive, [1e-9, 3], [0, -1, math.nan, math.inf, True]),
+    (non_negative, [0, 2.5], [-1e-9, math.nan, -math.inf]),
+    (probability, [0, 0.5, 1], [-0.1, 1.01, math.nan]),
+    (fraction, [0.1, 0.9], [0, 1, math.nan]),
+    (at_least(1), [1, 10**6], [0, -1, math.inf]),
+    (between(0, 10), [0, 10], [-1, 11, math.nan]),
+    (one_of("gat", "loss"), ["gat", "loss"], ["Gat", "", 1]),
+    (each(one_of("a", "b")), [["a"], ["b", "a"]], [[], ["c"], ["a", "c"], "a"]),
+])
+def test_domain_takes_what_it_allows_and_nothing_else(domain, inside, outside):
+    assert all(domain(v) for v in inside)
+    assert not any(domain(v) for v in outside)
+
+
+def test_every_numeric_stage_parameter_has_a_domain():
+    missing = [f"{name}.{key}" for name, fn in STAGES.items()
+               for key, default in stage_params(fn).items()
+               if isinstance(default, (int, float)) and not isinstance(default, bool)
+               and key not in SPECS[name].checks]
+    assert missing == []
+
+
+def test_every_default_lies_in_its_domain():
+    outside = [f"{name}.{key} = {stage_params(STAGES[name])[key]!r}"
+               for name, spec in SPECS.items() for key, domain in spec.checks.items()
+               if not domain(stage_params(STAGES[name])[key])]
+    assert outside == []
+
+
+def test_a_check_of_no_parameter_is_refused_at_registration():
+    with pytest.raises(ValueError, match="lr"):
+        stage("test_typo_stage", checks={"lr": positive})(lambda ctx, *, rate=1.0: None)
+    assert "test_typo_stage" not in STAGES
