@@ -1,24 +1,48 @@
-"""Atomic writes: labels, checkpoints and results are written to a temporary
-file beside their destination and renamed over it, so a crash or a kill
-leaves either the old file or the new one, never half of one.
+"""Files a run stores. Writes are atomic: results and checkpoints go to a
+temporary file beside their destination that is renamed over it, so a crash
+or a kill leaves either the old file or the new one, never half of one.
+Reads never trust a file: a damaged checkpoint or label store is a one-line
+error that names it, and the file is left as it was.
 """
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .errors import GraphseqError
+
+
+def _file_mode() -> int:
+    """The mode open() gives a new file (0o666 less the umask): a run's files
+    are as readable as the user's other files; mkstemp alone makes them 0600."""
+    try:
+        with open("/proc/self/status") as status:  # Linux: read without changing it.
+            umask = next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _temporary(path: Path) -> str:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, _file_mode())
+    os.close(fd)
+    return tmp
+
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _temporary(path)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -41,8 +65,7 @@ def save_checkpoint(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save`` through a temporary file, so a checkpoint is never torn."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = _temporary(path)
     try:
         torch.save(obj, tmp)
         os.replace(tmp, path)
@@ -54,5 +77,41 @@ def save_checkpoint(obj: Any, path: str | os.PathLike) -> None:
 
 def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
     """Loads tensors and plain containers only (``weights_only=True``): a
-    checkpoint file can never run code."""
-    return torch.load(path, map_location=map_location, weights_only=True)
+    checkpoint file can never run code. A missing, truncated or foreign file
+    is a :class:`GraphseqError` that names it."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise GraphseqError(f"checkpoint not found: {path}") from None
+    except Exception as error:  # torch raises many kinds for a damaged file.
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise GraphseqError(f"{path} is damaged or not a graphseq checkpoint "
+                            f"({reason[:120]}); it was left as it is") from None
+
+
+def check_sqlite(path: str | os.PathLike) -> None:
+    """Opens an SQLite file read-only and runs its quick integrity check; a
+    damaged one is a :class:`GraphseqError` that names it."""
+    path = Path(path)
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            result = connection.execute("PRAGMA quick_check").fetchone()
+        finally:
+            connection.close()
+    except sqlite3.Error as error:
+        raise GraphseqError(f"{path} is damaged or not an SQLite database ({error}); "
+                            f"it was left as it is") from None
+    if result is None or result[0] != "ok":
+        raise GraphseqError(f"{path} is damaged ({result[0] if result else 'no answer'}); "
+                            f"it was left as it is")
+
+
+def check_stored_file(path: str | os.PathLike) -> None:
+    """Reads a file a run continues from, without changing it: a checkpoint
+    (``.pt``) or a database (``.sqlite``)."""
+    path = Path(path)
+    if path.suffix == ".sqlite":
+        check_sqlite(path)
+    elif path.suffix == ".pt":
+        load_checkpoint(path)

@@ -4,15 +4,24 @@ overrides, and threads one :class:`Context` through its stages, once per seed.
 A pipeline file is data only: a ``description`` and one table per stage, in
 the order they run. A table's ``stage`` key names the registered stage (the
 table's own name if absent); every other key is a keyword argument of that
-stage function, checked against its signature before anything runs.
+stage function, checked against its signature and its domain
+(:mod:`graphseq.checks`) before anything is written.
+
+A run folder's ``config.toml`` records how the run was started: the
+pipeline, every resolved setting, the seeds and the graphseq version. It is a
+pipeline file itself, and ``--resume`` continues with what it says.
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import inspect
+import io
+import json
 import logging
 import math
 import os
-import random
+import shutil
 import statistics
 import sys
 import time
@@ -21,14 +30,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-import numpy as np
 import torch
 
+from . import __version__
+from .checks import refusal
 from .errors import GraphseqError
-from .io import atomic_write_text, write_json
-from .stages import get_stage, stage_params
+from .io import atomic_write_bytes, atomic_write_text, check_stored_file, write_json
+from .seeding import MAX_SEED, seed_everything
+from .stages import get_stage, stage_params, stage_spec
 
-PACKAGE_PIPELINES = Path(__file__).resolve().parent.parent / "pipelines"
+# An installed wheel carries the pipelines inside the package (the build
+# copies the top-level pipelines/ there); a source checkout reads them from
+# the top-level folder itself, the one place they are written.
+_PACKAGE = Path(__file__).resolve().parent
+PACKAGE_PIPELINES = (_PACKAGE / "pipelines" if (_PACKAGE / "pipelines").is_dir()
+                     else _PACKAGE.parent / "pipelines")
+
+# What config.toml records besides the stage tables; a pipeline file may set
+# them too (a run folder's config.toml is a pipeline file).
+RUN_KEYS = {"description": str, "pipeline": str, "graphseq": str, "seed": int, "runs": int}
 
 
 # --------------------------------------------------------------------------- #
@@ -71,6 +91,8 @@ def read_config(path: Path) -> Dict[str, Any]:
     except tomllib.TOMLDecodeError as error:
         # tomllib's message ends in "(at line L, column C)", which names the place.
         raise GraphseqError(f"malformed TOML in {path}: {error}") from None
+    except UnicodeDecodeError:
+        raise GraphseqError(f"{path} is not UTF-8 text; a pipeline file is TOML in UTF-8") from None
     except OSError as error:
         raise GraphseqError(f"cannot read pipeline file {path}: {error.strerror}") from None
     validate_config(config, source=str(path))
@@ -82,8 +104,18 @@ def sections(config: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
 
 
 def validate_config(config: Dict[str, Any], source: str) -> None:
+    """Checks the keys and the types of every table (domains come later,
+    after ``--set``: see :func:`check_domains`)."""
     if not sections(config):
         raise GraphseqError(f"{source}: a pipeline needs at least one [stage] table")
+    for key, value in config.items():
+        if isinstance(value, dict):
+            continue
+        if key not in RUN_KEYS:
+            raise GraphseqError(f"{source}: unknown top-level key {key!r}; a pipeline file has "
+                                f"{', '.join(RUN_KEYS)} and one table per stage")
+        if not isinstance(value, RUN_KEYS[key]) or isinstance(value, bool):
+            raise GraphseqError(f"{source}: {key} must be {RUN_KEYS[key].__name__}, got {value!r}")
     for name, table in sections(config).items():
         fn = get_stage(table.get("stage", name))
         known = stage_params(fn)
@@ -112,6 +144,8 @@ def _check_type(key: str, value: Any, default: Any, source: str) -> Any:
     elif isinstance(default, float):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         value = float(value) if ok else value
+        if ok and not math.isfinite(value):
+            raise GraphseqError(f"{source}: {key} = {value!r} is not allowed: it must be a finite number")
     elif isinstance(default, str):
         ok = isinstance(value, str)
     elif isinstance(default, (list, tuple)):
@@ -156,6 +190,15 @@ def apply_overrides(config: Dict[str, Any], overrides: Sequence[str] | Dict[str,
         tables[section][name] = _check_type(key, value, known[name], "--set")
 
 
+def check_domains(config: Dict[str, Any], source: str) -> None:
+    """Every value of every table against its stage's declared domain."""
+    for name, table in sections(config).items():
+        checks = stage_spec(table.get("stage", name)).checks
+        for key, value in table.items():
+            if key in checks and not checks[key](value):
+                raise GraphseqError(f"{source}: {refusal(f'{name}.{key}', value, checks[key])}")
+
+
 def dump_toml(config: Dict[str, Any]) -> str:
     """Writes the flat two-level configs graphseq uses back as TOML."""
     def value(v: Any) -> str:
@@ -164,7 +207,7 @@ def dump_toml(config: Dict[str, Any]) -> str:
         if isinstance(v, (int, float)):
             return repr(v)
         if isinstance(v, str):
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            return json.dumps(v, ensure_ascii=False)  # JSON's escapes are TOML's
         if isinstance(v, (list, tuple)):
             return "[" + ", ".join(value(x) for x in v) + "]"
         raise TypeError(f"cannot write {v!r} as TOML")
@@ -182,7 +225,12 @@ def dump_toml(config: Dict[str, Any]) -> str:
 @dataclass
 class Context:
     """What one run's stages share. Stages add their products as attributes
-    (``ctx.data``, ``ctx.model``, ...) and their figures to ``ctx.metrics``."""
+    (``ctx.data``, ``ctx.model``, ...) and their figures to ``ctx.metrics``.
+
+    ``resume`` tells a stage to continue from its file in ``out``;
+    ``resume_command`` is what a person types to continue this run, and a
+    stage sets ``stopped`` when its oracle asked to stop (no later seed runs).
+    """
 
     pipeline: str
     out: Path
@@ -195,6 +243,8 @@ class Context:
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("graphseq"))
     metrics: Dict[str, Any] = field(default_factory=dict)
     options: Dict[str, Any] = field(default_factory=dict)
+    resume_command: str = ""
+    stopped: bool = False
 
     def require(self, name: str, stage: str) -> Any:
         if not hasattr(self, name):
@@ -204,16 +254,22 @@ class Context:
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``auto`` (CUDA if there is one), ``cpu``, ``cuda`` or ``cuda:N``."""
     name = str(device)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise GraphseqError("--device cuda was asked for, but this machine has no CUDA device "
-                            "(or this torch build has no CUDA); use --device cpu or auto")
-    try:
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise GraphseqError(f"--device {name} was asked for, but this machine has no CUDA device "
+                                "(or this torch build has no CUDA); use --device cpu or auto")
+        index = int(name[5:]) if ":" in name else 0
+        if index >= torch.cuda.device_count():
+            raise GraphseqError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA "
+                                f"device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
         return torch.device(name)
-    except RuntimeError:
-        raise GraphseqError(f"unknown device {name!r}; use auto, cpu or cuda") from None
+    raise GraphseqError(f"--device {name!r} is not supported; use auto, cpu, cuda or cuda:N")
 
 
 def default_data_root() -> Path:
@@ -223,12 +279,6 @@ def default_data_root() -> Path:
 def default_data_mirror() -> Optional[Path]:
     mirror = os.environ.get("GRAPHSEQ_MIRROR")
     return Path(mirror) if mirror else None
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def _logger(out: Path, quiet: bool) -> logging.Logger:
@@ -259,61 +309,315 @@ def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, float]]:
     return {"mean": mean, "std": std}
 
 
+# --------------------------------------------------------------------------- #
+# Checks before a run writes anything
+# --------------------------------------------------------------------------- #
+
+def _check_seeds(seed: Any, runs: Any) -> None:
+    if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
+        raise GraphseqError(f"--runs must be a whole number of at least 1, got {runs!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise GraphseqError(f"--seed must be a whole number from 0 to {MAX_SEED}, got {seed!r}")
+    if seed + runs - 1 > MAX_SEED:
+        raise GraphseqError(f"--seed {seed} --runs {runs}: the last seed, {seed + runs - 1}, "
+                            f"is beyond {MAX_SEED}")
+
+
+def _check_out(out: Path) -> None:
+    """``out`` is a folder, or can become one: no file in the way, and a
+    writable folder above it."""
+    if out.exists() and not out.is_dir():
+        raise GraphseqError(f"--out {out} is a file, not a folder")
+    existing = out
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise GraphseqError(f"--out {out}: {existing} is a file, so no folder can be made under it")
+    read_only_fs = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+    if read_only_fs or not os.access(existing, os.W_OK | os.X_OK):
+        raise GraphseqError(f"--out {out}: cannot write in {existing}" +
+                            (" (a read-only file system)" if read_only_fs else " (no permission)"))
+
+
+def _apply_options(config: Dict[str, Any], options: Dict[str, Any], name: str) -> Dict[str, Any]:
+    """Refuses run options no stage consumes; an option named like a
+    parameter of a stage that declares it sets that parameter (recorded in
+    config.toml). Returns what the stages get as ``ctx.options``: objects
+    (an oracle handed in through the Python API)."""
+    objects = {}
+    for option, value in options.items():
+        tables = [(t, table) for t, table in sections(config).items()
+                  if option in stage_spec(table.get("stage", t)).options]
+        if not tables:
+            raise GraphseqError(f"--{option.replace('_', '-')} has no use in pipeline {name}: "
+                                f"none of its stages takes it")
+        if isinstance(value, (str, int, float, bool)):
+            setting = value
+        else:
+            objects[option] = value
+            setting = getattr(value, "source", None)  # An oracle object: who answers.
+        for table_name, table in tables:
+            params = stage_params(get_stage(table.get("stage", table_name)))
+            if option in params and setting is not None:
+                table[option] = _check_type(f"{table_name}.{option}", setting, params[option],
+                                            f"--{option}")
+    return objects
+
+
+def _resumable(config: Dict[str, Any]) -> List[str]:
+    """The files the pipeline's stages continue from."""
+    return [stage_spec(t.get("stage", n)).resumes for n, t in sections(config).items()
+            if stage_spec(t.get("stage", n)).resumes]
+
+
+def _differences(started: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
+    """Settings of ``now`` that differ from the run as ``started``, except
+    those the stages let a resumed run change."""
+    found = []
+    for name, table in sections(now).items():
+        may_change = stage_spec(table.get("stage", name)).resume_may_change
+        before = started.get(name, {})
+        for key in sorted(set(table) | set(before)):
+            if key not in may_change and table.get(key) != before.get(key):
+                found.append(f"{name}.{key} = {table.get(key)!r} (the run has {before.get(key)!r})")
+    return found
+
+
+def _started_config(out: Path, name: str, pipeline_path: Path) -> Dict[str, Any]:
+    """The config a run folder recorded, checked to be of the same pipeline."""
+    recorded = out / "config.toml"
+    if not recorded.is_file():
+        raise GraphseqError(f"--resume: {out} holds no earlier run (no config.toml)")
+    started = read_config(recorded)
+    started_name = started.get("pipeline", "")
+    if started_name != name:
+        raise GraphseqError(f"--resume: {out} holds a run of pipeline {started_name or '(unknown)'!r}, "
+                            f"not {name!r}; resume it with 'graphseq run {started_name or 'NAME'} "
+                            f"--resume --out {out}'")
+    return started
+
+
+def _seed_dir(out: Path, seed: int, runs: int) -> Path:
+    return out if runs == 1 else out / f"seed-{seed}"
+
+
+def _plain(value: Any) -> Any:
+    return str(Path(value).resolve()) if isinstance(value, os.PathLike) else value
+
+
+# --------------------------------------------------------------------------- #
+# The run
+# --------------------------------------------------------------------------- #
+
 def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] | None = None,
-        seed: int = 0, runs: int = 1, device: str = "auto", out: str | os.PathLike | None = None,
-        data_root: str | os.PathLike | None = None, data_mirror: str | os.PathLike | None = None,
-        quiet: bool = False, resume: bool = False, **options: Any) -> Dict[str, Any]:
-    """Runs a pipeline ``runs`` times with seeds ``seed .. seed+runs-1``.
+        seed: Optional[int] = None, runs: Optional[int] = None, device: str = "auto",
+        out: str | os.PathLike | None = None, data_root: str | os.PathLike | None = None,
+        data_mirror: str | os.PathLike | None = None, quiet: bool = False, resume: bool = False,
+        threads: Optional[int] = None, **options: Any) -> Dict[str, Any]:
+    """Runs a pipeline ``runs`` times with seeds ``seed .. seed+runs-1``
+    (default: seed 0, one run, or what a run folder's ``config.toml`` says).
 
     Writes ``config.toml``, ``log.txt`` and ``metrics.json`` into ``out``
     (each run's own checkpoint and figures into ``out/seed-N`` when
     ``runs > 1``) and returns the contents of ``metrics.json``: a list
-    ``runs`` of per-run figures and their ``mean`` and ``std``. Extra keyword
-    ``options`` reach the stages as ``ctx.options`` (an oracle, say).
+    ``runs`` of per-run figures and their ``mean`` and ``std``.
+
+    Extra keyword ``options`` are run options that a stage of the pipeline
+    declares (``oracle="human"``, ``labels="answers.csv"``); one that none
+    declares is refused. ``resume=True`` continues the run in ``out`` with
+    the settings it was started with: a different pipeline, seed, option or
+    ``overrides`` value is refused, except the budgets a stage lets grow.
+    Everything is checked before anything is written, so a refused call
+    changes no file. ``threads`` sets torch's number of CPU threads.
     """
     path = resolve_pipeline(pipeline)
     config = read_config(path)
+    name = config.get("pipeline") or path.stem
+    if threads is not None:
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+            raise GraphseqError(f"--threads must be a whole number of at least 1, got {threads!r}")
+    options = {k: _plain(v) for k, v in options.items() if v is not None}
+    if isinstance(options.get("labels"), str):
+        options["labels"] = str(Path(options["labels"]).resolve())  # Found again from any folder.
+    out = Path(out) if out is not None else Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+    if resume:
+        if not _resumable(config):
+            raise GraphseqError(f"--resume has no use in pipeline {name}: none of its stages "
+                                f"continues from a file; run it again instead")
+        started = _started_config(out, name, path)
+        config = copy.deepcopy(started)  # The overrides may change it; started stays.
+        seed = started.get("seed", 0) if seed is None else seed
+        runs = started.get("runs", 1) if runs is None else runs
+        for option, asked in (("seed", seed), ("runs", runs)):
+            if option in started and started[option] != asked:
+                raise GraphseqError(f"--resume: --{option} {asked} differs from the run's "
+                                    f"{option} = {started[option]}; leave it out to continue the run")
+    else:
+        seed = config.get("seed", 0) if seed is None else seed
+        runs = config.get("runs", 1) if runs is None else runs
+    _check_seeds(seed, runs)
     apply_overrides(config, overrides)
-    if runs < 1:
-        raise GraphseqError(f"--runs must be at least 1, got {runs}")
+    objects = _apply_options(config, options, name)
+    check_domains(config, name)
     torch_device = resolve_device(device)
-    name = path.stem
-    if out is None:
-        out = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out = Path(out)
-    if resume and not (out / "config.toml").is_file():
-        raise GraphseqError(f"--resume: {out} holds no earlier run (no config.toml)")
+    _check_out(out)
+    if resume:
+        files = _resumable(config)
+        differ = _differences(started, config)
+        if differ:
+            raise GraphseqError(f"--resume: the run in {out} was started with other settings: "
+                                + "; ".join(differ))
+        for run_seed in range(seed, seed + runs):
+            folder = _seed_dir(out, run_seed, runs)
+            if runs > 1 and not folder.is_dir():
+                continue  # This seed had not started; it starts afresh.
+            for file in files:
+                if not (folder / file).is_file():
+                    raise GraphseqError(f"--resume: {folder / file} is missing, so the run cannot "
+                                        f"continue where it stopped; start a new run with another --out")
+                check_stored_file(folder / file)
+    elif (out / "config.toml").is_file():
+        raise GraphseqError(f"--out {out} already holds a run; continue it with --resume, "
+                            f"or choose another --out")
+
+    # Checked: from here on the run writes.
+    if threads is not None:
+        torch.set_num_threads(threads)
+    config = {"description": config.get("description", ""), "pipeline": name, "graphseq": __version__,
+              "seed": seed, "runs": runs, **sections(config)}
+    before = _snapshot(out)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "config.toml", dump_toml(config))
-    log = _logger(out, quiet)
+    log = None
+    try:
+        if not resume or dump_toml(config) != (out / "config.toml").read_text(encoding="utf-8"):
+            atomic_write_text(out / "config.toml", dump_toml(config))
+        log = _logger(out, quiet)
+        return _run_seeds(config, name, out, seed, runs, torch_device, resume, quiet, log, objects,
+                          data_root, data_mirror, pipeline)
+    except BaseException as error:
+        _close(log)
+        if not resume or isinstance(error, GraphseqError):
+            _undo_runner_writes(out, before)
+        raise
+    finally:
+        _close(log)
+
+
+def _run_seeds(config: Dict[str, Any], name: str, out: Path, seed: int, runs: int,
+               device: torch.device, resume: bool, quiet: bool, log: logging.Logger,
+               objects: Dict[str, Any], data_root: Any, data_mirror: Any,
+               pipeline: str | os.PathLike) -> Dict[str, Any]:
     root = Path(data_root) if data_root is not None else default_data_root()
     mirror = Path(data_mirror) if data_mirror is not None else default_data_mirror()
-    log.info(f"pipeline {name} ({path}) on {torch_device}, seeds {seed}..{seed + runs - 1}, out {out}")
-
+    log.info(f"pipeline {name} on {device}, seeds {seed}..{seed + runs - 1}, out {out}"
+             + (" (resumed)" if resume else ""))
+    resume_command = f"graphseq run {pipeline} --resume --out {out}"
     results = []
-    for run_seed in range(seed, seed + runs):
-        run_out = out if runs == 1 else out / f"seed-{run_seed}"
-        run_out.mkdir(parents=True, exist_ok=True)
-        seed_everything(run_seed)
-        ctx = Context(pipeline=name, out=run_out, device=torch_device, seed=run_seed,
-                      data_root=root, data_mirror=mirror, quiet=quiet, resume=resume,
-                      log=log, options=dict(options))
-        for table_name, table in sections(config).items():
-            params = {k: v for k, v in table.items() if k != "stage"}
-            get_stage(table.get("stage", table_name))(ctx, **params)
-        metrics = {"seed": run_seed, **ctx.metrics}
-        if runs > 1:
-            write_json(run_out / "metrics.json", metrics)
-        log.info("seed %d: %s", run_seed, _format(ctx.metrics))
-        results.append(metrics)
+    # Quiet: what stages and libraries print to stderr (PyG's "Processing...",
+    # warnings) goes to log.txt instead of the console.
+    with contextlib.redirect_stderr(_LogStream(log)) if quiet else contextlib.nullcontext():
+        for run_seed in range(seed, seed + runs):
+            metrics, stopped = _run_seed(config, out, run_seed, runs, device, resume, quiet, log,
+                                         objects, root, mirror, name, resume_command)
+            results.append(metrics)
+            if stopped:
+                log.info(f"stopped at seed {run_seed}; continue with: {resume_command}")
+                break
 
     summary = {"pipeline": name, "runs": results, **summarize(results)}
+    if len(results) < runs:
+        summary["stopped"] = True
     write_json(out / "metrics.json", summary)
-    if runs > 1:
-        log.info("mean over %d runs: %s", runs, _format(summary["mean"], summary["std"]))
-    for handler in log.handlers:
-        handler.close()
+    if len(results) > 1:
+        log.info("mean over %d runs: %s", len(results), _format(summary["mean"], summary["std"]))
     return summary
+
+
+def _run_seed(config: Dict[str, Any], out: Path, run_seed: int, runs: int, device: torch.device,
+              resume: bool, quiet: bool, log: logging.Logger, objects: Dict[str, Any], root: Path,
+              mirror: Optional[Path], name: str, resume_command: str) -> tuple[Dict[str, Any], bool]:
+    """Runs the stages once, for one seed; returns its figures and whether its
+    oracle asked to stop."""
+    run_out = _seed_dir(out, run_seed, runs)
+    seed_resume = resume and run_out.is_dir()
+    run_out.mkdir(parents=True, exist_ok=True)
+    seed_everything(run_seed)
+    ctx = Context(pipeline=name, out=run_out, device=device, seed=run_seed,
+                  data_root=root, data_mirror=mirror, quiet=quiet, resume=seed_resume,
+                  log=log, options=dict(objects), resume_command=resume_command)
+    for table_name, table in sections(config).items():
+        params = {k: v for k, v in table.items() if k != "stage"}
+        get_stage(table.get("stage", table_name))(ctx, **params)
+    metrics = {"seed": run_seed, **ctx.metrics}
+    if runs > 1:
+        write_json(run_out / "metrics.json", metrics)
+    log.info("seed %d: %s", run_seed, _format(ctx.metrics))
+    return metrics, ctx.stopped
+
+
+class _LogStream(io.TextIOBase):
+    """A text stream whose lines go to a logger."""
+
+    def __init__(self, log: logging.Logger):
+        self.log, self.pending = log, ""
+
+    def write(self, text: str) -> int:
+        lines = (self.pending + text).split("\n")
+        self.pending = lines.pop()
+        for line in lines:
+            if line.strip():
+                self.log.info(line.rstrip())
+        return len(text)
+
+
+def _close(log: Optional[logging.Logger]) -> None:
+    for handler in log.handlers if log is not None else []:
+        handler.close()
+
+
+def _snapshot(out: Path) -> Optional[Dict[Path, tuple]]:
+    """Every file under ``out`` with its size, time and (for the runner's own
+    files) contents; None if ``out`` does not exist yet."""
+    if not out.is_dir():
+        return None
+    files = {}
+    for path in out.rglob("*"):
+        if path.is_file():
+            kept = path.read_bytes() if path.name in RUNNER_FILES and path.parent == out else None
+            files[path] = (path.stat().st_size, path.stat().st_mtime_ns, kept)
+    return files
+
+
+RUNNER_FILES = ("config.toml", "log.txt")
+
+
+def _undo_runner_writes(out: Path, before: Optional[Dict[Path, tuple]]) -> None:
+    """A run that failed before any stage stored a file leaves the folder as
+    it found it: a new folder is removed, the runner's config.toml and
+    log.txt are put back. A stage's file (a label, a checkpoint) is never
+    touched: if one was written, everything stays."""
+    if not out.is_dir():
+        return
+    now = [p for p in out.rglob("*") if p.is_file()]
+    for path in now:
+        if path.parent == out and path.name in RUNNER_FILES:
+            continue
+        if before is None or path not in before or before[path][:2] != (path.stat().st_size,
+                                                                         path.stat().st_mtime_ns):
+            return  # A stage stored something: keep the run as it is.
+    if before is None:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for name in RUNNER_FILES:
+        path = out / name
+        if path not in before:
+            path.unlink(missing_ok=True)
+        elif path.read_bytes() != before[path][2]:
+            atomic_write_bytes(path, before[path][2])
+    for folder in sorted((p for p in out.rglob("*") if p.is_dir()), reverse=True):
+        if not any(folder.iterdir()) and not any(f.is_relative_to(folder) for f in before):
+            folder.rmdir()
 
 
 def _format(mean: Dict[str, Any], std: Optional[Dict[str, float]] = None) -> str:

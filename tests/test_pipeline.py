@@ -1,11 +1,18 @@
 """The pipeline runner: reading, overriding, seeding, and what a run writes."""
+import hashlib
 import json
+import os
+import sqlite3
+import stat
+import sys
 import tomllib
 
 import pytest
 
+import graphseq
 from graphseq import run
 from graphseq.errors import GraphseqError
+from graphseq.cli import main
 from graphseq.pipeline import apply_overrides, dump_toml, parse_override, read_config, resolve_pipeline
 from graphseq.stages import STAGES, stage
 
@@ -68,7 +75,7 @@ def test_runs_repeat_with_consecutive_seeds_and_summarise(tmp_path, data_root, m
     assert [r["seed"] for r in summary["runs"]] == [5, 6]
     accuracies = [r["test_accuracy"] for r in summary["runs"]]
     assert summary["mean"]["test_accuracy"] == pytest.approx(sum(accuracies) / 2)
-    assert summary["std"]["test_accuracy"] >= 0
+    assert summary["std"]["test_accuracy"] == pytest.approx(abs(accuracies[0] - accuracies[1]) / 2 ** 0.5)
     assert (out / "seed-5" / "best.pt").is_file() and (out / "seed-6" / "metrics.json").is_file()
 
 
@@ -95,6 +102,137 @@ def test_each_stopping_rule_keeps_a_model_and_stops(rule, tmp_path, data_root, m
 
 
 def test_unknown_stopping_rule_is_named(tmp_path, data_root, mirror):
-    with pytest.raises(GraphseqError, match="stop_on must be one of gat, accuracy, loss"):
+    with pytest.raises(GraphseqError, match="train.stop_on = 'patience' is not allowed: it must be one of gat, accuracy, loss"):
         run("gat-cora", overrides={"train.stop_on": "patience"}, out=tmp_path, data_root=data_root,
             data_mirror=mirror, quiet=True)
+
+
+# --------------------------------------------------------------------------- #
+# What a run folder records, and resuming with it
+# --------------------------------------------------------------------------- #
+
+CHARLM = {"model.hidden_size": 8, "model.embedding_dim": 4, "train.batch_size": 2, "train.window": 8,
+          "train.minutes": 0.0, "train.steps": 2, "train.eval_every": 2, "train.eval_chars": 500,
+          "train.checkpoint_every": 2, "train.eval_batch_size": 64, "sample.length": 5}
+
+
+def folder_hash(folder):
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        digest.update(str(path.relative_to(folder)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def charlm_run(tmp_path_factory, data_root, mirror):
+    out = tmp_path_factory.mktemp("charlm") / "run"
+    run("charlm-lstm", overrides=CHARLM, seed=3, out=out, data_root=data_root, data_mirror=mirror, quiet=True)
+    return out
+
+
+def test_config_records_pipeline_settings_seeds_and_version(charlm_run):
+    config = tomllib.loads((charlm_run / "config.toml").read_text())
+    assert (config["pipeline"], config["seed"], config["runs"]) == ("charlm-lstm", 3, 1)
+    assert config["graphseq"] == graphseq.__version__
+    assert config["model"]["hidden_size"] == 8 and config["train"]["steps"] == 2
+
+
+def test_run_files_are_as_readable_as_other_files(charlm_run):
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("config.toml", "metrics.json", "checkpoint.pt"):
+        assert stat.S_IMODE((charlm_run / name).stat().st_mode) == 0o666 & ~umask, name
+
+
+def test_a_run_from_its_config_is_named_after_its_pipeline(charlm_run, tmp_path, data_root, mirror):
+    summary = run(charlm_run / "config.toml", out=tmp_path / "again", data_root=data_root,
+                  data_mirror=mirror, quiet=True)
+    assert summary["pipeline"] == "charlm-lstm" and summary["runs"][0]["seed"] == 3
+    again = json.loads((tmp_path / "again" / "metrics.json").read_text())["runs"][0]
+    first = json.loads((charlm_run / "metrics.json").read_text())["runs"][0]
+    assert again["val_nats"] == first["val_nats"]
+
+
+REFUSED_RESUMES = [
+    ({"pipeline": "gat-cora"}, "--resume has no use in pipeline gat-cora"),
+    ({"pipeline": "charlm-rnn"}, "holds a run of pipeline 'charlm-lstm', not 'charlm-rnn'"),
+    ({"overrides": {"model.hidden_size": 16}}, "model.hidden_size = 16 (the run has 8)"),
+    ({"overrides": {"train.lr": 0.1}}, "train.lr = 0.1 (the run has 0.002)"),
+    ({"seed": 4}, "--seed 4 differs from the run's seed = 3"),
+    ({"runs": 2}, "--runs 2 differs from the run's runs = 1"),
+    ({"oracle": "human"}, "--oracle has no use"),
+    ({"overrides": {"train.lr": -1.0}}, "train.lr = -1.0 is not allowed"),
+    ({"device": "meta"}, "--device 'meta' is not supported"),
+]
+
+
+@pytest.mark.parametrize("change, message", REFUSED_RESUMES)
+def test_a_refused_resume_names_the_difference_and_changes_no_file(change, message, charlm_run,
+                                                                   data_root, mirror):
+    before = folder_hash(charlm_run)
+    arguments = {"pipeline": "charlm-lstm", **change}
+    with pytest.raises(GraphseqError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run(arguments.pop("pipeline"), out=charlm_run, resume=True, data_root=data_root,
+            data_mirror=mirror, quiet=True, **arguments)
+    assert folder_hash(charlm_run) == before
+
+
+@pytest.mark.parametrize("damage", [lambda b: b[: len(b) // 2], lambda b: os.urandom(len(b)), lambda b: b""])
+def test_a_damaged_checkpoint_is_named_and_left_as_it_is(damage, charlm_run, tmp_path, data_root, mirror, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    for path in charlm_run.iterdir():
+        (out / path.name).write_bytes(path.read_bytes())
+    (out / "checkpoint.pt").write_bytes(damage((charlm_run / "checkpoint.pt").read_bytes()))
+    before = folder_hash(out)
+    assert main(["run", "charlm-lstm", "--resume", "--out", str(out), "--data-root", str(data_root),
+                 "--data-mirror", str(mirror), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{out / 'checkpoint.pt'} is damaged" in err and err.count("\n") == 1
+    assert folder_hash(out) == before
+    assert main(["sample", str(out)]) == 2
+    assert "checkpoint.pt is damaged" in capsys.readouterr().err
+
+
+def test_resume_may_lengthen_the_budget_and_records_it(charlm_run, tmp_path, data_root, mirror):
+    out = tmp_path / "run"
+    out.mkdir()
+    for path in charlm_run.iterdir():
+        (out / path.name).write_bytes(path.read_bytes())
+    summary = run("charlm-lstm", overrides={"train.steps": 4}, out=out, resume=True,
+                  data_root=data_root, data_mirror=mirror, quiet=True)
+    assert summary["runs"][0]["steps"] == 4 and summary["runs"][0]["seed"] == 3
+    assert tomllib.loads((out / "config.toml").read_text())["train"]["steps"] == 4
+
+
+def test_a_new_run_into_a_run_folder_is_refused(charlm_run, data_root, mirror):
+    before = folder_hash(charlm_run)
+    with pytest.raises(GraphseqError, match="already holds a run; continue it with --resume"):
+        run("charlm-lstm", overrides=CHARLM, out=charlm_run, data_root=data_root, data_mirror=mirror, quiet=True)
+    assert folder_hash(charlm_run) == before
+
+
+def test_a_run_that_fails_before_storing_anything_leaves_no_folder(tmp_path, data_root):
+    out = tmp_path / "runs" / "failed"
+    with pytest.raises(GraphseqError, match="text_file not found"):
+        run("charlm-lstm", overrides={**CHARLM, "data.text_file": str(tmp_path / "missing.txt")},
+            out=out, data_root=data_root, quiet=True)
+    assert not out.exists()
+
+
+@stage("test_noisy_library")
+def noisy_library(ctx, *, message: str = "Processing..."):
+    """Prints to stderr as PyG's dataset processing does."""
+    print(message, file=sys.stderr)
+
+
+def test_quiet_sends_what_libraries_print_to_the_log(tmp_path, capfd):
+    pipeline = tmp_path / "noisy.toml"
+    pipeline.write_text('[noise]\nstage = "test_noisy_library"\n')
+    run(pipeline, out=tmp_path / "run", quiet=True)
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
+    log = (tmp_path / "run" / "log.txt").read_text()
+    assert "Processing..." in log

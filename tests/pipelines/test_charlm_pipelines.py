@@ -2,6 +2,7 @@
 steps, resuming from a checkpoint, and ``graphseq sample``."""
 import math
 import re
+import shutil
 
 import pytest
 import torch
@@ -65,10 +66,11 @@ def test_resume_continues_from_the_checkpoint(tmp_path, data_root, mirror):
         assert torch.allclose(weight, two["model"][key], atol=1e-6), key
 
 
-def test_resume_without_a_checkpoint_is_an_error(tmp_path, data_root, mirror):
-    (tmp_path / "config.toml").write_text("")
-    with pytest.raises(GraphseqError, match="no checkpoint.pt"):
-        _run("charlm-lstm", tmp_path, data_root, mirror, resume=True)
+def test_resume_without_a_checkpoint_is_an_error(trained, tmp_path, data_root, mirror):
+    shutil.copytree(trained[0], tmp_path / "run")
+    (tmp_path / "run" / "checkpoint.pt").unlink()
+    with pytest.raises(GraphseqError, match="checkpoint.pt is missing"):
+        _run("charlm-lstm", tmp_path / "run", data_root, mirror, resume=True)
 
 
 def test_sample_prints_prime_and_length_characters(trained, capsys):
