@@ -1,14 +1,22 @@
 """The ``graphseq`` command: argument parsing only. Every command calls the
 Python API, so whatever the CLI can do, ``graphseq.run(...)`` can do too.
 Problems in what the user asked for exit with code 2 and a one-line message.
+
+This module imports no torch at the top: ``--threads`` must set OpenMP's
+environment before torch loads.
 """
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from typing import List, Optional
 
 from .errors import GraphseqError
+
+DESCRIPTION = ("graphseq: attention, recurrent networks and active learning as PyTorch Geometric "
+               "message passing; run named pipelines, label data at the terminal, sample models.")
 
 
 def _add_run(commands: argparse._SubParsersAction) -> None:
@@ -16,16 +24,23 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     p.add_argument("pipeline", help="a name from 'graphseq list' or a path to a .toml file")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override one setting of the pipeline (repeatable)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the first run (default 0)")
-    p.add_argument("--runs", type=int, default=1, help="repeat with seeds seed..seed+N-1 (default 1)")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
+    p.add_argument("--seed", type=_whole, default=None,
+                   help="seed of the first run (default 0, or the resumed run's)")
+    p.add_argument("--runs", type=_whole, default=None,
+                   help="repeat with seeds seed..seed+N-1 (default 1, or the resumed run's)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
+    p.add_argument("--threads", type=_whole, default=None, metavar="N",
+                   help="CPU threads for torch (default 1: on a machine other jobs share, more "
+                        "threads wait for busy cores and a run can slow down many times over)")
     p.add_argument("--data-root", default=None, help="where datasets live (default $GRAPHSEQ_DATA or ./datasets)")
     p.add_argument("--data-mirror", default=None,
                    help="read-only folder of raw dataset files consulted before any download "
                         "(default $GRAPHSEQ_MIRROR)")
     p.add_argument("--out", default=None, help="output directory (default runs/NAME-TIME)")
-    p.add_argument("--resume", action="store_true", help="continue the run stored in --out")
-    p.add_argument("--quiet", action="store_true", help="no progress bars or console log")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run stored in --out, with the settings it was started with")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars or console log (what libraries print goes to log.txt)")
     p.add_argument("--oracle", choices=["simulated", "human", "file"], default=None,
                    help="who answers an active-learning pipeline's questions: the ground truth "
                         "(default), you at the terminal (or a pipe), or --labels")
@@ -34,24 +49,44 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from .pipeline import run
+def _whole(text: str) -> int:
+    """argparse's int, with a message that names what was typed."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
+
+def _limit_threads(threads: int) -> None:
+    """Before torch loads: N OpenMP threads that sleep, rather than spin, while
+    they wait, so that a busy core does not stall the others."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(threads)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.resume and args.out is None:
         raise GraphseqError("--resume needs --out DIR, the run to continue")
+    threads = 1 if args.threads is None else args.threads
+    if threads < 1:
+        raise GraphseqError(f"--threads must be at least 1, got {threads}")
+    if "torch" not in sys.modules:
+        _limit_threads(threads)
+    from .pipeline import run
+
     options = {}
-    if args.oracle == "human":
-        from .active.prompt import HumanOracle
-        options["oracle"] = HumanOracle(sys.stdin, sys.stdout)
-    elif args.oracle or args.labels:
+    if args.oracle or args.labels:
         options["oracle"] = args.oracle or "file"
     if args.labels:
         options["labels"] = args.labels
     summary = run(args.pipeline, overrides=args.overrides, seed=args.seed, runs=args.runs,
                   device=args.device, out=args.out, data_root=args.data_root,
-                  data_mirror=args.data_mirror, quiet=args.quiet, resume=args.resume, **options)
+                  data_mirror=args.data_mirror, quiet=args.quiet, resume=args.resume,
+                  threads=threads, **options)
     mean, std = summary["mean"], summary["std"]
-    figures = ", ".join(f"{k} {_number(v)}" + (f" ± {_number(std[k])}" if args.runs > 1 else "")
+    several = len(summary["runs"]) > 1
+    figures = ", ".join(f"{k} {_number(v)}" + (f" ± {_number(std[k])}" if several else "")
                         for k, v in mean.items())
     print(f"{summary['pipeline']}: {figures}")
     return 0
@@ -107,11 +142,11 @@ def _add_sample(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("sample", help="generate text from a charlm run, or map its hidden units over a text")
     p.add_argument("dir", help="the run's --out directory (holding checkpoint.pt)")
     p.add_argument("--prime", default="", help="text the sample starts with (default: none)")
-    p.add_argument("--length", type=int, default=500, help="characters generated after the prime (default 500)")
+    p.add_argument("--length", type=_whole, default=500, help="characters generated after the prime (default 500)")
     p.add_argument("--temperature", type=float, default=1.0,
                    help="softmax temperature; lower is safer, 0 always takes the likeliest (default 1)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the draws (default: random)")
-    p.add_argument("--device", default="cpu", help="auto, cpu or cuda (default cpu)")
+    p.add_argument("--seed", type=_whole, default=None, help="seed of the draws (default: random)")
+    p.add_argument("--device", default="cpu", help="auto, cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--html", default=None, metavar="OUT.html",
                    help="instead of sampling, write a heat map of hidden units over a text")
     p.add_argument("--cells", default=None, metavar="I,J,K",
@@ -119,7 +154,7 @@ def _add_sample(commands: argparse._SubParsersAction) -> None:
                         "speaker lines, words, ...)")
     p.add_argument("--text-file", default=None, metavar="F",
                    help="the text --html and --units read (default: a sample generated as above)")
-    p.add_argument("--units", type=int, default=0, metavar="K",
+    p.add_argument("--units", type=_whole, default=0, metavar="K",
                    help="list the K units that best track each feature of the text")
     p.set_defaults(handler=_sample)
 
@@ -127,6 +162,15 @@ def _add_sample(commands: argparse._SubParsersAction) -> None:
 def _sample(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    if args.length < 0:
+        raise GraphseqError(f"--length must be at least 0, got {args.length}")
+    if not math.isfinite(args.temperature) or args.temperature < 0:
+        raise GraphseqError(f"--temperature must be a finite number >= 0, got {args.temperature}")
+    if args.units < 0:
+        raise GraphseqError(f"--units must be at least 0, got {args.units}")
+    if args.seed is not None and not 0 <= args.seed < 2**32:
+        raise GraphseqError(f"--seed must be a whole number from 0 to {2**32 - 1}, got {args.seed}")
+    cells = None if args.cells is None else _int_list(args.cells, "--cells")
     from . import views
     from .models import charlm
     from .pipeline import resolve_device
@@ -141,7 +185,6 @@ def _sample(args: argparse.Namespace) -> int:
         activations = views.hidden_activations(model, vocab, text)
         print(views.describe_units(views.interesting_units(text, activations, args.units)))
     if args.html:
-        cells = None if args.cells is None else _int_list(args.cells, "--cells")
         drawn = views.write_heatmap(model, vocab, text, args.html, cells)
         print(f"wrote {args.html}: units {', '.join(map(str, drawn))} over {len(text)} characters")
     return 0
@@ -156,14 +199,24 @@ def _read_text(path) -> str:
 
 def _int_list(text: str, option: str) -> List[int]:
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        numbers = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise GraphseqError(f"{option} takes comma-separated integers like 3,17,42, got {text!r}") from None
+        numbers = []
+    if not numbers or min(numbers) < 0:
+        raise GraphseqError(f"{option} takes comma-separated whole numbers like 3,17,42, got {text!r}")
+    return numbers
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line like graphseq's own (exit code 2)."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="graphseq", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="graphseq", description=DESCRIPTION)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_run(commands)
     _add_list(commands)
     _add_labels(commands)
@@ -173,7 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # --help, or a malformed command line (code 2)
+        return stop.code if isinstance(stop.code, int) else 2
     try:
         return args.handler(args)
     except GraphseqError as error:

@@ -1,5 +1,6 @@
 """The command line: every mistake in what a user asked for ends with exit
 code 2 and a message that names it, never a traceback."""
+import os
 import subprocess
 import sys
 
@@ -20,6 +21,76 @@ def fail(capsys, *argv):
     err = capsys.readouterr().err
     assert "Traceback" not in err
     return err
+
+
+# Each bad command of issue 9, as typed, with what its one-line error names.
+# None of them gets as far as loading data or writing a file.
+BAD_COMMANDS = [
+    (["run", "gat-cora", "--set", "model.heads=0"], "model.heads = 0 is not allowed: it must be a number >= 1"),
+    (["run", "gat-cora", "--set", "model.heads=-1"], "model.heads = -1"),
+    (["run", "gat-cora", "--set", "train.lr=-1"], "train.lr = -1.0 is not allowed: it must be a number > 0"),
+    (["run", "gat-cora", "--set", "train.lr=nan"], "train.lr = nan is not allowed: it must be a finite number"),
+    (["run", "gat-cora", "--set", "train.lr=inf"], "train.lr = inf"),
+    (["run", "gat-cora", "--set", "train.max_epochs=0"], "train.max_epochs = 0"),
+    (["run", "gat-cora", "--set", "model.dropout=2"], "model.dropout = 2.0 is not allowed: it must be a number from 0 to 1"),
+    (["run", "gat-cora", "--set", "evaluate.mask=x"], "evaluate.mask = 'x' is not allowed: it must be one of train_mask"),
+    (["run", "gat-cora", "--set", "data.name=Coraa"], "data.name = 'Coraa'"),
+    (["run", "active-cora", "--set", "active.compare=[]"], "active.compare = []"),
+    (["run", "active-cora", "--set", "active.strategy=guess"], "active.strategy = 'guess'"),
+    (["run", "gat-cora", "--seed", str(2**64)], "--seed must be a whole number from 0 to 4294967295"),
+    (["run", "gat-cora", "--seed", "-1"], "--seed must be a whole number"),
+    (["run", "gat-cora", "--seed", "x"], "--seed: expected a whole number, got 'x'"),
+    (["run", "gat-cora", "--seed", str(2**32 - 1), "--runs", "2"], "the last seed, 4294967296, is beyond"),
+    (["run", "gat-cora", "--runs", "0"], "--runs must be a whole number of at least 1"),
+    (["run", "gat-cora", "--threads", "0"], "--threads must be at least 1"),
+    (["run", "gat-cora", "--device", "mps"], "--device 'mps' is not supported; use auto, cpu, cuda or cuda:N"),
+    (["run", "gat-cora", "--device", "meta"], "--device 'meta' is not supported"),
+    (["run", "gat-cora", "--oracle", "human"], "--oracle has no use in pipeline gat-cora"),
+    (["run", "gat-cora", "--labels", "answers.csv"], "--oracle has no use in pipeline gat-cora"),
+    (["run", "charlm-lstm", "--oracle", "simulated"], "--oracle has no use in pipeline charlm-lstm"),
+    (["run", "gat-cora", "--resume", "--out", "{tmp}"], "--resume has no use in pipeline gat-cora"),
+    (["run", "charlm-lstm", "--resume", "--out", "{tmp}"], "holds no earlier run"),
+    (["run", "gat-cora", "--out", "{tmp}/file"], "is a file, not a folder"),
+    (["run", "gat-cora", "--out", "{tmp}/file/run"], "is a file, so no folder can be made under it"),
+    (["sample", "{tmp}", "--temperature", "nan"], "--temperature must be a finite number >= 0, got nan"),
+    (["sample", "{tmp}", "--temperature", "-1"], "--temperature must be a finite number >= 0"),
+    (["sample", "{tmp}", "--length", "-5"], "--length must be at least 0"),
+    (["sample", "{tmp}", "--cells", "3,-1", "--html", "x.html"], "--cells takes comma-separated whole numbers"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD_COMMANDS, ids=[" ".join(a[1:4]) for a, _ in BAD_COMMANDS])
+def test_bad_command_is_one_line_exit_2_and_writes_nothing(argv, message, tmp_path, capsys):
+    (tmp_path / "file").write_text("keep me")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    err = fail(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert message in err
+    assert err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    assert (tmp_path / "file").read_text() == "keep me"
+
+
+def test_out_on_a_read_only_file_system_is_refused(capsys, tmp_path, monkeypatch):
+    class ReadOnly:
+        f_flag = os.ST_RDONLY
+
+    monkeypatch.setattr("os.statvfs", lambda path: ReadOnly())
+    err = fail(capsys, "run", "gat-cora", "--out", str(tmp_path / "run"))
+    assert f"cannot write in {tmp_path} (a read-only file system)" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into any folder")
+def test_out_in_a_folder_without_write_permission_is_refused(capsys, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    assert "(no permission)" in fail(capsys, "run", "gat-cora", "--out", str(locked / "run"))
+
+
+def test_top_level_help_says_what_graphseq_is_in_whole_sentences(capsys):
+    assert main(["--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "run named pipelines, label data at the terminal, sample models." in help_text
 
 
 def test_list_shows_each_pipeline_with_its_description(capsys):
@@ -74,14 +145,11 @@ def test_missing_pipeline_file_is_named(capsys, tmp_path):
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_without_cuda_is_a_clear_error(capsys):
     assert "no CUDA device" in fail(capsys, "run", "gat-cora", "--device", "cuda")
+    assert "no CUDA device" in fail(capsys, "run", "gat-cora", "--device", "cuda:1")
 
 
 def test_resume_needs_out(capsys):
     assert "--resume needs --out" in fail(capsys, "run", "gat-cora", "--resume")
-
-
-def test_resume_of_an_empty_directory_is_refused(capsys, tmp_path):
-    assert "holds no earlier run" in fail(capsys, "run", "gat-cora", "--resume", "--out", str(tmp_path))
 
 
 def test_missing_dataset_is_named_without_traceback(capsys, tmp_path, monkeypatch):
