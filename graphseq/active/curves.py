@@ -33,7 +33,8 @@ def plot_learning_curves(runs: Sequence[Curves], path: str | Path, title: str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [r for r in runs if r]
+    runs = [{strategy: curve for strategy, curve in r.items() if curve} for r in runs]
+    runs = [r for r in runs if r]  # A run stopped before its first model has no curve yet.
     if not runs:
         raise GraphseqError("no learning curves to plot")
     figure, axes = plt.subplots(figsize=(8, 5.5), dpi=120)

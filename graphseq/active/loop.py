@@ -25,7 +25,7 @@ from .store import LabelStore
 from .strategies import get_strategy
 
 # What a person reads about an item: (item, probabilities [num_items,
-# num_classes], labelled {item: class}) -> lines.
+# num_classes] or None before the first model, labelled {item: class}) -> lines.
 Describe = Callable[[int, Tensor, Mapping[int, int]], List[str]]
 
 
@@ -53,16 +53,31 @@ class Oracle(Protocol):
     def restrict(self, pool: Tensor) -> Tensor: ...
 
 
-def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelStore, *,
-                    strategy: str, initial: Mapping[int, int], budget: int, batch_size: int,
-                    generator: Optional[torch.Generator] = None, resume: bool = False,
-                    progress: bool = False, log: Optional[logging.Logger] = None) -> List[List[float]]:
-    """Runs the loop for one strategy and returns its learning curve,
-    ``[[num_labels, test_accuracy], ...]``.
+@dataclass
+class Outcome:
+    """What one strategy's loop ended with."""
 
-    ``initial`` are the labels known before the first question (stored with
-    source ``initial``). ``budget`` counts every label, the initial ones
-    included; ``batch_size`` items are asked about per round.
+    curve: List[List[float]]  # [[num_labels, test_accuracy], ...] after each whole round
+    labels: int               # how many items are labelled
+    stopped: bool             # the oracle asked to stop before the budget was spent
+
+
+def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelStore, *,
+                    strategy: str, initial: Mapping[int, int] | Sequence[int], budget: int,
+                    batch_size: int, generator: Optional[torch.Generator] = None, resume: bool = False,
+                    progress: bool = False, log: Optional[logging.Logger] = None,
+                    resume_hint: str = "") -> Outcome:
+    """Runs the loop for one strategy until the budget is spent, the pool is
+    empty or the oracle says quit.
+
+    ``initial`` is either labels known before the first question, ``{item:
+    class}`` (stored with source ``initial``), or items the oracle is asked
+    about first, before any model can choose (a person's or a file's first,
+    random round). ``budget`` counts every label, the initial ones included;
+    ``batch_size`` items are asked about per round. A round cut short by
+    quit is finished first when the run is resumed, so the learning curve
+    gets a point after each whole round, resumed or not. ``resume_hint`` is
+    what the oracle is told to type to continue.
     """
     log = log or logging.getLogger("graphseq")
     select = get_strategy(strategy)
@@ -78,9 +93,12 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
             raise GraphseqError(f"{store.path} already holds answers a person gave; continue them with "
                                 f"--resume, or choose another --out")
         store.clear(strategy)
-    if not store.answers(strategy):
-        for item, label in initial.items():
-            store.add(strategy, item, names[label], "initial")
+    if not store.answers(strategy, skips=True) and not store.pending(strategy):
+        if isinstance(initial, Mapping):
+            for item, label in initial.items():
+                store.add(strategy, item, names[label], "initial")
+        else:
+            store.set_pending(strategy, [int(i) for i in initial])
     labelled: Dict[int, int] = {}
     for answer in store.answers(strategy):
         if answer.label not in index_of:
@@ -88,66 +106,71 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                                 f"which is no class of this task ({', '.join(names)})")
         labelled[answer.item] = index_of[answer.label]
     skipped = set(store.skipped(strategy))
+    queue = store.pending(strategy)  # The questions left of a round cut short.
     if resume:
-        log.info(f"{strategy}: resumed with {len(labelled)} labels and {len(skipped)} skipped items")
+        log.info(f"{strategy}: resumed with {len(labelled)} labels, {len(skipped)} skipped items"
+                 + (f" and {len(queue)} questions left of the last round" if queue else ""))
 
     pool = oracle.restrict(task.pool)
-    curve = store.rounds(strategy)
-    round = len(curve)
-    quit = False
+    stopped = False
     bar = tqdm(total=budget, initial=len(labelled), desc=strategy, disable=not progress, leave=False)
     try:
         while True:
-            items = torch.tensor(list(labelled), dtype=torch.long)
-            learner.fit(items, torch.tensor([labelled[i] for i in labelled], dtype=torch.long))
-            accuracy = learner.accuracy()
-            store.add_round(strategy, len(labelled), accuracy)
-            curve = store.rounds(strategy)
-            log.info(f"{strategy}: {len(labelled)} labels, test accuracy {accuracy:.4f}")
-            candidates = pool[~torch.isin(pool, torch.tensor(sorted(set(labelled) | skipped),
-                                                             dtype=pool.dtype, device=pool.device))]
-            if quit or len(labelled) >= budget or candidates.numel() == 0:
-                break
-            probabilities, embeddings = learner.predict()
-            chosen = select(probabilities, candidates.to(probabilities.device),
-                            min(batch_size, budget - len(labelled)),
-                            generator=generator, edge_index=task.edge_index.to(probabilities.device),
-                            embeddings=embeddings, round=round,
-                            labelled=items.to(probabilities.device))
-            queue = [int(i) for i in chosen]
-            changed = False  # Whether this round's answers give the model anything new.
-            while queue and not quit:
-                item = queue.pop(0)
+            probabilities = embeddings = None
+            if labelled:
+                items = torch.tensor(list(labelled), dtype=torch.long)
+                learner.fit(items, torch.tensor([labelled[i] for i in labelled], dtype=torch.long))
+                probabilities, embeddings = learner.predict()
+                if not queue:  # A whole round is done: a point of the learning curve.
+                    accuracy = learner.accuracy()
+                    store.add_round(strategy, len(labelled), accuracy)
+                    log.info(f"{strategy}: {len(labelled)} labels, test accuracy {accuracy:.4f}")
+            if not queue:
+                taken = torch.tensor(sorted(set(labelled) | skipped), dtype=pool.dtype, device=pool.device)
+                candidates = pool[~torch.isin(pool, taken)]
+                if len(labelled) >= budget or candidates.numel() == 0:
+                    break
+                round = len(store.rounds(strategy)) - 1  # rounds chosen by the strategy before
+                chosen = select(probabilities, candidates.to(probabilities.device),
+                                min(batch_size, budget - len(labelled)),
+                                generator=generator, edge_index=task.edge_index.to(probabilities.device),
+                                embeddings=embeddings, round=round,
+                                labelled=items.to(probabilities.device))
+                queue = [int(i) for i in chosen]
+                store.set_pending(strategy, queue)
+            while queue:
+                item = queue[0]
+                which = f"round {len(store.rounds(strategy))}" if labelled else "random first round"
                 question = Question(item, names, task.describe(item, probabilities, labelled),
-                                    f"{strategy}: {len(labelled)} of {budget} labels, round {round + 1}")
+                                    f"{strategy}: {len(labelled)} of {budget} labels, {which}")
                 reply = oracle.ask(question)
                 if reply is QUIT:
-                    quit = True
-                    oracle.tell(f"stopped with {len(labelled)} labels stored in {store.path}; "
-                                f"continue with --resume --out {store.path.parent}")
-                elif reply is SKIP:
-                    store.add(strategy, item, None, oracle.source)
-                    skipped.add(item)
-                elif reply is UNDO:
-                    queue.insert(0, item)
+                    stopped = True
+                    oracle.tell(f"stopped with {len(labelled)} labels stored in {store.path}"
+                                + (f"; continue with: {resume_hint}" if resume_hint else ""))
+                    break
+                if reply is UNDO:
                     undone = store.undo(strategy)
                     if undone is None:
                         oracle.tell("  nothing to undo")
                         continue
-                    changed = True
                     labelled.pop(undone.item, None)
                     skipped.discard(undone.item)
                     queue.insert(0, undone.item)
+                    store.set_pending(strategy, queue)
                     oracle.tell(f"  undone: item {undone.item} " +
                                 (f"= {undone.label}" if undone.label is not None else "(skipped)"))
+                    continue
+                queue.pop(0)
+                if reply is SKIP:
+                    store.add(strategy, item, None, oracle.source, pending=queue)
+                    skipped.add(item)
                 else:
-                    store.add(strategy, item, names[reply], oracle.source)
+                    store.add(strategy, item, names[reply], oracle.source, pending=queue)
                     labelled[item] = reply
-                    changed = True
                 bar.update(len(labelled) - bar.n)
-            round += 1
-            if quit and not changed:
+            if stopped:
                 break
     finally:
         bar.close()
-    return curve
+    return Outcome(store.rounds(strategy), len(labelled), stopped)

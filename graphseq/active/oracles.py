@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import enum
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
@@ -91,26 +92,74 @@ class SimulatedOracle:
 
 
 class FileOracle:
-    """Answers from a CSV file of ``item,label`` rows (a header row is
-    optional; the label is a class name, a unique prefix or a number). Only
-    items in the file are asked about."""
+    """Answers from a CSV file of ``item,label`` rows (a header row
+    ``item,label`` is optional; the label is a class name, a unique prefix or
+    a number). Only items in the file are asked about.
+
+    The whole file is read and checked when the oracle is made (UTF-8, with
+    or without a byte-order mark; two columns; whole-number items; no item
+    twice; at least one row), and against the task by :meth:`check` (items
+    in the pool, labels among the classes), so that every problem is found
+    before the first label is stored. Errors list the first few problems.
+    """
 
     source = "file"
+    SHOWN = 5  # problems listed in one error
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.rows: Dict[int, str] = {}
+        self.lines: Dict[int, int] = {}  # item -> its line in the file
         try:
-            with open(self.path, newline="", encoding="utf-8") as f:
-                for number, row in enumerate(csv.reader(f), start=1):
-                    if not row or (number == 1 and row[0].strip().lower() == "item"):
-                        continue
-                    if len(row) < 2 or not row[0].strip().isdigit():
-                        raise GraphseqError(f"{self.path}, line {number}: expected item,label "
-                                            f"with a whole-number item, got {','.join(row)!r}")
-                    self.rows[int(row[0])] = row[1].strip()
+            raw = self.path.read_bytes()
         except OSError as error:
             raise GraphseqError(f"cannot read the labels file {self.path}: {error.strerror}") from None
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            line = raw[:error.start].count(b"\n") + 1
+            raise GraphseqError(f"{self.path}, line {line}: not UTF-8 text (byte 0x{raw[error.start]:02x}); "
+                                f"save the file as UTF-8") from None
+        problems = []
+        for number, row in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):
+            cells = [cell.strip() for cell in row]
+            if not any(cells):
+                continue
+            if number == 1 and [c.lower() for c in cells] == ["item", "label"]:
+                continue
+            if len(cells) != 2 or not cells[0].isdigit() or not cells[1]:
+                problems.append(f"line {number}: expected item,label with a whole-number item, "
+                                f"got {','.join(row)!r}")
+            elif int(cells[0]) in self.rows:
+                problems.append(f"line {number}: item {cells[0]} again (first on line "
+                                f"{self.lines[int(cells[0])]})")
+            else:
+                self.rows[int(cells[0])] = cells[1]
+                self.lines[int(cells[0])] = number
+        self._raise(problems)
+        if not self.rows:
+            raise GraphseqError(f"{self.path} holds no answers; expected rows item,label")
+
+    def _raise(self, problems: List[str]) -> None:
+        if problems:
+            more = f" (and {len(problems) - self.SHOWN} more)" if len(problems) > self.SHOWN else ""
+            raise GraphseqError(f"{self.path}: {len(problems)} problem{'s' * (len(problems) > 1)}: "
+                                + "; ".join(problems[:self.SHOWN]) + more)
+
+    def check(self, class_names: Sequence[str], pool: Tensor) -> None:
+        """Every item may be asked about, and every label names a class."""
+        allowed = set(pool.tolist())
+        problems = []
+        for item, label in self.rows.items():
+            if item not in allowed:
+                problems.append(f"line {self.lines[item]}: item {item} is not among the items "
+                                f"that may be labelled")
+                continue
+            try:
+                parse_class(label, class_names)
+            except ValueError as problem:
+                problems.append(f"line {self.lines[item]}: {problem}")
+        self._raise(problems)
 
     def ask(self, question: Question) -> Reply:
         if question.item not in self.rows:

@@ -6,7 +6,12 @@ One row per answer: the strategy that asked, the item, the class name (NULL
 for a skip), where the answer came from (``human``, ``simulated``, ``file``
 or ``initial``) and the time (ISO 8601, UTC). Undo deletes the last row a
 person wrote. The test accuracy after each round is kept beside the answers,
-so that a resumed run continues its learning curve.
+so that a resumed run continues its learning curve, and so are the questions
+of the round in progress, so that a resumed run finishes that round first
+and its curve has the points an uninterrupted run would have.
+
+A store that is damaged (truncated, overwritten) is a one-line error naming
+the file, which is left as it was.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from ..errors import GraphseqError
+from ..io import check_sqlite
 
 STORE_NAME = "labels.sqlite"
 SOURCES = ("human", "simulated", "file", "initial")
@@ -37,6 +43,12 @@ CREATE TABLE IF NOT EXISTS rounds (
     labels   INTEGER NOT NULL,   -- how many items were labelled when the model was trained
     accuracy REAL    NOT NULL,   -- its test accuracy
     PRIMARY KEY (strategy, labels)
+);
+CREATE TABLE IF NOT EXISTS pending (
+    strategy TEXT    NOT NULL,
+    position INTEGER NOT NULL,   -- the order in which the round asks them
+    item     INTEGER NOT NULL,   -- a question of the round in progress, not answered yet
+    PRIMARY KEY (strategy, position)
 );
 """
 
@@ -59,6 +71,9 @@ class LabelStore:
 
     def __init__(self, path: str | Path, read_only: bool = False):
         self.path = Path(path)
+        if self.path.exists():
+            check_sqlite(self.path)  # Before anything is written to it.
+            self._check_tables()
         if read_only:
             self.connection = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
             return
@@ -66,6 +81,16 @@ class LabelStore:
         self.connection = sqlite3.connect(self.path)
         self.connection.executescript(SCHEMA)
         self.connection.commit()
+
+    def _check_tables(self) -> None:
+        connection = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            connection.close()
+        if not {"answers", "rounds"} <= tables:
+            raise GraphseqError(f"{self.path} is an SQLite file but no graphseq label store "
+                                f"(no answers table); it was left as it is")
 
     def close(self) -> None:
         self.connection.close()
@@ -83,12 +108,18 @@ class LabelStore:
 
     # Answers ------------------------------------------------------------- #
 
-    def add(self, strategy: str, item: int, label: Optional[str], source: str) -> None:
-        """Stores one answer (``label=None``: a skip) and commits it."""
+    def add(self, strategy: str, item: int, label: Optional[str], source: str,
+            pending: Optional[List[int]] = None) -> None:
+        """Stores one answer (``label=None``: a skip) and commits it, with the
+        round's questions still ``pending`` if given (in one transaction)."""
         if source not in SOURCES:
             raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
-        self._write("INSERT INTO answers (strategy, item, label, source, time) VALUES (?, ?, ?, ?, ?)",
-                    (strategy, int(item), label, source, now()))
+        with self.connection:
+            self.connection.execute(
+                "INSERT INTO answers (strategy, item, label, source, time) VALUES (?, ?, ?, ?, ?)",
+                (strategy, int(item), label, source, now()))
+            if pending is not None:
+                self._set_pending(strategy, pending)
 
     def undo(self, strategy: str) -> Optional[Answer]:
         """Deletes the last row a person wrote for ``strategy`` (an answer or
@@ -120,9 +151,26 @@ class LabelStore:
                                        (strategy,)).fetchone() is not None
 
     def clear(self, strategy: str) -> None:
-        """Forgets a strategy's answers and rounds (a fresh run)."""
-        self.connection.execute("DELETE FROM answers WHERE strategy = ?", (strategy,))
-        self._write("DELETE FROM rounds WHERE strategy = ?", (strategy,))
+        """Forgets a strategy's answers, rounds and questions (a fresh run)."""
+        with self.connection:
+            for table in ("answers", "rounds", "pending"):
+                self.connection.execute(f"DELETE FROM {table} WHERE strategy = ?", (strategy,))
+
+    # The round in progress ----------------------------------------------- #
+
+    def _set_pending(self, strategy: str, items: List[int]) -> None:
+        self.connection.execute("DELETE FROM pending WHERE strategy = ?", (strategy,))
+        self.connection.executemany("INSERT INTO pending (strategy, position, item) VALUES (?, ?, ?)",
+                                    [(strategy, i, int(item)) for i, item in enumerate(items)])
+
+    def set_pending(self, strategy: str, items: List[int]) -> None:
+        """The questions of the round in progress that are not answered yet."""
+        with self.connection:
+            self._set_pending(strategy, items)
+
+    def pending(self, strategy: str) -> List[int]:
+        return [row[0] for row in self.connection.execute(
+            "SELECT item FROM pending WHERE strategy = ? ORDER BY position", (strategy,))]
 
     # Learning curve ------------------------------------------------------ #
 
@@ -143,8 +191,8 @@ def labels_csv(run_dir: str | Path, strategy: Optional[str] = None) -> str:
     strategy; name one with ``strategy``."""
     path = Path(run_dir) / STORE_NAME
     if not path.is_file():
-        seeds = sorted(p.name for p in Path(run_dir).glob(f"seed-*/{STORE_NAME}"))
-        hint = (f"; this run has one per seed: {', '.join(str(Path(run_dir) / s) for s in seeds)}"
+        seeds = sorted(p.parent for p in Path(run_dir).glob(f"seed-*/{STORE_NAME}"))
+        hint = (f"; this run has one per seed, so name its folder: {', '.join(map(str, seeds))}"
                 if seeds else "")
         raise GraphseqError(f"no label store in {run_dir} (no {STORE_NAME}){hint}")
     # Read-only, so that looking never changes a run.

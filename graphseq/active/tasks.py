@@ -67,7 +67,8 @@ def cora_task(root: Path, mirror: Optional[Path] = None, name: str = "cora") -> 
     def describe(item: int, probabilities: Tensor, labelled: Mapping[int, int]) -> List[str]:
         # Planetoid's Cora keeps no titles or words: a person decides from the neighbourhood.
         return (neighbour_summary(item, neighbours, labelled, class_names, "papers it cites or that cite it")
-                + [f"  model: {top_predictions(probabilities[item].cpu(), class_names)}"])
+                + ([f"  model: {top_predictions(probabilities[item].cpu(), class_names)}"]
+                   if probabilities is not None else []))
 
     return Task(class_names, pool, data.edge_index, describe), data
 
@@ -95,6 +96,7 @@ def polarity_task(root: Path, mirror: Optional[Path] = None, neighbours: int = 1
     def describe(item: int, probabilities: Tensor, labelled: Mapping[int, int]) -> List[str]:
         return (wrap(f'"{sentences[item]}"')
                 + neighbour_summary(item, graph_neighbours, labelled, POLARITY_CLASSES, "similar sentences")
-                + [f"  model: {top_predictions(probabilities[item].cpu(), POLARITY_CLASSES)}"])
+                + ([f"  model: {top_predictions(probabilities[item].cpu(), POLARITY_CLASSES)}"]
+                   if probabilities is not None else []))
 
     return Task(list(POLARITY_CLASSES), (~test).nonzero().view(-1), edge_index, describe), data

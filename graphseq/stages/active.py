@@ -2,10 +2,13 @@
 ``active-polarity``): load a task, choose the learner, run the loop for
 each query strategy, plot the learning curves.
 
-The oracle is ``simulated`` unless the run says otherwise: the TOML key
-``active.oracle``, or ``graphseq run ... --oracle human|file --labels F.csv``
-(which reach the stage as ``ctx.options``; the CLI hands a ready
-:class:`~graphseq.active.prompt.HumanOracle` reading standard input).
+The oracle is ``simulated`` unless the run says otherwise: the TOML keys
+``active.oracle`` and ``active.labels``, which ``graphseq run ... --oracle
+human|file --labels F.csv`` set (the stage declares both run options), so
+that the run's config.toml records who answers and ``--resume`` keeps it.
+``human`` reads standard input; the Python API may hand an oracle object
+instead (``graphseq.run(..., oracle=...)``), which reaches the stage as
+``ctx.options["oracle"]``.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from ..active.loop import active_learning as run_loop
 from ..active.oracles import FileOracle, SimulatedOracle
 from ..active.prompt import HumanOracle
 from ..active.store import STORE_NAME, LabelStore
-from ..active.strategies import STRATEGIES, get_strategy
+from ..active.strategies import STRATEGIES
 from ..checks import Domain, at_least, each, non_negative, one_of, positive, probability
 from ..data.planetoid import NAMES
 from ..errors import GraphseqError
@@ -82,42 +85,53 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
                                                   "degree", "pagerank", "age", "coreset"),
                     strategy: str = "margin", budget: int = 140, initial: int = 14, batch_size: int = 14,
                     oracle: str = "simulated", labels: str = "", noise: float = 0.0,
-                    reference: bool = True):
+                    initial_from_truth: bool = False, reference: bool = True):
     """Runs the loop, writing every answer to ``labels.sqlite`` in the run directory.
 
     With the simulated oracle every strategy in ``compare`` is run from the
-    same ``initial`` random labels; a person (``human``) or a labels file
-    (``file``) answers for ``strategy`` alone. ``budget`` counts every
-    label, the initial ones included. ``reference`` also trains on the
-    dataset's standard training split, when it has one, for comparison.
-    Metrics: ``final_accuracy_<strategy>`` and the ``curves``.
+    same ``initial`` random labels, taken from the dataset. A person
+    (``human``) or a labels file (``file``, ``labels``) answers for
+    ``strategy`` alone, and is asked about the ``initial`` random items too,
+    so that every label of the run is theirs (unless ``initial_from_truth``).
+    ``budget`` counts every label, the initial ones included. ``reference``
+    also trains on the dataset's standard training split, when it has one,
+    for comparison. Metrics: ``final_accuracy_<strategy>``,
+    ``labels_<strategy>`` and the ``curves``.
     """
     task, data = ctx.require("task", "active_learning"), ctx.require("data", "active_learning")
     make_learner = ctx.require("make_learner", "active_learning")
     kind = ctx.options.get("oracle", oracle)  # An oracle object handed to graphseq.run, or a name.
+    if labels and kind != "file":
+        raise GraphseqError(f"a labels file ({labels}) is answered only by oracle = \"file\" "
+                            f"(--oracle file), not {getattr(kind, 'source', kind)!r}")
     the_oracle = make_oracle(kind, labels, data.y, noise, ctx.seed)
+    if isinstance(the_oracle, FileOracle):
+        the_oracle.check(task.class_names, task.pool)  # Every row, before the first label is stored.
     names = list(compare) if the_oracle.source == "simulated" else [strategy]
     ctx.log.info(f"oracle {the_oracle.source}, strategies {', '.join(names)}, budget {budget}")
-    for name in names:
-        get_strategy(name)  # Unknown names fail before any question is asked.
-    if initial < 1:
-        raise GraphseqError(f"active_learning.initial must be at least 1 (the model needs a label), got {initial}")
 
-    # The same initial labels for every strategy of this seed.
+    # The same initial items for every strategy of this seed.
     generator = torch.Generator().manual_seed(ctx.seed)
     pool = the_oracle.restrict(task.pool).cpu()
-    first = pool[torch.randperm(pool.numel(), generator=generator)[:initial]]
-    initial_labels = {int(i): int(data.y[i]) for i in first}
+    first = pool[torch.randperm(pool.numel(), generator=generator)[:initial]].tolist()
+    if the_oracle.source == "simulated" or initial_from_truth:
+        first = {i: int(data.y[i]) for i in first}
 
     curves = {}
     with LabelStore(Path(ctx.out) / STORE_NAME) as store:
         for name in names:
-            curves[name] = run_loop(task, make_learner(), the_oracle, store, strategy=name,
-                                    initial=initial_labels, budget=budget, batch_size=batch_size,
-                                    generator=torch.Generator().manual_seed(ctx.seed + 1), resume=ctx.resume,
-                                    progress=not ctx.quiet and the_oracle.source != "human", log=ctx.log)
-            ctx.metrics[f"final_accuracy_{name}"] = curves[name][-1][1]
-            ctx.metrics[f"labels_{name}"] = int(curves[name][-1][0])
+            outcome = run_loop(task, make_learner(), the_oracle, store, strategy=name, initial=first,
+                               budget=budget, batch_size=batch_size,
+                               generator=torch.Generator().manual_seed(ctx.seed + 1), resume=ctx.resume,
+                               progress=not ctx.quiet and the_oracle.source != "human", log=ctx.log,
+                               resume_hint=ctx.resume_command)
+            curves[name] = outcome.curve
+            if outcome.curve:
+                ctx.metrics[f"final_accuracy_{name}"] = outcome.curve[-1][1]
+            ctx.metrics[f"labels_{name}"] = outcome.labels
+            if outcome.stopped:
+                ctx.stopped = True
+                break
     if reference and hasattr(data, "train_mask"):
         learner = make_learner()
         learner.fit(data.train_mask.nonzero().view(-1), data.y[data.train_mask])
@@ -138,6 +152,9 @@ def active_curves(ctx, *, title: str = ""):
     so after the last seed it shows the mean and spread over all of them.
     ``graphseq plot-curves OUT`` redraws it from ``OUT/metrics.json``."""
     curves = ctx.require("curves", "active_curves")
+    if not any(curves.values()):
+        ctx.log.info("no learning curve to plot yet: the run stopped before its first model")
+        return
     title = title or ctx.pipeline
     reference = ctx.metrics.get("standard_split_accuracy")
     out = Path(ctx.out)

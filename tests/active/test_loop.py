@@ -40,9 +40,13 @@ def task():
     return Task(CLASSES, torch.arange(8), edge_index, lambda item, p, labelled: [f"  node {item}"])
 
 
-def run(store, oracle, resume=False, budget=6, batch_size=2, learner=None):
+HINT = "graphseq run active-cora --resume --out runs/me"
+
+
+def run(store, oracle, resume=False, budget=6, batch_size=2, learner=None, initial=None):
     return active_learning(task(), learner or FractionLearner(), oracle, store, strategy="entropy",
-                           initial={0: 0}, budget=budget, batch_size=batch_size, resume=resume)
+                           initial={0: 0} if initial is None else initial, budget=budget,
+                           batch_size=batch_size, resume=resume, resume_hint=HINT)
 
 
 def stored(store):
@@ -54,14 +58,16 @@ def test_stored_labels_are_exactly_the_accepted_answers(tmp_path):
     script = "theory\nbanana\n\nrule\nu\nca\n7\n?\n1\ns\nq\n"
     output = io.StringIO()
     with LabelStore(tmp_path / STORE_NAME) as store:
-        curve = run(store, HumanOracle(io.StringIO(script), output))
+        outcome = run(store, HumanOracle(io.StringIO(script), output))
         assert stored(store) == [(0, "Theory", "initial"), (3, "Theory", "human"), (7, "Case_Based", "human"),
                                  (2, "Rule_Learning", "human")]
         assert store.skipped("entropy") == [6]
+        assert store.pending("entropy") == [1, 5]  # the round q cut short
     assert "undone: item 7 = Rule_Learning" in output.getvalue()
-    assert "continue with --resume" in output.getvalue()
-    # A round after the first two answers and a last one after quitting, with the new label.
-    assert curve == [[1, 1 / 8], [3, 3 / 8], [4, 4 / 8]]
+    assert f"continue with: {HINT}" in output.getvalue()
+    # A point after each whole round: the initial label, then two rounds of two questions.
+    assert outcome.curve == [[1, 1 / 8], [3, 3 / 8], [4, 4 / 8]]
+    assert outcome.stopped and outcome.labels == 4
 
 
 def test_resume_asks_only_unanswered_unskipped_items_and_keeps_the_curve(tmp_path):
@@ -69,12 +75,41 @@ def test_resume_asks_only_unanswered_unskipped_items_and_keeps_the_curve(tmp_pat
         run(store, HumanOracle(io.StringIO("t\nr\ns\n"), io.StringIO()))  # 3, 7 answered; 2 skipped; EOF
     learner = FractionLearner()
     with LabelStore(tmp_path / STORE_NAME) as store:
-        curve = run(store, HumanOracle(io.StringIO("c\nt\nr\n"), io.StringIO()), resume=True, learner=learner)
+        curve = run(store, HumanOracle(io.StringIO("c\nt\nr\n"), io.StringIO()), resume=True,
+                    learner=learner).curve
         assert stored(store)[-3:] == [(6, "Case_Based", "human"), (1, "Theory", "human"),
                                       (5, "Rule_Learning", "human")]
         assert store.skipped("entropy") == [2]
     assert learner.fitted[0] == [0, 3, 7]  # the stored labels, not a fresh start
-    assert [n for n, _ in curve] == [1, 3, 5, 6]
+    # The round cut short (2 skipped, 6 left) is finished first: the points an
+    # uninterrupted run has, and no point for the moment of quitting.
+    assert [n for n, _ in curve] == [1, 3, 4, 6]
+
+
+def test_a_resumed_run_asks_and_plots_what_an_uninterrupted_one_does(tmp_path):
+    answers = ["t", "r", "s", "c", "t", "r"]
+    straight_output = io.StringIO()
+    with LabelStore(tmp_path / "straight.sqlite") as store:
+        straight = run(store, HumanOracle(io.StringIO("\n".join(answers) + "\n"), straight_output)).curve
+        straight_rows = stored(store)
+    with LabelStore(tmp_path / "split.sqlite") as store:
+        run(store, HumanOracle(io.StringIO("t\nr\nq\n"), io.StringIO()))
+        run(store, HumanOracle(io.StringIO("q\n"), io.StringIO()), resume=True)
+        resumed = run(store, HumanOracle(io.StringIO("\n".join(answers[2:]) + "\n"), io.StringIO()),
+                      resume=True).curve
+        assert [(i, label) for i, label, _ in stored(store)] == [(i, label) for i, label, _ in straight_rows]
+        assert store.skipped("entropy") == [2]
+    assert resumed == straight
+
+
+def test_a_person_answers_the_initial_items_too(tmp_path):
+    output = io.StringIO()
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        outcome = run(store, HumanOracle(io.StringIO("t\nr\nc\nq\n"), output), initial=[4, 1])
+        assert stored(store) == [(4, "Theory", "human"), (1, "Rule_Learning", "human"),
+                                 (3, "Case_Based", "human")]
+    assert "random first round" in output.getvalue()
+    assert outcome.curve == [[2, 2 / 8]]  # the first model, after the initial items
 
 
 def test_undo_reaches_back_into_the_previous_round(tmp_path):
@@ -93,7 +128,7 @@ def test_a_fresh_run_refuses_to_overwrite_a_persons_answers(tmp_path):
 
 def test_the_simulated_oracle_spends_the_budget_exactly(tmp_path):
     with LabelStore(tmp_path / STORE_NAME) as store:
-        curve = run(store, SimulatedOracle(TRUTH), budget=5, batch_size=3)
+        curve = run(store, SimulatedOracle(TRUTH), budget=5, batch_size=3).curve
         answers = store.answers("entropy")
     assert len(answers) == 5
     assert all(CLASSES[TRUTH[a.item]] == a.label for a in answers)

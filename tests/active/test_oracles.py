@@ -83,3 +83,41 @@ def test_file_oracle_names_a_bad_line(tmp_path):
     path.write_text("item,label\n5,gen\nfive,Theory\n")
     with pytest.raises(GraphseqError, match="line 3"):
         FileOracle(path)
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"", "holds no answers"),
+    (b"item,label\n", "holds no answers"),
+    (b"item,label\n5,gen\n5,theory\n", "line 3: item 5 again (first on line 2)"),
+    (b"5,gen,extra\n", "line 1: expected item,label"),
+    (b"5,\n", "line 1: expected item,label"),
+    (b"-5,gen\n", "line 1: expected item,label with a whole-number item"),
+    (b"item,label\n5,R\xe9sum\xe9\n", "line 2: not UTF-8 text (byte 0xe9); save the file as UTF-8"),
+    ("".join(f"x{i},gen\n" for i in range(8)).encode(), "8 problems: line 1: "),
+])
+def test_file_oracle_refuses_a_bad_file_whole_in_one_line(tmp_path, content, problem):
+    path = tmp_path / "labels.csv"
+    path.write_bytes(content)
+    with pytest.raises(GraphseqError) as error:
+        FileOracle(path)
+    assert problem in str(error.value) and str(path) in str(error.value)
+    assert "\n" not in str(error.value)
+    assert path.read_bytes() == content
+
+
+def test_file_oracle_reads_a_byte_order_mark_and_windows_line_ends(tmp_path):
+    path = tmp_path / "labels.csv"
+    path.write_bytes("\ufeffitem,label\r\n5,gen\r\n7,Theory\r\n".encode("utf-8"))
+    oracle = FileOracle(path)
+    assert oracle.rows == {5: "gen", 7: "Theory"}
+
+
+def test_file_oracle_check_names_unknown_items_and_labels(tmp_path):
+    path = tmp_path / "labels.csv"
+    path.write_text("item,label\n5,gen\n9,Theory\n6,banana\n")
+    oracle = FileOracle(path)
+    with pytest.raises(GraphseqError) as error:
+        oracle.check(CLASSES, torch.arange(8))
+    message = str(error.value)
+    assert "2 problems" in message and "line 3: item 9 is not among the items" in message
+    assert "line 4: 'banana' is no class" in message

@@ -2,6 +2,7 @@
 drives them: in-process with the simulated oracle, and as a `graphseq run
 --oracle human` process fed through a pipe, killed, resumed and
 interrupted. Small budgets and few epochs keep each run to seconds."""
+import hashlib
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import time
 import pytest
 
 import graphseq
+from graphseq.active.datasets import CORA_CLASSES
 from graphseq.active.store import STORE_NAME, LabelStore
 from graphseq.cli import main
 
@@ -48,19 +50,39 @@ def test_active_polarity_simulated_on_a_sample(tmp_path, data_root, mirror):
     assert [n for n, _ in summary["runs"][0]["curves"]["entropy"]] == [4, 8]
 
 
-def test_file_oracle_labels_only_the_items_in_the_file(tmp_path, data_root, mirror):
+FILE_RUN = {"learner.epochs": 3, "active.initial": 4, "active.batch_size": 3, "active.budget": 20,
+            "active.reference": False}
+
+
+def test_a_csv_of_answers_gives_exactly_those_labels(tmp_path, data_root, mirror):
+    # Cora nodes 0-139 are the standard training split, all in the pool; the
+    # labels are deliberately not the true ones, and fewer than the budget.
+    rows = {i: CORA_CLASSES[(3 * i + 1) % 7] for i in range(0, 30, 3)}
     labels = tmp_path / "answers.csv"
-    # Cora nodes 0-139 are the standard training split, all in the pool.
-    labels.write_text("item,label\n" + "".join(f"{i},{i % 7}\n" for i in range(20)))
+    labels.write_text("item,label\n" + "".join(f"{i},{label}\n" for i, label in rows.items()))
     graphseq.run("active-cora", out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True,
-                 oracle="file", labels=str(labels),
-                 overrides={"learner.epochs": 3, "active.initial": 2, "active.batch_size": 3,
-                            "active.budget": 8, "active.reference": False})
+                 oracle="file", labels=str(labels), overrides=FILE_RUN)
     with LabelStore(tmp_path / "run" / STORE_NAME) as store:
         answers = store.answers("margin")
-    assert len(answers) == 8
-    assert all(a.item < 20 for a in answers)
-    assert {a.source for a in answers[2:]} == {"file"}
+    assert sorted((a.item, a.label) for a in answers) == sorted(rows.items())
+    assert {a.source for a in answers} == {"file"}
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("item,label\n5,Theory\n9999,Theory\n", "line 3: item 9999 is not among the items that may be labelled"),
+    ("item,label\n5,Theory\n2000,Theory\n", "line 3: item 2000 is not among"),  # a test node
+    ("item,label\n5,Theory\n6,Astrology\n", "line 3: 'Astrology' is no class"),
+    ("", "holds no answers"),
+])
+def test_a_bad_csv_is_refused_before_any_label_is_stored(content, problem, tmp_path, data_root, mirror, capsys):
+    labels = tmp_path / "answers.csv"
+    labels.write_text(content)
+    assert main(["run", "active-cora", "--labels", str(labels), "--out", str(tmp_path / "run"), "--quiet",
+                 "--data-root", str(data_root), "--data-mirror", str(mirror)]) == 2
+    err = capsys.readouterr().err
+    assert problem in err and str(labels) in err and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+    assert labels.read_text() == content
 
 
 # --------------------------------------------------------------------------- #
@@ -115,8 +137,8 @@ def test_piped_answers_garbage_undo_skip_and_end_of_input(tmp_path, data_root, m
     assert "Traceback" not in stderr
     assert "'banana' is no class" in stdout
     assert "end of input" in stdout
-    # Two questions a round: first and second, then u at the third's prompt
-    # takes back the second, which is asked again before the third.
+    # Two questions a round (the first round: the random initial items), then u
+    # at the third's prompt takes back the second, asked again before the third.
     first, second, third, again, third_again, fourth = asked_items(stdout)[:6]
     assert (again, third_again) == (second, third)
     assert human_rows(out) == [(first, "Theory"), (second, "Genetic_Algorithms"), (fourth, "Neural_Networks")]
@@ -124,7 +146,8 @@ def test_piped_answers_garbage_undo_skip_and_end_of_input(tmp_path, data_root, m
     assert main(["labels", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "item,label,source,time"
-    assert [line.split(",")[2] for line in lines[1:]] == ["initial", "initial", "human", "human", "human"]
+    # The two initial items were asked of the person too: every label is theirs.
+    assert [line.split(",")[2] for line in lines[1:]] == ["human", "human", "human"]
     assert not any(line.startswith(f"{third},") for line in lines)  # skipped: no label
 
 
@@ -152,3 +175,77 @@ def test_killed_run_loses_no_answer_and_resumes_then_survives_ctrl_c(tmp_path, d
     assert process.returncode == 130
     assert "Traceback" not in stderr.decode()
     assert human_rows(out) == before + [(asked_items(text)[0], "Case_Based")]
+
+
+def folder_hash(folder):
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        digest.update(str(path.relative_to(folder)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def test_a_persons_run_resumed_without_its_flags_stays_a_persons_run(tmp_path, data_root, mirror, capsys):
+    out = tmp_path / "run"
+    first = subprocess.run(
+        [sys.executable, "-m", "graphseq.cli", "run", "active-cora", "--oracle", "human", "--quiet",
+         "--out", str(out), "--data-root", str(data_root), "--data-mirror", str(mirror), *TINY],
+        input=b"theory\nneural\ntheory\nq\n", capture_output=True, timeout=600)
+    assert first.returncode == 0, first.stderr.decode()
+    assert f"continue with: graphseq run active-cora --resume --out {out}" in first.stdout.decode()
+    # No --oracle, no --set: the run's own settings (a person, 8 labels in rounds of 2).
+    again = subprocess.run(
+        [sys.executable, "-m", "graphseq.cli", "run", "active-cora", "--resume", "--quiet", "--out", str(out),
+         "--data-root", str(data_root), "--data-mirror", str(mirror)],
+        input=b"rule\ncase\ngen\nprob\nreinf\ntheory\n", capture_output=True, timeout=600)
+    assert again.returncode == 0, again.stderr.decode()
+    assert again.stdout.decode().count("label> ") == 5  # 3 answered before, 8 in all
+    assert main(["labels", str(out)]) == 0
+    sources = [line.split(",")[2] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert sources == ["human"] * 8
+
+
+def test_resume_of_a_persons_run_with_other_flags_is_refused_and_changes_nothing(tmp_path, data_root, mirror,
+                                                                                 capsys):
+    out = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "graphseq.cli", "run", "active-cora", "--oracle", "human", "--quiet",
+                    "--out", str(out), "--data-root", str(data_root), "--data-mirror", str(mirror), *TINY],
+                   input=b"theory\nq\n", capture_output=True, timeout=600, check=True)
+    before = folder_hash(out)
+    common = ["--out", str(out), "--quiet", "--data-root", str(data_root), "--data-mirror", str(mirror)]
+    for extra, message in [(["--oracle", "simulated"], "active.oracle = 'simulated' (the run has 'human')"),
+                           (["--set", "active.strategy=entropy"], "active.strategy = 'entropy' (the run has 'margin')"),
+                           (["--seed", "1"], "--seed 1 differs from the run's seed = 0")]:
+        assert main(["run", "active-cora", "--resume", *common, *extra]) == 2
+        assert message in capsys.readouterr().err
+        assert folder_hash(out) == before
+    (out / STORE_NAME).write_bytes((out / STORE_NAME).read_bytes()[:100])
+    damaged = folder_hash(out)
+    assert main(["run", "active-cora", "--resume", *common]) == 2
+    assert f"{out / STORE_NAME} is damaged" in capsys.readouterr().err
+    assert main(["labels", str(out)]) == 2
+    assert f"{out / STORE_NAME} is damaged" in capsys.readouterr().err
+    assert folder_hash(out) == damaged
+    (out / STORE_NAME).unlink()
+    assert main(["run", "active-cora", "--resume", *common]) == 2
+    assert f"{out / STORE_NAME} is missing" in capsys.readouterr().err
+
+
+def test_quit_in_the_first_seed_stops_the_run_and_its_hint_resumes_it(tmp_path, data_root, mirror, capsys):
+    out = tmp_path / "run"
+    common = ["--quiet", "--data-root", str(data_root), "--data-mirror", str(mirror)]
+    first = subprocess.run([sys.executable, "-m", "graphseq.cli", "run", "active-cora", "--oracle", "human",
+                            "--runs", "2", "--out", str(out), *common, *TINY],
+                           input=b"theory\nq\n", capture_output=True, timeout=600)
+    assert first.returncode == 0, first.stderr.decode()
+    assert (out / "seed-0" / STORE_NAME).is_file() and not (out / "seed-1").exists()
+    hint = re.search(r"continue with: (graphseq run .*)", first.stdout.decode()).group(1).split()
+    again = subprocess.run([sys.executable, "-m", "graphseq.cli", *hint[1:], *common],
+                           input=b"\n".join([b"theory"] * 20) + b"\n", capture_output=True, timeout=600)
+    assert again.returncode == 0, again.stderr.decode()
+    for seed in (0, 1):
+        assert main(["labels", str(out / f"seed-{seed}")]) == 0
+        assert len(capsys.readouterr().out.splitlines()) == 1 + 8
+    assert main(["labels", str(out)]) == 2
+    assert f"{out / 'seed-0'}, {out / 'seed-1'}" in capsys.readouterr().err

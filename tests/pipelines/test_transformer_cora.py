@@ -18,6 +18,6 @@ def test_transformer_cora_runs_all_three_variants(tmp_path, data_root, mirror):
 
 
 def test_unknown_variant_is_named(tmp_path, data_root, mirror):
-    with pytest.raises(GraphseqError, match="unknown variants"):
+    with pytest.raises(GraphseqError, match="compare.variants = \\['everyone'\\] is not allowed"):
         run("transformer-cora", overrides={"compare.variants": ["everyone"]}, out=tmp_path,
             data_root=data_root, data_mirror=mirror, quiet=True)
