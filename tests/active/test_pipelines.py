@@ -15,7 +15,7 @@ import time
 import pytest
 
 import graphseq
-from graphseq.active.datasets import CORA_CLASSES
+from graphseq.active.tasks import CORA_CLASSES
 from graphseq.active.store import STORE_NAME, LabelStore
 from graphseq.cli import main
 
