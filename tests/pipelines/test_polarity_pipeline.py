@@ -2,6 +2,7 @@
 classifier's pooling."""
 import re
 
+import pytest
 import torch
 
 from graphseq import run
@@ -14,11 +15,12 @@ def test_polarity_bilstm_runs_a_few_batches(tmp_path, data_root, mirror):
                                                 "train.epochs": 1, "train.max_batches": 3},
                   out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
     figures = summary["runs"][0]
-    assert 0.0 <= figures["test_accuracy"] <= 1.0
     # The seeded split keeps a tenth of the sentences for the test.
     log = (tmp_path / "log.txt").read_text()
     train, test = map(int, re.search(r"(\d+) training and (\d+) test sentences", log).groups())
     assert test == round(0.1 * (train + test)) and train + test > 10_000
+    # The accuracy counts those sentences: a fraction of them.
+    assert figures["test_accuracy"] * test == pytest.approx(round(figures["test_accuracy"] * test), abs=1e-6)
 
 
 def test_max_pool_reads_each_sentence_alone():

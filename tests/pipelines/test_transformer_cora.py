@@ -13,7 +13,8 @@ def test_transformer_cora_runs_all_three_variants(tmp_path, data_root, mirror):
     figures = summary["runs"][0]
     for variant in ("neighbours", "full", "gat"):
         assert figures[f"epochs_{variant}"] == 2
-        assert 0.0 <= figures[f"test_accuracy_{variant}"] <= 1.0
+        accuracy = figures[f"test_accuracy_{variant}"]  # a fraction of Cora's 1,000 test nodes
+        assert accuracy * 1000 == pytest.approx(round(accuracy * 1000), abs=1e-6)
         assert (tmp_path / f"best-{variant}.pt").is_file()
 
 
