@@ -165,3 +165,21 @@ def test_the_installed_command_exits_2_without_traceback():
                             capture_output=True, text=True)
     assert result.returncode == 2
     assert "unknown pipeline" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_importing_the_layers_loads_no_runner_stage_prompt_or_database():
+    code = ("import sys, graphseq.nn; "
+            "print(sorted(m for m in sys.modules if m.startswith(('graphseq.', 'sqlite3', 'networkx'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    for module in ("graphseq.pipeline", "graphseq.stages", "graphseq.active", "sqlite3", "networkx"):
+        assert f"'{module}" not in loaded, loaded
+
+
+def test_threads_are_set_before_torch_loads():
+    code = ("import sys; from graphseq import cli; "
+            "sys.argv = ['graphseq', 'run', 'no-such-pipeline', '--threads', '1']; "
+            "cli.main(sys.argv[1:]); import os, torch; "
+            "print(os.environ['OMP_NUM_THREADS'], os.environ['OMP_WAIT_POLICY'], torch.get_num_threads())")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert result.stdout.split() == ["1", "PASSIVE", "1"], result.stderr
