@@ -93,6 +93,7 @@ def test_checkpoint_loads_with_weights_only(tmp_path, data_root, mirror):
     assert "conv1.lin.weight" in state
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", ["gat", "accuracy", "loss"])
 def test_each_stopping_rule_keeps_a_model_and_stops(rule, tmp_path, data_root, mirror):
     summary = run("gat-cora", overrides={"train.stop_on": rule, "train.patience": 5, "train.max_epochs": 200},

@@ -125,6 +125,7 @@ def human_rows(out):
         return [(a.item, a.label) for a in store.answers("margin") if a.source == "human"]
 
 
+@pytest.mark.slow
 def test_piped_answers_garbage_undo_skip_and_end_of_input(tmp_path, data_root, mirror, capsys):
     out = tmp_path / "run"
     script = "theory\nbanana\nreinf\nu\ngen\ns\n3\n"  # then the input ends
@@ -151,6 +152,7 @@ def test_piped_answers_garbage_undo_skip_and_end_of_input(tmp_path, data_root, m
     assert not any(line.startswith(f"{third},") for line in lines)  # skipped: no label
 
 
+@pytest.mark.slow
 def test_killed_run_loses_no_answer_and_resumes_then_survives_ctrl_c(tmp_path, data_root, mirror):
     out = tmp_path / "run"
     process = start(out, data_root, mirror)
@@ -186,6 +188,7 @@ def folder_hash(folder):
     return digest.hexdigest()
 
 
+@pytest.mark.slow
 def test_a_persons_run_resumed_without_its_flags_stays_a_persons_run(tmp_path, data_root, mirror, capsys):
     out = tmp_path / "run"
     first = subprocess.run(
@@ -206,6 +209,7 @@ def test_a_persons_run_resumed_without_its_flags_stays_a_persons_run(tmp_path, d
     assert sources == ["human"] * 8
 
 
+@pytest.mark.slow
 def test_resume_of_a_persons_run_with_other_flags_is_refused_and_changes_nothing(tmp_path, data_root, mirror,
                                                                                  capsys):
     out = tmp_path / "run"
@@ -232,6 +236,7 @@ def test_resume_of_a_persons_run_with_other_flags_is_refused_and_changes_nothing
     assert f"{out / STORE_NAME} is missing" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_quit_in_the_first_seed_stops_the_run_and_its_hint_resumes_it(tmp_path, data_root, mirror, capsys):
     out = tmp_path / "run"
     common = ["--quiet", "--data-root", str(data_root), "--data-mirror", str(mirror)]

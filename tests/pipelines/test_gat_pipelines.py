@@ -32,6 +32,7 @@ def test_gat_pubmed_runs_on_data_in_pubmeds_raw_format(tmp_path, write_fake_plan
     assert (tmp_path / "out" / "best.pt").is_file()
 
 
+@pytest.mark.slow
 def test_gat_cora_reaches_the_papers_accuracy(tmp_path, data_root, mirror):
     # One seed of the paper's 0.830 ± 0.007; the ten-seed mean is in the README.
     summary = run("gat-cora", seed=0, out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
