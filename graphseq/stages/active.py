@@ -79,7 +79,8 @@ def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int)
 
 @stage("active_learning", checks={
     "compare": each(one_of(*STRATEGIES)), "strategy": one_of(*STRATEGIES), "budget": at_least(1),
-    "initial": at_least(1), "batch_size": at_least(1), "oracle": one_of(*ORACLES), "noise": probability},
+    "initial": at_least(1), "batch_size": at_least(1), "oracle": one_of(*ORACLES), "noise": probability,
+    "labels": Domain("empty, or the path of an existing file", lambda v: not v or Path(v).is_file())},
     options=("oracle", "labels"), resumes=STORE_NAME, resume_may_change=("budget",))
 def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin", "least_confidence",
                                                   "degree", "pagerank", "age", "coreset"),
