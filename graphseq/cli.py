@@ -30,8 +30,9 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                    help="repeat with seeds seed..seed+N-1 (default 1, or the resumed run's)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
     p.add_argument("--threads", type=_whole, default=None, metavar="N",
-                   help="CPU threads for torch (default 1: on a machine other jobs share, more "
-                        "threads wait for busy cores and a run can slow down many times over)")
+                   help="CPU threads for torch (default: torch's, one per core). Either way OpenMP's "
+                        "threads sleep rather than spin while they wait, so a run does not collapse "
+                        "on a machine other jobs share")
     p.add_argument("--data-root", default=None, help="where datasets live (default $GRAPHSEQ_DATA or ./datasets)")
     p.add_argument("--data-mirror", default=None,
                    help="read-only folder of raw dataset files consulted before any download "
@@ -57,22 +58,24 @@ def _whole(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
-def _limit_threads(threads: int) -> None:
-    """Before torch loads: N OpenMP threads that sleep, rather than spin, while
-    they wait, so that a busy core does not stall the others."""
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[name] = str(threads)
+def _set_threads(threads: Optional[int]) -> None:
+    """Before torch loads: OpenMP threads that sleep, rather than spin, while
+    they wait (a spinning thread that waits for a busy core made a
+    gat-citeseer epoch 10-100 times slower on a shared 2-core machine), and N
+    of them if asked. A wait policy the user set is kept."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if threads is not None:
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[name] = str(threads)
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.resume and args.out is None:
         raise GraphseqError("--resume needs --out DIR, the run to continue")
-    threads = 1 if args.threads is None else args.threads
-    if threads < 1:
-        raise GraphseqError(f"--threads must be at least 1, got {threads}")
+    if args.threads is not None and args.threads < 1:
+        raise GraphseqError(f"--threads must be at least 1, got {args.threads}")
     if "torch" not in sys.modules:
-        _limit_threads(threads)
+        _set_threads(args.threads)
     from .pipeline import run
 
     options = {}
@@ -83,7 +86,7 @@ def _run(args: argparse.Namespace) -> int:
     summary = run(args.pipeline, overrides=args.overrides, seed=args.seed, runs=args.runs,
                   device=args.device, out=args.out, data_root=args.data_root,
                   data_mirror=args.data_mirror, quiet=args.quiet, resume=args.resume,
-                  threads=threads, **options)
+                  threads=args.threads, **options)
     mean, std = summary["mean"], summary["std"]
     several = len(summary["runs"]) > 1
     figures = ", ".join(f"{k} {_number(v)}" + (f" ± {_number(std[k])}" if several else "")
