@@ -1,0 +1,56 @@
+"""Thread settings on a busy machine: the median gat-citeseer epoch (training
+step + validation pass) with torch's default threads and OpenMP's default
+(spinning) wait, with a passive wait, and with one thread, each in a fresh
+process (OpenMP reads its settings when torch loads), interleaved, so that
+the machine's load falls on every setting alike.
+
+    python benchmarks/bench_threads.py --repeats 2 --epochs 60
+
+Run it while the machine is busy (other jobs on every core) to see why the
+graphseq command sets OMP_WAIT_POLICY=PASSIVE.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+CODE = """
+import json, sys, tempfile, torch, graphseq
+summary = graphseq.run("gat-citeseer", overrides={{"train.max_epochs": {epochs}, "train.patience": 10**6}},
+                       out=tempfile.mkdtemp() + "/run", quiet=True)
+print(json.dumps({{"threads": torch.get_num_threads(), "epoch": summary["runs"][0]["epoch_seconds"]}}))
+"""
+
+SETTINGS = {
+    "torch's threads, default wait": {},
+    "torch's threads, passive wait": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "1 thread, default wait": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+    "1 thread, passive wait": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"},
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=60)
+    args = parser.parse_args()
+    results = {name: [] for name in SETTINGS}
+    for repeat in range(args.repeats):
+        for name, extra in SETTINGS.items():
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY")}
+            env.update(extra)
+            load = os.getloadavg()[0]
+            done = subprocess.run([sys.executable, "-c", CODE.format(epochs=args.epochs)], env=env,
+                                  capture_output=True, text=True, check=True, cwd=tempfile.gettempdir())
+            figures = json.loads(done.stdout.strip().splitlines()[-1])
+            results[name].append(figures["epoch"])
+            print(f"{name}: {figures['threads']} threads, median epoch {1000 * figures['epoch']:.1f} ms "
+                  f"(load average {load:.1f})", flush=True)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
