@@ -17,8 +17,8 @@ def test_gat_pipeline_runs_a_few_epochs(name, tmp_path, data_root, mirror):
     figures = summary["runs"][0]
     # Fractions of the public split's 1,000 test and 500 validation nodes.
     assert figures["epochs"] == 3
-    assert figures["test_accuracy"] * 1000 == pytest.approx(round(figures["test_accuracy"] * 1000), abs=1e-6)
-    assert figures["val_accuracy"] * 500 == pytest.approx(round(figures["val_accuracy"] * 500), abs=1e-6)
+    assert figures["test_accuracy"] * 1000 == pytest.approx(round(figures["test_accuracy"] * 1000), abs=1e-3)
+    assert figures["val_accuracy"] * 500 == pytest.approx(round(figures["val_accuracy"] * 500), abs=1e-3)
 
 
 def test_gat_pubmed_runs_on_data_in_pubmeds_raw_format(tmp_path, write_fake_planetoid):

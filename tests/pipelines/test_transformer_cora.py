@@ -14,7 +14,7 @@ def test_transformer_cora_runs_all_three_variants(tmp_path, data_root, mirror):
     for variant in ("neighbours", "full", "gat"):
         assert figures[f"epochs_{variant}"] == 2
         accuracy = figures[f"test_accuracy_{variant}"]  # a fraction of Cora's 1,000 test nodes
-        assert accuracy * 1000 == pytest.approx(round(accuracy * 1000), abs=1e-6)
+        assert accuracy * 1000 == pytest.approx(round(accuracy * 1000), abs=1e-3)
         assert (tmp_path / f"best-{variant}.pt").is_file()
 
 
