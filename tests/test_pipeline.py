@@ -2,7 +2,6 @@
 import hashlib
 import json
 import os
-import sqlite3
 import stat
 import sys
 import tomllib

@@ -14,7 +14,7 @@ import enum
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Sequence, Union
 
 import torch
 from torch import Tensor

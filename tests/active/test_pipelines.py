@@ -3,7 +3,6 @@ drives them: in-process with the simulated oracle, and as a `graphseq run
 --oracle human` process fed through a pipe, killed, resumed and
 interrupted. Small budgets and few epochs keep each run to seconds."""
 import hashlib
-import json
 import os
 import re
 import select
