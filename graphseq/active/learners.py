@@ -14,17 +14,22 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import remove_self_loops, to_torch_csr_tensor
 
+from ..errors import GraphseqError
 from ..models.gcn import GCN
 
 
 class GCNLearner:
     """Fits a fresh :class:`GCN` on the labelled nodes of ``data`` (``x``,
-    ``edge_index``, and ``test_mask`` for :meth:`accuracy`) with Adam, the
-    recipe of the GCN paper by default."""
+    ``edge_index``, and the mask :meth:`accuracy` reads: ``test_mask``, or
+    ``val_mask`` with ``evaluate="val"`` for choosing settings on validation
+    figures) with Adam, the recipe of the GCN paper by default."""
 
     def __init__(self, data: Data, num_classes: int, device: torch.device, seed: int = 0,
                  hidden: int = 16, epochs: int = 200, lr: float = 0.01,
-                 weight_decay: float = 5e-4, dropout: float = 0.5):
+                 weight_decay: float = 5e-4, dropout: float = 0.5, evaluate: str = "test"):
+        if not isinstance(getattr(data, f"{evaluate}_mask", None), Tensor):
+            raise GraphseqError(f"learner.evaluate = {evaluate!r}: this task's data has no {evaluate}_mask")
+        self.mask_name = f"{evaluate}_mask"
         self.data = data.to(device)
         # Bag-of-words features are mostly zeros; kept sparse, dropout is cheap.
         self.x = self.data.x
@@ -68,7 +73,7 @@ class GCNLearner:
 
     @torch.no_grad()
     def accuracy(self) -> float:
-        """Accuracy on the nodes of ``data.test_mask``."""
+        """Accuracy on the nodes of the evaluated mask (``test_mask`` by default)."""
         probabilities, _ = self.predict()
-        mask = self.data.test_mask
+        mask = self.data[self.mask_name]
         return float((probabilities[mask].argmax(dim=-1) == self.data.y[mask]).float().mean())

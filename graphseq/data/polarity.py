@@ -78,16 +78,6 @@ def load_polarity(root: Path, mirror: Optional[Path] = None) -> Tuple[List[str],
     return sentences, labels
 
 
-def split_indices(num_items: int, test_fraction: float = 0.1, seed: int = 0) -> Tuple[Tensor, Tensor]:
-    """A seeded random split of ``range(num_items)`` into train and test ids;
-    the same seed gives the same split on every machine."""
-    if not 0.0 < test_fraction < 1.0:
-        raise GraphseqError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction}")
-    order = torch.randperm(num_items, generator=torch.Generator().manual_seed(seed))
-    num_test = round(num_items * test_fraction)
-    return order[num_test:].sort().values, order[:num_test].sort().values
-
-
 def cv_folds(num_items: int, k: int = 10, seed: int = 0) -> List[Fold]:
     """``k`` cross-validation folds of ``range(num_items)``, each a
     ``(train, val, test)`` triple of sorted index tensors.

@@ -53,14 +53,22 @@ def active_polarity(ctx, *, neighbours: int = 10, limit: int = 0):
 
 
 @stage("active_gcn", checks={"hidden": at_least(1), "epochs": at_least(1), "lr": positive,
-                             "weight_decay": non_negative, "dropout": probability})
+                             "weight_decay": non_negative, "dropout": probability,
+                             "evaluate": one_of("test", "val")})
 def active_gcn(ctx, *, hidden: int = 16, epochs: int = 200, lr: float = 0.01,
-               weight_decay: float = 5e-4, dropout: float = 0.5):
-    """The learner retrained every round: a two-layer GCN."""
+               weight_decay: float = 5e-4, dropout: float = 0.5, evaluate: str = "test"):
+    """The learner retrained every round: a two-layer GCN. The learning
+    curves measure its accuracy on the ``test`` nodes, or on the ``val``
+    nodes (never in the pool), which is what settings such as the default
+    strategy are chosen on."""
     data = ctx.require("data", "active_gcn")
     num_classes = len(ctx.require("task", "active_gcn").class_names)
+    if not isinstance(getattr(data, f"{evaluate}_mask", None), torch.Tensor):
+        raise GraphseqError(f"learner.evaluate = {evaluate!r}: this task has no {evaluate} nodes "
+                            f"(active-polarity holds out test sentences only)")
     ctx.make_learner = lambda: GCNLearner(data, num_classes, ctx.device, seed=ctx.seed, hidden=hidden,
-                                          epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout)
+                                          epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout,
+                                          evaluate=evaluate)
 
 
 def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int):

@@ -56,9 +56,12 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
     best_acc, best_loss, waited = 0.0, math.inf, 0
     kept = {k: v.detach().clone() for k, v in model.state_dict().items()}
     kept_acc, epoch_seconds = 0.0, []
-    bar = tqdm(range(1, max_epochs + 1), desc="train", disable=quiet, leave=False)
+    # Early stopping decides how many epochs run, so the bar counts epochs
+    # without a total (and no ETA) unless patience cannot end the run first.
+    bar = tqdm(desc="train", unit="epoch", total=max_epochs if patience >= max_epochs else None,
+               disable=quiet, leave=False)
     epoch = 0
-    for epoch in bar:
+    for epoch in range(1, max_epochs + 1):
         _synchronize(device)
         start = time.perf_counter()
         model.train()
@@ -75,6 +78,7 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
             val_acc = float((out[data.val_mask].argmax(-1) == data.y[data.val_mask]).float().mean())
         _synchronize(device)
         epoch_seconds.append(time.perf_counter() - start)
+        bar.update(1)
 
         if stop_on == "gat":
             improved = val_acc >= best_acc or val_loss <= best_loss
@@ -96,7 +100,8 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
             waited += 1
             if waited >= patience:
                 break
-        bar.set_postfix(loss=f"{loss.item():.3f}", val_acc=f"{val_acc:.3f}", best=f"{best_acc:.3f}")
+        bar.set_postfix(loss=f"{loss.item():.3f}", val_acc=f"{val_acc:.3f}", best=f"{best_acc:.3f}",
+                        patience=f"{waited}/{patience}")
     bar.close()
 
     model.load_state_dict(kept)

@@ -1,22 +1,28 @@
 """Stages of the sentence-classification pipeline (``polarity-bilstm``): the
-sentence-polarity snippets as word chains with a fixed, seeded train/test
-split, a bidirectional chain-LSTM classifier, and its training and test.
+sentence-polarity snippets as word chains, cut into the fixed 10-fold
+cross-validation of :func:`graphseq.data.polarity.cv_folds`; a bidirectional
+chain-LSTM classifier; and its training on each fold, stopped early and
+chosen on that fold's validation part, then tested on its test part.
 """
 from __future__ import annotations
 
+import json
+import statistics
 from dataclasses import dataclass
-from typing import List, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from tqdm import tqdm
 
-from ..checks import at_least, between, fraction, non_negative, one_of, positive, probability
-from ..data.polarity import load_polarity, split_indices
+from ..checks import Domain, at_least, between, non_negative, one_of, positive, probability
+from ..data.polarity import Fold, cv_folds, load_polarity
 from ..data.text import Vocabulary, tokenize
 from ..errors import GraphseqError
 from ..graphs import chain, lengths_to_batch
+from ..io import save_checkpoint, write_json
 from ..models.sentence import POOLS, SentenceClassifier
 from ..seeding import MAX_SEED
 from .registry import stage
@@ -24,42 +30,79 @@ from .registry import stage
 
 @dataclass
 class Sentences:
+    """One fold's sentences as word ids, over a vocabulary of its training words."""
+
     vocab: Vocabulary
     train: List[Tensor]  # word ids of each sentence
     train_labels: Tensor
+    val: List[Tensor]
+    val_labels: Tensor
     test: List[Tensor]
     test_labels: Tensor
 
 
-@stage("sentence_polarity", checks={"test_fraction": fraction, "split_seed": between(0, MAX_SEED),
-                                    "min_freq": at_least(1)})
-def sentence_polarity(ctx, *, test_fraction: float = 0.1, split_seed: int = 0, min_freq: int = 1) -> None:
-    """The 10,662 snippets, lower-cased and split into words, with a random
-    split fixed by ``split_seed`` (not the run's seed, so every run is tested
-    on the same sentences). The vocabulary holds the training words seen at
-    least ``min_freq`` times; other words become ``<unk>``."""
+@dataclass
+class SentenceFolds:
+    """The tokenised sentences, their labels and the cross-validation folds."""
+
+    words: List[List[str]]
+    labels: Tensor
+    folds: List[Fold]
+    test_folds: List[int]  # the folds to run, each testing on its own part
+    min_freq: int = 1
+
+    def fold(self, i: int) -> Sentences:
+        """Fold ``i``: the vocabulary holds its training words seen at least
+        ``min_freq`` times; other words become ``<unk>``."""
+        train, val, test = self.folds[i]
+        vocab = Vocabulary.of_words((self.words[j] for j in train.tolist()), min_freq=self.min_freq)
+
+        def encode(ids: Tensor) -> List[Tensor]:
+            # A sentence without words still needs a node: it reads as one unknown word.
+            return [vocab.encode(self.words[j] or [vocab.unknown]) for j in ids.tolist()]
+
+        return Sentences(vocab, encode(train), self.labels[train], encode(val), self.labels[val],
+                         encode(test), self.labels[test])
+
+
+FOLD_LIST = Domain("a list of fold numbers (empty: every fold)",
+                   lambda v: isinstance(v, list) and all(isinstance(i, int) and i >= 0 for i in v))
+
+
+@stage("sentence_polarity", checks={"folds": at_least(3), "split_seed": between(0, MAX_SEED),
+                                    "test_folds": FOLD_LIST, "min_freq": at_least(1)},
+       resume_may_change=("test_folds",))
+def sentence_polarity(ctx, *, folds: int = 10, split_seed: int = 0, test_folds: List[int] = [],
+                      min_freq: int = 1) -> None:
+    """The 10,662 snippets, lower-cased and split into words, and ``folds``
+    cross-validation folds fixed by ``split_seed`` (not the run's seed, so
+    every run and every model sees the same folds). ``test_folds`` picks
+    which folds to run (empty: all of them)."""
     sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
-    labels = torch.as_tensor(labels, dtype=torch.long)
-    words = [tokenize(s) for s in sentences]
-    train, test = split_indices(len(words), test_fraction, split_seed)
-    vocab = Vocabulary.of_words((words[i] for i in train.tolist()), min_freq=min_freq)
-    # A sentence without words still needs a node: it reads as one unknown word.
-    encoded = [vocab.encode(w or [vocab.unknown]) for w in words]
-    ctx.data = Sentences(vocab, [encoded[i] for i in train.tolist()], labels[train],
-                         [encoded[i] for i in test.tolist()], labels[test])
-    ctx.log.info(f"sentence polarity: {len(train)} training and {len(test)} test sentences "
-                 f"(split seed {split_seed}), {len(vocab)} words in the vocabulary")
+    all_folds = cv_folds(len(sentences), folds, split_seed)
+    chosen = list(test_folds) or list(range(folds))
+    bad = [i for i in chosen if not 0 <= i < folds]
+    if bad:
+        raise GraphseqError(f"data.test_folds: fold(s) {', '.join(map(str, bad))} out of range "
+                            f"0..{folds - 1}")
+    ctx.data = SentenceFolds([tokenize(s) for s in sentences], torch.as_tensor(labels, dtype=torch.long),
+                             all_folds, chosen, min_freq)
+    train, val, test = all_folds[chosen[0]]
+    ctx.log.info(f"sentence polarity: {len(sentences)} sentences in {folds} folds (split seed {split_seed}); "
+                 f"fold {chosen[0]}: {len(train)} training, {len(val)} validation, {len(test)} test; "
+                 f"running fold(s) {', '.join(map(str, chosen))}")
 
 
 @stage("bilstm_classifier", checks={"embedding_dim": at_least(1), "hidden_size": at_least(1),
                                     "num_layers": at_least(1), "dropout": probability, "pool": one_of(*POOLS)})
 def bilstm_classifier(ctx, *, embedding_dim: int = 300, hidden_size: int = 150, num_layers: int = 1,
                       dropout: float = 0.5, pool: str = "max") -> None:
-    """A bidirectional chain-LSTM sentence classifier."""
-    data = ctx.require("data", "bilstm_classifier")
-    num_classes = int(data.train_labels.max()) + 1
-    ctx.model = SentenceClassifier(len(data.vocab), num_classes, embedding_dim, hidden_size,
-                                   num_layers, dropout, pool).to(ctx.device)
+    """A bidirectional chain-LSTM sentence classifier, built afresh for each
+    fold (its vocabulary differs from fold to fold) as ``ctx.make_model``."""
+    config = dict(embedding_dim=embedding_dim, hidden_size=hidden_size, num_layers=num_layers,
+                  dropout=dropout, pool=pool)
+    ctx.model_config = config
+    ctx.make_model = lambda vocab_size, num_classes: SentenceClassifier(vocab_size, num_classes, **config)
 
 
 def sentence_batch(sentences: List[Tensor], device: torch.device) -> Tuple[Tensor, Tensor, Tensor]:
@@ -96,32 +139,33 @@ def accuracy(model: SentenceClassifier, sentences: List[Tensor], labels: Tensor,
     return correct / max(len(sentences), 1)
 
 
-@stage("train_sentences", checks={"epochs": at_least(1), "batch_size": at_least(1), "lr": positive,
-                                  "weight_decay": non_negative, "clip": positive, "max_batches": non_negative})
-def train_sentences(ctx, *, epochs: int = 6, batch_size: int = 50, lr: float = 2e-3,
-                    weight_decay: float = 0.0, clip: float = 5.0, max_batches: int = 0) -> None:
-    """Adam on the training sentences for ``epochs`` epochs, gradients
-    clipped to norm ``clip``; reports the accuracy on the test sentences
-    after the last epoch (``max_batches`` > 0 stops each epoch early, for
-    smoke tests)."""
-    model, data = ctx.require("model", "train_sentences"), ctx.require("data", "train_sentences")
-    if epochs < 1:
-        raise GraphseqError(f"epochs must be at least 1, got {epochs}")
+def train_fold(model: SentenceClassifier, data: Sentences, *, device: torch.device, seed: int,
+               max_epochs: int, patience: int, batch_size: int, lr: float, weight_decay: float,
+               clip: float, max_batches: int = 0, quiet: bool = True, desc: str = "",
+               log: Any = None) -> Dict[str, float]:
+    """Adam on the fold's training sentences, one validation pass after each
+    epoch; stops after ``patience`` epochs without a better validation
+    accuracy (0: runs all ``max_epochs``) and restores the epoch of the best
+    one (the earlier on a tie). Returns ``epochs`` (the epoch kept),
+    ``epochs_run``, ``val_accuracy`` and ``train_loss`` of the kept epoch."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    generator = torch.Generator().manual_seed(ctx.seed)
+    generator = torch.Generator().manual_seed(seed)
     lengths = torch.tensor([s.numel() for s in data.train])
-    for epoch in range(1, epochs + 1):
+    best = {"val_accuracy": -1.0}
+    kept = None
+    for epoch in range(1, max_epochs + 1):
         model.train()
         batches = length_buckets(lengths, batch_size, generator)
         if max_batches > 0:
             batches = batches[:max_batches]
         total, seen = 0.0, 0
-        bar = tqdm(batches, desc=f"epoch {epoch}/{epochs}", disable=ctx.quiet, dynamic_ncols=True)
+        bar = tqdm(batches, desc=f"{desc}epoch {epoch}/{max_epochs}", disable=quiet, dynamic_ncols=True,
+                   leave=False)
         for ids in bar:
             ids = ids.tolist()
-            tokens, edge_index, batch = sentence_batch([data.train[i] for i in ids], ctx.device)
+            tokens, edge_index, batch = sentence_batch([data.train[i] for i in ids], device)
             logits = model(tokens, edge_index, batch, len(ids))
-            loss = F.cross_entropy(logits, data.train_labels[ids].to(ctx.device))
+            loss = F.cross_entropy(logits, data.train_labels[ids].to(device))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -129,7 +173,85 @@ def train_sentences(ctx, *, epochs: int = 6, batch_size: int = 50, lr: float = 2
             loss = float(loss.detach())
             total, seen = total + loss * len(ids), seen + len(ids)
             bar.set_postfix(loss=f"{loss:.3f}")
-        ctx.log.info(f"epoch {epoch}: training loss {total / max(seen, 1):.4f}")
-    test = accuracy(model, data.test, data.test_labels, ctx.device)
-    ctx.metrics.update(test_accuracy=test, train_loss=total / max(seen, 1), epochs=epochs)
-    ctx.log.info(f"test accuracy {test:.4f} on {len(data.test)} sentences")
+        bar.close()
+        val = accuracy(model, data.val, data.val_labels, device)
+        if log is not None:
+            log.info(f"{desc}epoch {epoch}: training loss {total / max(seen, 1):.4f}, "
+                     f"validation accuracy {val:.4f}")
+        if val > best["val_accuracy"]:
+            best = {"epochs": epoch, "val_accuracy": val, "train_loss": total / max(seen, 1)}
+            kept = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        elif patience and epoch - best["epochs"] >= patience:
+            break
+    model.load_state_dict(kept)
+    return {**best, "epochs_run": epoch}
+
+
+FOLDS_FILE = "folds.json"
+
+
+def read_folds(path: Path) -> List[Dict[str, Any]]:
+    """The figures of the folds a run finished, from its ``folds.json``."""
+    try:
+        folds = json.loads(path.read_text(encoding="utf-8"))
+        if not all(isinstance(f, dict) and isinstance(f.get("fold"), int) for f in folds):
+            raise ValueError("not a list of folds")
+    except (OSError, ValueError) as error:
+        raise GraphseqError(f"cannot continue from {path}: {error}; it may be damaged") from None
+    return folds
+
+
+def _mean_std(values: List[float]) -> Tuple[float, float]:
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+@stage("train_sentences", checks={"max_epochs": at_least(1), "patience": at_least(0), "batch_size": at_least(1),
+                                  "lr": positive, "weight_decay": non_negative, "clip": positive,
+                                  "max_batches": non_negative},
+       resumes=FOLDS_FILE)
+def train_sentences(ctx, *, max_epochs: int = 10, patience: int = 3, batch_size: int = 50, lr: float = 2e-3,
+                    weight_decay: float = 0.0, clip: float = 5.0, test: bool = True,
+                    max_batches: int = 0) -> None:
+    """Trains a fresh classifier on each fold of ``ctx.data`` (see
+    :func:`train_fold`), writes its kept weights to ``fold-<i>.pt`` and
+    measures it on the fold's test part (unless ``test`` is false, for
+    choosing settings on validation figures alone). Metrics: the mean and
+    standard deviation over the folds of ``val_accuracy`` and
+    ``test_accuracy``, and each fold's figures (also in ``folds.json``). A
+    resumed run keeps the folds already finished and runs the rest. ``max_batches`` > 0 stops each
+    epoch early, for smoke tests."""
+    data: SentenceFolds = ctx.require("data", "train_sentences")
+    make_model: Callable = ctx.require("make_model", "train_sentences")
+    # folds.json holds the figures of every fold finished so far (their
+    # weights are in fold-<i>.pt); a resumed run keeps those and runs the rest.
+    done = {f["fold"]: f for f in (read_folds(ctx.out / FOLDS_FILE) if ctx.resume else [])
+            if (ctx.out / f"fold-{f['fold']}.pt").is_file()}
+    write_json(ctx.out / FOLDS_FILE, list(done.values()))
+    results = []
+    for i in data.test_folds:
+        if i in done:
+            figures = done[i]
+            ctx.log.info(f"fold {i}: kept from fold-{i}.pt")
+        else:
+            fold = data.fold(i)
+            torch.manual_seed((ctx.seed + 1_000_003 * i) % 2**63)  # Each fold's start, whichever folds run.
+            model = make_model(len(fold.vocab), int(data.labels.max()) + 1).to(ctx.device)
+            figures = {"fold": i, **train_fold(
+                model, fold, device=ctx.device, seed=ctx.seed + i, max_epochs=max_epochs, patience=patience,
+                batch_size=batch_size, lr=lr, weight_decay=weight_decay, clip=clip, max_batches=max_batches,
+                quiet=ctx.quiet, desc=f"fold {i} ", log=ctx.log)}
+            if test:
+                figures["test_accuracy"] = accuracy(model, fold.test, fold.test_labels, ctx.device)
+            save_checkpoint({"model": model.state_dict(), "model_config": dict(ctx.model_config),
+                             "vocabulary": list(fold.vocab.symbols), "figures": figures}, ctx.out / f"fold-{i}.pt")
+            done[i] = figures
+            write_json(ctx.out / FOLDS_FILE, list(done.values()))
+        results.append(figures)
+        ctx.log.info(f"fold {i}: epoch {figures['epochs']} kept, validation accuracy "
+                     f"{figures['val_accuracy']:.4f}" + (f", test accuracy {figures['test_accuracy']:.4f}"
+                                                        if "test_accuracy" in figures else ""))
+    for key in ("val_accuracy", "test_accuracy"):
+        if all(key in r for r in results):
+            ctx.metrics[key], ctx.metrics[f"{key}_std"] = _mean_std([r[key] for r in results])
+    ctx.metrics["epochs"] = statistics.fmean(r["epochs"] for r in results)
+    ctx.metrics["folds"] = results

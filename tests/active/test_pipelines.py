@@ -253,3 +253,22 @@ def test_quit_in_the_first_seed_stops_the_run_and_its_hint_resumes_it(tmp_path, 
         assert len(capsys.readouterr().out.splitlines()) == 1 + 8
     assert main(["labels", str(out)]) == 2
     assert f"{out / 'seed-0'}, {out / 'seed-1'}" in capsys.readouterr().err
+
+
+def test_learning_curves_can_measure_the_validation_nodes(tmp_path, data_root, mirror):
+    overrides = {"learner.epochs": 3, "active.initial": 2, "active.batch_size": 3, "active.budget": 5,
+                 "active.compare": ["random"], "active.reference": False}
+    test = graphseq.run("active-cora", out=tmp_path / "test", data_root=data_root, data_mirror=mirror,
+                        quiet=True, overrides=overrides)["runs"][0]
+    val = graphseq.run("active-cora", out=tmp_path / "val", data_root=data_root, data_mirror=mirror,
+                       quiet=True, overrides={**overrides, "learner.evaluate": "val"})["runs"][0]
+    # The same labels and models, measured on Cora's 500 validation nodes instead of the 1,000 test nodes.
+    assert [n for n, _ in val["curves"]["random"]] == [n for n, _ in test["curves"]["random"]]
+    assert all(abs(a * 500 - round(a * 500)) < 1e-3 for _, a in val["curves"]["random"])
+    assert [a for _, a in val["curves"]["random"]] != [a for _, a in test["curves"]["random"]]
+
+
+def test_validation_curves_need_a_validation_split(tmp_path, data_root, mirror):
+    with pytest.raises(graphseq.GraphseqError, match="learner.evaluate = 'val': this task has no val nodes"):
+        graphseq.run("active-polarity", out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True,
+                     overrides={"data.limit": 100, "learner.evaluate": "val"})

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from graphseq.data import polarity
-from graphseq.data.polarity import cv_folds, load_polarity, polarity_folder, split_indices
+from graphseq.data.polarity import cv_folds, load_polarity, polarity_folder
 from graphseq.errors import GraphseqError
 
 
@@ -18,15 +18,6 @@ def test_load_polarity_reads_both_files_negative_first(data_root, mirror):
     assert len(sentences) == len(labels) == 10_662
     assert labels[:5331] == [0] * 5331 and labels[5331:] == [1] * 5331
     assert sentences[5331].startswith("the rock is destined to be the 21st century's new \" conan \"")
-
-
-def test_split_indices_are_seeded_disjoint_and_complete():
-    train, test = split_indices(100, 0.1, seed=3)
-    again, _ = split_indices(100, 0.1, seed=3)
-    other, _ = split_indices(100, 0.1, seed=4)
-    assert test.numel() == 10 and train.numel() == 90
-    assert sorted(torch.cat([train, test]).tolist()) == list(range(100))
-    assert torch.equal(train, again) and not torch.equal(train, other)
 
 
 def test_each_fold_splits_every_item_into_exactly_one_part():

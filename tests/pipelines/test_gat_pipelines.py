@@ -43,3 +43,24 @@ def test_every_pipeline_has_a_smoke_test():
     tests = "\n".join(p.read_text() for p in (REPO / "tests").rglob("test_*.py"))
     missing = [name for name in available_pipelines() if f'"{name}"' not in tests]
     assert not missing, f"pipelines without a test that runs them: {missing}"
+
+
+def test_an_early_stopped_run_shows_no_total_of_100000_epochs(capsys):
+    # tqdm's bar with a total prints "n/100000" and an ETA for a run that
+    # early stopping ends after a few hundred epochs.
+    import torch
+    from torch_geometric.data import Data
+
+    from graphseq.models import GAT
+    from graphseq.stages.node_training import fit_node_classifier
+
+    torch.manual_seed(0)
+    masks = torch.zeros(3, 12, dtype=torch.bool)
+    masks[0, :4], masks[1, 4:8], masks[2, 8:] = True, True, True
+    data = Data(x=torch.randn(12, 5), edge_index=torch.randint(0, 12, (2, 30)), y=torch.randint(0, 3, (12,)),
+                train_mask=masks[0], val_mask=masks[1], test_mask=masks[2])
+    figures = fit_node_classifier(GAT(5, 3, heads=2), data, lr=0.005, weight_decay=0.0, patience=3,
+                                  stop_on="loss", quiet=False)
+    err = capsys.readouterr().err
+    assert figures["epochs"] < 100_000
+    assert "epoch" in err and "100000" not in err and "patience" in err

@@ -1,5 +1,6 @@
 """A smoke run of polarity-bilstm on the real sentence-polarity data, and the
 classifier's pooling."""
+import json
 import re
 
 import pytest
@@ -7,20 +8,49 @@ import torch
 
 from graphseq import run
 from graphseq.graphs import chain, lengths_to_batch
+from graphseq.io import load_checkpoint
 from graphseq.models.sentence import SentenceClassifier
 
+TINY = {"model.embedding_dim": 16, "model.hidden_size": 8, "train.max_epochs": 2, "train.max_batches": 3}
 
-def test_polarity_bilstm_runs_a_few_batches(tmp_path, data_root, mirror):
-    summary = run("polarity-bilstm", overrides={"model.embedding_dim": 16, "model.hidden_size": 8,
-                                                "train.epochs": 1, "train.max_batches": 3},
+
+def test_polarity_bilstm_runs_two_folds_and_writes_their_checkpoints(tmp_path, data_root, mirror):
+    summary = run("polarity-bilstm", overrides={**TINY, "data.test_folds": [0, 3]},
                   out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
     figures = summary["runs"][0]
-    # The seeded split keeps a tenth of the sentences for the test.
+    assert [f["fold"] for f in figures["folds"]] == [0, 3]
+    assert {"val_accuracy", "val_accuracy_std", "test_accuracy", "test_accuracy_std"} <= set(figures)
+    assert figures["test_accuracy"] == sum(f["test_accuracy"] for f in figures["folds"]) / 2
+    assert all(f["epochs"] in (1, 2) for f in figures["folds"])
+    # Each accuracy counts the fold's test sentences (1,067 in fold 0, 1,066 in fold 3).
+    for fold, size in zip(figures["folds"], (1067, 1066)):
+        assert fold["test_accuracy"] * size == pytest.approx(round(fold["test_accuracy"] * size), abs=1e-6)
+    assert json.loads((tmp_path / "folds.json").read_text()) == figures["folds"]
+    checkpoint = load_checkpoint(tmp_path / "fold-3.pt")
+    assert checkpoint["figures"] == figures["folds"][1]
+    assert checkpoint["vocabulary"][0] == "<unk>"
+    # Fold 0 of the shared folds: 8,528 training, 1,067 validation, 1,067 test sentences.
     log = (tmp_path / "log.txt").read_text()
-    train, test = map(int, re.search(r"(\d+) training and (\d+) test sentences", log).groups())
-    assert test == round(0.1 * (train + test)) and train + test > 10_000
-    # The accuracy counts those sentences: a fraction of them.
-    assert figures["test_accuracy"] * test == pytest.approx(round(figures["test_accuracy"] * test), abs=1e-3)
+    assert re.search(r"fold 0: 8528 training, 1067 validation, 1067 test", log)
+
+
+def test_a_fold_gives_the_same_figures_alone_and_resumed(tmp_path, data_root, mirror):
+    alone = run("polarity-bilstm", overrides={**TINY, "data.test_folds": [3]}, out=tmp_path / "alone",
+                data_root=data_root, data_mirror=mirror, quiet=True)["runs"][0]["folds"][0]
+    both = tmp_path / "both"
+    run("polarity-bilstm", overrides={**TINY, "data.test_folds": [3]}, out=both,
+        data_root=data_root, data_mirror=mirror, quiet=True)
+    resumed = run("polarity-bilstm", overrides={**TINY, "data.test_folds": [3, 5]}, out=both, resume=True,
+                  data_root=data_root, data_mirror=mirror, quiet=True)["runs"][0]["folds"]
+    assert resumed[0] == alone and resumed[1]["fold"] == 5
+    assert "fold 3: kept from" in (both / "log.txt").read_text()
+
+
+def test_settings_can_be_chosen_without_a_test_figure(tmp_path, data_root, mirror):
+    figures = run("polarity-bilstm", overrides={**TINY, "data.test_folds": [1], "train.test": False},
+                  out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)["runs"][0]
+    assert "test_accuracy" not in figures and "test_accuracy" not in figures["folds"][0]
+    assert "val_accuracy" in figures
 
 
 def test_max_pool_reads_each_sentence_alone():
