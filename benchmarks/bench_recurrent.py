@@ -1,32 +1,93 @@
-"""Times ChainLSTM and ChainGRU against torch.nn.LSTM and torch.nn.GRU on
-the same variable-length batch (forward and backward), side by side in one
-process, and prints the ratios. torch gets the batch as a PackedSequence,
-graphseq as chain graphs with a ``batch`` vector; both are built once
-outside the timed loop, the way a data loader would hand them over.
+"""Times ChainLSTM and ChainGRU against torch.nn.LSTM and torch.nn.GRU on the
+same variable-length batch (forward and backward), side by side in one
+process, and prints the ratios.
+
+torch's layers get the batch in both forms a user picks from, built once
+outside the timed loop the way a data loader hands them over:
+
+- padded ``[max_length, batch, features]``: the fastest path on a CPU (oneDNN's
+  fused LSTM, or ATen's own loop when that is faster; the faster of the two,
+  and of ``batch_first`` or not, counts), though it computes every padding
+  position too;
+- packed (a :class:`~torch.nn.utils.rnn.PackedSequence` of sequences sorted
+  by length, so no reordering is timed).
+
+graphseq gets the chains (``edge_index``, ``batch``) and their step order
+(:func:`graphseq.nn.chain_schedule`), the counterpart of a PackedSequence's
+``batch_sizes``, also made once; the time with the schedule found inside the
+call is printed too. Every step of ours passes its messages through PyG's
+``propagate``.
 
     python benchmarks/bench_recurrent.py [--batch 64] [--max-length 100]
-        [--input 64] [--hidden 256] [--repeats 30] [--device auto] [--threads 0]
+        [--input 64] [--hidden 256] [--repeats 30] [--threads 1] [--clock wall]
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import time
+from typing import Callable, Dict
 
 import torch
-from torch.nn.utils.rnn import pack_sequence
+from torch.nn.utils.rnn import pack_sequence, pad_sequence
 
 from graphseq.graphs import chain, lengths_to_batch
-from graphseq.nn import ChainGRU, ChainLSTM
+from graphseq.nn import ChainGRU, ChainLSTM, chain_schedule
 from graphseq.pipeline import resolve_device
 
 
-def step(model, inputs):
-    """One forward and backward pass; the loss touches every output and the final state."""
-    out, state = model(*inputs)
+def loss_of(out, state) -> torch.Tensor:
+    """What every contender's backward starts from: all outputs and the final state."""
     h_n = state[0] if isinstance(state, tuple) else state
     out = out.data if hasattr(out, "batch_sizes") else out
-    (out.square().mean() + h_n.square().mean()).backward()
+    return out.square().mean() + h_n.square().mean()
+
+
+def contenders(args, device) -> Dict[str, Dict[str, Callable[[], None]]]:
+    """Per cell, named closures that each run one forward and backward pass."""
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, args.max_length + 1, (args.batch,), generator=generator).tolist()
+    sequences = [torch.randn(n, args.input, generator=generator).to(device) for n in lengths]
+    by_length = sorted(sequences, key=len, reverse=True)
+    packed = pack_sequence(by_length)
+    padded = pad_sequence(sequences)  # [max_length, batch, input]
+    padded_batch_first = padded.transpose(0, 1).contiguous()
+    x = torch.cat(sequences)
+    edge_index, batch = chain(lengths).to(device), lengths_to_batch(lengths).to(device)
+    schedule = chain_schedule(edge_index, x.size(0), batch)
+    args.nodes = x.size(0)
+
+    def step(model, *inputs, mkldnn=True, **kwargs):
+        def run():
+            model.zero_grad(set_to_none=True)
+            with torch.backends.mkldnn.flags(enabled=mkldnn):
+                loss_of(*model(*inputs, **kwargs)).backward()
+        return run
+
+    options = dict(num_layers=args.layers, bidirectional=args.bidirectional)
+    cells = {}
+    for ours_class, theirs_class in ((ChainLSTM, torch.nn.LSTM), (ChainGRU, torch.nn.GRU)):
+        if ours_class.__name__[5:].lower() not in args.cells:
+            continue
+        torch.manual_seed(0)
+        ours = ours_class(args.input, args.hidden, **options).to(device)
+        theirs = theirs_class(args.input, args.hidden, **options).to(device)
+        theirs_batch_first = theirs_class(args.input, args.hidden, batch_first=True, **options).to(device)
+        theirs.load_state_dict(ours.state_dict())
+        theirs_batch_first.load_state_dict(ours.state_dict())
+        runs = {
+            "ours": step(ours, x, edge_index, batch, schedule=schedule),
+            "ours (schedule in the call)": step(ours, x, edge_index, batch),
+            "padded": step(theirs, padded),
+            "padded, batch_first": step(theirs_batch_first, padded_batch_first),
+            "packed": step(theirs, packed),
+        }
+        if device.type == "cpu":  # oneDNN or ATen's loop, whichever is faster
+            runs["padded, no oneDNN"] = step(theirs, padded, mkldnn=False)
+            runs["padded, batch_first, no oneDNN"] = step(theirs_batch_first, padded_batch_first, mkldnn=False)
+            runs["packed, no oneDNN"] = step(theirs, packed, mkldnn=False)
+        cells[ours_class.__name__] = runs
+    return cells
 
 
 def main():
@@ -37,54 +98,51 @@ def main():
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--bidirectional", action="store_true")
+    parser.add_argument("--cells", default="lstm,gru", help="comma-separated: lstm, gru")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="wall time, or this thread's CPU time (steadier on a busy machine)")
     args = parser.parse_args()
+    args.cells = args.cells.split(",")
 
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    generator = torch.Generator().manual_seed(0)
-    lengths = torch.randint(1, args.max_length + 1, (args.batch,), generator=generator).tolist()
-    sequences = [torch.randn(n, args.input, generator=generator).to(device) for n in lengths]
-    packed = pack_sequence(sequences, enforce_sorted=False)
-    x = torch.cat(sequences)
-    edge_index, batch = chain(lengths).to(device), lengths_to_batch(lengths).to(device)
+    clock = time.perf_counter if args.clock == "wall" else time.thread_time
+    cells = contenders(args, device)
 
-    options = dict(num_layers=args.layers, bidirectional=args.bidirectional)
-    contenders = {}
-    for ours_class, theirs_class in ((ChainLSTM, torch.nn.LSTM), (ChainGRU, torch.nn.GRU)):
-        torch.manual_seed(0)
-        ours = ours_class(args.input, args.hidden, **options).to(device)
-        theirs = theirs_class(args.input, args.hidden, **options).to(device)
-        theirs.load_state_dict(ours.state_dict())
-        contenders[ours_class.__name__] = (ours, (x, edge_index, batch))
-        contenders[f"torch.nn.{theirs_class.__name__}"] = (theirs, (packed,))
-
-    times = {name: [] for name in contenders}
+    times = {(cell, name): [] for cell, runs in cells.items() for name in runs}
     warm_up = 3
     for repeat in range(args.repeats + warm_up):
-        for name, (model, inputs) in contenders.items():  # Interleaved, so load hits all.
-            model.zero_grad(set_to_none=True)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            step(model, inputs)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            if repeat >= warm_up:
-                times[name].append(time.perf_counter() - start)
+        for cell, runs in cells.items():
+            for name, run in runs.items():  # Interleaved, so load hits all alike.
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                start = clock()
+                run()
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                if repeat >= warm_up:
+                    times[cell, name].append(clock() - start)
 
-    median = {name: statistics.median(t) for name, t in times.items()}
-    print(f"batch {args.batch}, lengths 1..{args.max_length} ({sum(lengths)} nodes), "
-          f"{args.input} -> {args.hidden}, layers {args.layers}, "
+    print(f"batch {args.batch}, lengths 1..{args.max_length} ({args.nodes} nodes, padded "
+          f"{args.batch * args.max_length}), {args.input} -> {args.hidden}, layers {args.layers}, "
           f"bidirectional {args.bidirectional}, on {device} ({torch.get_num_threads()} threads), "
-          f"median of {args.repeats} forward+backward passes")
-    for name, seconds in median.items():
-        print(f"  {name:<16} {seconds * 1e3:9.2f} ms")
-    for ours, theirs in (("ChainLSTM", "torch.nn.LSTM"), ("ChainGRU", "torch.nn.GRU")):
-        print(f"  ratio {ours} / {theirs}: {median[ours] / median[theirs]:.2f}")
+          f"median {args.clock} time of {args.repeats} forward+backward passes")
+    for cell, runs in cells.items():
+        median = {name: statistics.median(times[cell, name]) for name in runs}
+        peer = "torch.nn." + cell[5:]
+        for name, seconds in median.items():
+            label = cell if name.startswith("ours") else peer
+            print(f"  {label + ' ' + name:<44} {seconds * 1e3:9.2f} ms")
+        padded = min(seconds for name, seconds in median.items() if name.startswith("padded"))
+        packed = min(seconds for name, seconds in median.items() if name.startswith("packed"))
+        print(f"  ratio {cell} / {peer} padded (its fastest): {median['ours'] / padded:.2f}"
+              f"   / packed: {median['ours'] / packed:.2f}"
+              f"   (schedule in the call: {median['ours (schedule in the call)'] / padded:.2f}"
+              f" and {median['ours (schedule in the call)'] / packed:.2f})")
 
 
 if __name__ == "__main__":

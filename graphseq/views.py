@@ -47,8 +47,11 @@ def master_forget_distances(model: CharLM, vocab: Vocabulary, text: str) -> Opti
     near 0 when it keeps it. :obj:`None` for other cells."""
     if model.config["cell"] != "onlstm":
         return None
-    hidden_activations(model, vocab, text)  # The layer keeps the distances of its last call.
-    return model.rnn.last_distances[:, -1].cpu() / model.rnn.num_chunks
+    model.eval()
+    tokens = vocab.encode(text).to(next(model.parameters()).device)
+    edge_index, batch = model.chains(1, tokens.numel(), tokens.device)
+    _, _, distances = model.rnn(model.embedding(tokens), edge_index, batch, return_distances=True)
+    return distances[:, -1].cpu() / model.rnn.num_chunks
 
 
 def _colour(value: float) -> str:

@@ -1,7 +1,8 @@
 """The MessagePassing layers users import."""
 from .attention import AttentionConv, GATConv, SelfAttentionConv
-from .recurrent import ChainGRU, ChainLSTM, ChainONLSTM, ChainRecurrence, ChainRNN
+from .recurrent import (ChainGRU, ChainLSTM, ChainONLSTM, ChainRecurrence, ChainRNN, ChainSchedule,
+                        chain_schedule)
 from .transformer import TransformerEncoderLayer
 
 __all__ = ["AttentionConv", "GATConv", "SelfAttentionConv", "ChainRecurrence", "ChainRNN", "ChainLSTM", "ChainGRU", "ChainONLSTM",
-           "TransformerEncoderLayer"]
+           "ChainSchedule", "chain_schedule", "TransformerEncoderLayer"]

@@ -42,8 +42,8 @@ def check_kwargs(layer: Layer, kwargs: Mapping[str, Any],
     unknown = [key for key in kwargs if key not in allowed]
     if unknown:
         names = ", ".join(repr(key) for key in unknown)
-        raise TypeError(f"{layer_name(layer)} got unexpected keyword argument(s) {names} "
-                        f"(besides its own it takes {', '.join(allowed)})")
+        besides = f" (besides its own it takes {', '.join(allowed)})" if allowed else ""
+        raise TypeError(f"{layer_name(layer)} got unexpected keyword argument(s) {names}{besides}")
 
 
 def check_option(layer: Layer, name: str, value: Any, default: Any, reason: str = "") -> None:

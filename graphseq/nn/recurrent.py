@@ -8,21 +8,21 @@ only its equations.
 
 How the engine maps onto :class:`~torch_geometric.nn.MessagePassing`: the
 step of a node is its depth along its chain. At step ``t`` the frontier (all
-nodes of depth ``t``) receives one message each, ``message(h_j) = h_j``, along
-the edges from the frontier of step ``t - 1``; with at most one predecessor
-the sum aggregation of that message is the message itself. ``propagate``
-would scatter it through an index per step; the engine instead lays the
-nodes out step after step with chains sorted by length (the layout of a
-:class:`torch.nn.utils.rnn.PackedSequence`), so that the predecessors of the
-frontier are exactly the first rows of the previous frontier and the gather is
-a slice. The inputs of all nodes are projected in one matrix product before
-the loop; each step multiplies only the frontier's states by ``W_hh``.
+nodes of depth ``t``) receives one message each, ``message(state_j) =
+state_j``, through :meth:`propagate` along the edges from the frontier of step
+``t - 1``, so PyG's message and aggregate hooks (and its explainers) see every
+message of every step. The nodes are laid out step after step with chains
+sorted by length (the layout of a :class:`torch.nn.utils.rnn.PackedSequence`,
+see :func:`chain_schedule`): the predecessors of the frontier are the first
+rows of the previous frontier, edge ``k`` of a step ends at row ``k``, and the
+sum over each node's single incoming message is the message itself. The
+inputs of all nodes are projected in one matrix product before the loop; each
+step multiplies only the frontier's messages by ``W_hh``.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import List, Optional, Tuple, Union
+from typing import List, NamedTuple, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -30,11 +30,12 @@ from torch import Tensor
 from torch.nn import Parameter
 from torch_geometric.nn import MessagePassing
 
+from . import checks
+
 State = Union[Tensor, Tuple[Tensor, Tensor]]
 
 
-@dataclass
-class ChainSchedule:
+class ChainSchedule(NamedTuple):
     """The order in which a batch of chains is stepped, in both directions.
 
     Chains are ranked by length, longest first. In step order, step ``t``
@@ -44,49 +45,88 @@ class ChainSchedule:
     sizes and chain ranks are the same.
 
     Attributes:
+        num_nodes (int), num_edges (int), num_graphs (int): the sizes it was made for.
+        sizes (list of int): the number of nodes in each step (non-increasing).
         orders: per direction, the node at each row of the step order ``[num_nodes]``.
         positions: per direction, the row of each node in the step order ``[num_nodes]``.
-        sizes: the number of nodes in each step (non-increasing).
+        ends: the row of each chain's last node in the step order, by rank ``[num_chains]``.
         chain_graph: the graph of each chain, by rank ``[num_chains]``.
-        num_graphs: the number of graphs of the batch.
+        graph_chain: the chain of each graph ``[num_graphs]`` when every graph
+            holds one, else :obj:`None` (some graphs have no nodes).
+        edge_ids: per direction, the edge of ``edge_index`` that carries the
+            message into each row of the steps after the first ``[num_nodes - sizes[0]]``.
+        frontier: ``[[0, 1, ...], [0, 1, ...]]``, the first ``sizes[t]``
+            columns of which are the edges of step ``t`` in step-local rows.
     """
+    num_nodes: int
+    num_edges: int
+    num_graphs: int
+    sizes: List[int]
     orders: Tuple[Tensor, Tensor]
     positions: Tuple[Tensor, Tensor]
-    sizes: List[int]
+    ends: Tensor
     chain_graph: Tensor
-    num_graphs: int
+    graph_chain: Optional[Tensor]
+    edge_ids: Tuple[Tensor, Tensor]
+    frontier: Tensor
+
+    def to(self, device: Union[str, torch.device]) -> "ChainSchedule":
+        """The same schedule with its tensors on ``device``."""
+        def move(value):
+            if isinstance(value, Tensor):
+                return value.to(device)
+            if isinstance(value, tuple):
+                return tuple(move(v) for v in value)
+            return value
+        return ChainSchedule(*(move(value) for value in self))
 
 
+@torch.compiler.disable
 def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] = None,
-                   num_graphs: Optional[int] = None, layer: str = "ChainRecurrence") -> ChainSchedule:
+                   num_graphs: Optional[int] = None,
+                   layer: checks.Layer = "ChainRecurrence") -> ChainSchedule:
     """Finds the step of every node of a batch of chains: its depth along the
-    chain, counted by pointer jumping (``log2`` of the longest chain rounds).
+    chain, counted by pointer jumping (``log2`` of the longest chain rounds),
+    on the host, with one copy of ``edge_index`` and ``batch`` there.
 
     Every node has at most one predecessor and at most one successor, there
     are no cycles, edges stay inside their graph, and each graph (all nodes
     when ``batch`` is ``None``) holds one chain, whose final state is the
     graph's. Breaking any of these raises a :class:`ValueError`.
+
+    A layer computes the schedule itself; pass it to the layer's ``forward``
+    (``schedule=``) to reuse it, or to run the layer under
+    ``torch.compile(fullgraph=True)``, where the number and sizes of the steps
+    must be known on the host before tracing.
     """
+    name = checks.layer_name(layer)
     device = edge_index.device
     edge_index = edge_index.cpu()
-    source, target = edge_index
+    batch = None if batch is None else batch.cpu()
+    checks.check_edge_index(name, edge_index, num_nodes)
+    checks.check_batch(name, batch, num_nodes)
+    source, target = edge_index.long()
+    num_edges = source.numel()
+    needed = int(batch.max()) + 1 if batch is not None and batch.numel() else 1
     if num_graphs is None:
-        num_graphs = int(batch.max()) + 1 if batch is not None and batch.numel() else 1
-    batch = torch.zeros(num_nodes, dtype=torch.long) if batch is None else batch.cpu()
+        num_graphs = needed
+    elif needed > num_graphs:
+        raise ValueError(f"{name}: batch holds {needed} graphs, but the initial state has {num_graphs}")
+    batch = torch.zeros(num_nodes, dtype=torch.long) if batch is None else batch.long()
 
     in_degree = torch.bincount(target, minlength=num_nodes)
     out_degree = torch.bincount(source, minlength=num_nodes)
     if (in_degree > 1).any():
         node = int((in_degree > 1).nonzero()[0])
-        raise ValueError(f"{layer} steps along chains, but node {node} has "
+        raise ValueError(f"{name} steps along chains, but node {node} has "
                          f"{int(in_degree[node])} predecessors (at most one is allowed)")
     if (out_degree > 1).any():
         node = int((out_degree > 1).nonzero()[0])
-        raise ValueError(f"{layer} steps along chains, but node {node} has "
+        raise ValueError(f"{name} steps along chains, but node {node} has "
                          f"{int(out_degree[node])} successors (at most one is allowed)")
     if (batch[source] != batch[target]).any():
         edge = int((batch[source] != batch[target]).nonzero()[0])
-        raise ValueError(f"{layer}: edge {int(source[edge])} -> {int(target[edge])} joins "
+        raise ValueError(f"{name}: edge {int(source[edge])} -> {int(target[edge])} joins "
                          f"two graphs of `batch`")
 
     # Pointer jumping: after round k every node knows its ancestor 2^k steps
@@ -106,14 +146,14 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
         root = torch.where(jumping, root[up], root)
         ancestor = torch.where(jumping, ancestor[up], ancestor)
     if (ancestor >= 0).any():
-        raise ValueError(f"{layer}: edge_index holds a cycle, but a chain must start somewhere")
+        raise ValueError(f"{name}: edge_index holds a cycle, but a chain must start somewhere")
 
     starts = (~has_predecessor).nonzero().flatten()  # [num_chains]
     chains_per_graph = torch.bincount(batch[starts], minlength=num_graphs)
     if (chains_per_graph > 1).any():
         graph = int((chains_per_graph > 1).nonzero()[0])
         raise ValueError(
-            f"{layer}: graph {graph} holds {int(chains_per_graph[graph])} chains, but the final "
+            f"{name}: graph {graph} holds {int(chains_per_graph[graph])} chains, but the final "
             f"state has one row per graph; pass `batch` with one chain per graph "
             f"(e.g. batch=graphseq.graphs.lengths_to_batch(lengths))")
 
@@ -123,17 +163,31 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
     by_length = torch.sort(length, descending=True, stable=True).indices
     rank = torch.empty(num_nodes, dtype=torch.long)
     rank[starts[by_length]] = torch.arange(num_chains)
-    sizes = torch.bincount(depth, minlength=0).tolist() if num_nodes else []
+    step_sizes = torch.bincount(depth, minlength=0) if num_nodes else torch.zeros(0, dtype=torch.long)
+    offsets = torch.cumsum(step_sizes, 0) - step_sizes
+    ends = offsets[length[by_length] - 1] + torch.arange(num_chains) if num_chains else starts
 
-    orders, positions = [], []
-    for step in (depth, nodes_per_root[root] - 1 - depth):  # forward, reverse
+    # The edge into each node (forward direction) and out of it (reverse).
+    edge_into = torch.full((num_nodes,), -1, dtype=torch.long)
+    edge_into[target] = torch.arange(num_edges)
+    edge_out_of = torch.full((num_nodes,), -1, dtype=torch.long)
+    edge_out_of[source] = torch.arange(num_edges)
+
+    orders, positions, edge_ids = [], [], []
+    first = int(step_sizes[0]) if num_nodes else 0
+    for step, edge_of in ((depth, edge_into), (nodes_per_root[root] - 1 - depth, edge_out_of)):
         order = torch.argsort(step * max(num_chains, 1) + rank[root])
         position = torch.empty_like(order)
         position[order] = torch.arange(num_nodes)
         orders.append(order.to(device))
         positions.append(position.to(device))
-    chain_graph = batch[starts[by_length]].to(device)
-    return ChainSchedule(tuple(orders), tuple(positions), sizes, chain_graph, num_graphs)
+        edge_ids.append(edge_of[order[first:]].to(device))
+    chain_graph = batch[starts[by_length]]
+    graph_chain = torch.argsort(chain_graph).to(device) if num_chains == num_graphs else None
+    frontier = torch.arange(first, device=device).expand(2, -1)
+    return ChainSchedule(num_nodes, num_edges, num_graphs, step_sizes.tolist(), tuple(orders),
+                         tuple(positions), ends.to(device), chain_graph.to(device), graph_chain,
+                         tuple(edge_ids), frontier)
 
 
 class ChainRecurrence(MessagePassing):
@@ -151,7 +205,8 @@ class ChainRecurrence(MessagePassing):
     A node without a predecessor starts a chain from its graph's initial
     state; the final state of a graph is the state at the end of its chain.
     The order of computation comes from ``edge_index`` alone, never from where
-    nodes sit in memory.
+    nodes sit in memory. The message along an edge is the whole state of its
+    source (``[h_j, c_j]`` for the LSTMs).
 
     Args:
         input_size (int): size of each node's input features.
@@ -165,20 +220,34 @@ class ChainRecurrence(MessagePassing):
         learn_initial_state (bool): learn one initial state per layer and
             direction, shared by all graphs, instead of zeros.
             (default: :obj:`False`)
+        device, dtype: where and in which precision to create the parameters,
+            as for :class:`torch.nn.LSTM`. (default: :obj:`None`)
+        batch_first (bool): accepted as :obj:`False` only, for drop-in use of
+            :class:`torch.nn.LSTM`'s arguments: nodes have no batch dimension.
     """
 
     gate_blocks: int = 1  # the input projection has gate_blocks * hidden_size rows
     has_cell_state: bool = False
+    propagate_type = {"state": Tensor, "aligned": bool, "edge_id": Optional[Tensor]}
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  dropout: float = 0.0, bidirectional: bool = False,
-                 learn_initial_state: bool = False, **kwargs):
-        kwargs.setdefault("aggr", "sum")
-        super().__init__(node_dim=0, **kwargs)
+                 learn_initial_state: bool = False, *, batch_first: bool = False,
+                 device=None, dtype=None, **kwargs):
+        # The chain fixes the message passing (one message per node, summed),
+        # so none of MessagePassing's own options apply.
+        checks.check_kwargs(self, kwargs, allowed=())
+        checks.check_option(self, "batch_first", batch_first, False,
+                            "nodes are rows of x [num_nodes, input_size]; there is no batch dimension")
+        super().__init__(aggr="sum", node_dim=0)
+        name = type(self).__name__
+        if input_size < 1 or hidden_size < 1:
+            raise ValueError(f"{name} needs input_size and hidden_size >= 1, "
+                             f"got {input_size} and {hidden_size}")
         if num_layers < 1:
-            raise ValueError(f"{type(self).__name__} needs num_layers >= 1, got {num_layers}")
+            raise ValueError(f"{name} needs num_layers >= 1, got {num_layers}")
         if not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"{type(self).__name__} needs dropout in [0, 1], got {dropout}")
+            raise ValueError(f"{name} needs dropout in [0, 1], got {dropout}")
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.num_layers = num_layers
@@ -188,24 +257,39 @@ class ChainRecurrence(MessagePassing):
         self.num_directions = 2 if bidirectional else 1
         self.learn_initial_state = learn_initial_state
 
-        rows = self.gate_size()
+        factory = dict(device=device, dtype=dtype)
+        rows, out = self.gate_size(), self.output_size()
         for layer in range(num_layers):
-            layer_input = input_size if layer == 0 else hidden_size * self.num_directions
+            layer_input = input_size if layer == 0 else out * self.num_directions
             for suffix in self._suffixes(layer):
-                self.register_parameter(f"weight_ih{suffix}", Parameter(torch.empty(rows, layer_input)))
-                self.register_parameter(f"weight_hh{suffix}", Parameter(torch.empty(rows, hidden_size)))
+                self.register_parameter(f"weight_ih{suffix}",
+                                        Parameter(torch.empty(rows, layer_input, **factory)))
+                self.register_parameter(f"weight_hh{suffix}", Parameter(torch.empty(rows, out, **factory)))
                 if bias:
-                    self.register_parameter(f"bias_ih{suffix}", Parameter(torch.empty(rows)))
-                    self.register_parameter(f"bias_hh{suffix}", Parameter(torch.empty(rows)))
+                    self.register_parameter(f"bias_ih{suffix}", Parameter(torch.empty(rows, **factory)))
+                    self.register_parameter(f"bias_hh{suffix}", Parameter(torch.empty(rows, **factory)))
+                self._register_extra_weights(suffix, factory)
         if learn_initial_state:
-            shape = (num_layers * self.num_directions, 1, hidden_size)
-            self.initial_h = Parameter(torch.empty(shape))
-            self.initial_c = Parameter(torch.empty(shape)) if self.has_cell_state else None
+            shape = (num_layers * self.num_directions, 1)
+            self.initial_h = Parameter(torch.empty(*shape, out, **factory))
+            self.initial_c = Parameter(torch.empty(*shape, hidden_size, **factory)) \
+                if self.has_cell_state else None
         self.reset_parameters()
 
     def gate_size(self) -> int:
         """Rows of each weight matrix: all gates of the cell stacked."""
         return self.gate_blocks * self.hidden_size
+
+    def output_size(self) -> int:
+        """Width of ``h``, the output of each node and direction."""
+        return self.hidden_size
+
+    def state_size(self) -> int:
+        """Width of a message: ``h``, then ``c`` for cells with a cell state."""
+        return self.output_size() + (self.hidden_size if self.has_cell_state else 0)
+
+    def _register_extra_weights(self, suffix: str, factory: dict) -> None:
+        """Cells with weights beyond torch.nn.RNNBase's four register them here."""
 
     def _suffixes(self, layer: int) -> List[str]:
         return [f"_l{layer}", f"_l{layer}_reverse"][:self.num_directions]
@@ -213,7 +297,7 @@ class ChainRecurrence(MessagePassing):
     def reset_parameters(self):
         super().reset_parameters()
         # torch.nn.RNNBase's initialisation: U(-1/sqrt(hidden), 1/sqrt(hidden)).
-        bound = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0.0
+        bound = 1.0 / math.sqrt(self.hidden_size)
         for name, parameter in self.named_parameters():
             if name.startswith("initial_"):
                 torch.nn.init.zeros_(parameter)
@@ -221,7 +305,8 @@ class ChainRecurrence(MessagePassing):
                 torch.nn.init.uniform_(parameter, -bound, bound)
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
-                state: Optional[State] = None) -> Tuple[Tensor, State]:
+                state: Optional[State] = None,
+                schedule: Optional[ChainSchedule] = None) -> Tuple[Tensor, State]:
         """Runs the layers along the chains of ``edge_index``.
 
         Args:
@@ -235,176 +320,222 @@ class ChainRecurrence(MessagePassing):
                 graph ``[num_layers * num_directions, num_graphs, hidden_size]``
                 (a pair ``(h_0, c_0)`` for the LSTMs). Defaults to the learned
                 initial state, else zeros.
+            schedule (ChainSchedule, optional): the step order of these
+                chains from :func:`chain_schedule`, computed once and reused
+                (needed under ``torch.compile(fullgraph=True)``).
 
         Returns:
             ``out`` ``[num_nodes, num_directions * hidden_size]`` and the final
             state of each graph, shaped like ``state``.
         """
-        self._check_inputs(x, edge_index, batch)
-        num_graphs = self._num_graphs(state, batch)
-        schedule = chain_schedule(edge_index, x.size(0), batch, num_graphs, type(self).__name__)
-        h_0, c_0 = self._initial_state(state, num_graphs, x)
+        out, state, _ = self._run(x, edge_index, batch, state, schedule)
+        return out, state
 
-        distances = []
+    def _run(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor], state: Optional[State],
+             schedule: Optional[ChainSchedule]) -> Tuple[Tensor, State, List[Optional[Tensor]]]:
+        """The forward pass; also returns each layer's and direction's per-node
+        extras of the cell (None for cells without)."""
+        checks.check_features(self, x, self.input_size)
+        given_graphs = self._graphs_in_state(state, batch)
+        if schedule is None:
+            schedule = chain_schedule(edge_index, x.size(0), batch, given_graphs, self)
+        else:
+            self._check_schedule(schedule, x, edge_index, given_graphs)
+        h_0, c_0 = self._initial_state(state, schedule.num_graphs, x)
+
+        extras = []
         h_n, c_n = [], []
         layer_input = x
         for layer in range(self.num_layers):
             if layer > 0 and self.dropout > 0 and self.training:
                 layer_input = F.dropout(layer_input, p=self.dropout, training=True)
             outputs = []
-            for direction, suffix in enumerate(self._suffixes(layer)):
+            for direction in range(self.num_directions):
                 index = layer * self.num_directions + direction
-                out, h_last, c_last, distance = self._run_direction(
-                    layer_input, schedule, direction, suffix, h_0[index],
+                out, h_last, c_last, extra = self._run_direction(
+                    layer_input, schedule, layer, direction, h_0[index],
                     None if c_0 is None else c_0[index])
                 outputs.append(out)
                 h_n.append(h_last)
                 c_n.append(c_last)
-                distances.append(distance)
+                extras.append(extra)
             layer_input = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
-        self._keep_extras(distances)
 
-        h_n = torch.stack(h_n)  # [num_layers * num_directions, num_graphs, hidden_size]
+        h_n = torch.stack(h_n)  # [num_layers * num_directions, num_graphs, output_size]
         if c_0 is None:
-            return layer_input, h_n
-        return layer_input, (h_n, torch.stack(c_n))
+            return layer_input, h_n, extras
+        return layer_input, (h_n, torch.stack(c_n)), extras
 
-    def _run_direction(self, x: Tensor, schedule: ChainSchedule, direction: int, suffix: str,
+    def _run_direction(self, x: Tensor, schedule: ChainSchedule, layer: int, direction: int,
                        h_0: Tensor, c_0: Optional[Tensor]):
         """One layer in one direction: project every input at once, then step
-        the frontiers. Returns the outputs in node order, the final states per
-        graph and the per-node extras of the cell (or None)."""
+        the frontiers, each step's messages through :meth:`propagate`. Returns
+        the outputs in node order, the final states per graph and the
+        per-node extras of the cell (or None)."""
+        suffix = self._suffixes(layer)[direction]
         weight_ih = getattr(self, f"weight_ih{suffix}")
         weight_hh = getattr(self, f"weight_hh{suffix}")
-        bias_ih = getattr(self, f"bias_ih{suffix}", None)
-        bias_hh = getattr(self, f"bias_hh{suffix}", None)
-        input_bias, hidden_bias = self.split_biases(bias_ih, bias_hh)
+        input_bias, weights = self.cell_weights(suffix)
 
-        order, position, sizes = schedule.orders[direction], schedule.positions[direction], schedule.sizes
-        x = x.index_select(0, order)  # step order
+        sizes, position = schedule.sizes, schedule.positions[direction]
+        x = x.index_select(0, schedule.orders[direction])  # step order
         if input_bias is None:
             projected = x.matmul(weight_ih.t())  # [num_nodes, gate_size]
         else:
             projected = torch.addmm(input_bias, x, weight_ih.t())
 
+        width = self.output_size()
+        step = self._fused_step(x)
+        messages = None  # the h of every message, for W_hh's gradient in one product
+        exact_inputs = projected.split(sizes)  # (see _DeferredRecurrentGrad)
+        if step is not None and torch.is_grad_enabled() and weight_hh.requires_grad:
+            messages = []
+            projected = _DeferredRecurrentGrad.apply(projected, weight_hh, messages)
+
+        # The first step's messages are the initial states of the chains.
+        state = h_0.index_select(0, schedule.chain_graph)  # [num_chains, output_size]
+        if c_0 is not None:
+            state = torch.cat([state, c_0.index_select(0, schedule.chain_graph)], dim=1)
+        edge_ids = schedule.edge_ids[direction]  # for hooks and explainers: which edge each message is
         # Split, not slice: the backward of a slice fills a zero tensor the
         # size of the whole input per step, the backward of one split
-        # concatenates once. Likewise each step splits its states into those
-        # carried on (the first sizes[t + 1] chains) and those of the chains
-        # that end there; the ends come out shortest chain first, hence the
-        # reversal in _per_graph.
-        inputs = projected.split(sizes)  # per step [sizes[t], gate_size]
-        h = h_0.index_select(0, schedule.chain_graph)  # [num_chains, hidden_size]
-        c = None if c_0 is None else c_0.index_select(0, schedule.chain_graph)
-        w_hh = weight_hh.t()
-        hs, extras, h_ends, c_ends = [], [], [], []
-        for t, size in enumerate(sizes):
-            h, c, extra = self.cell(inputs[t], h, c, w_hh, hidden_bias)
-            hs.append(h)
+        # concatenates once.
+        states, extras = [], []
+        done = 0  # nodes in the steps so far
+        for t, inputs in enumerate(projected.split(sizes)):
+            size = sizes[t]
+            if t > 0:
+                edge_id = edge_ids.narrow(0, done - sizes[0], size)
+                state = self.propagate(schedule.frontier[:, :size], state=state,
+                                       size=(sizes[t - 1], size), aligned=True, edge_id=edge_id)
+            if step is None:
+                state, extra = self.cell(inputs, state, weights)  # [size, state_size]
+            else:
+                if messages is not None:
+                    messages.append(state[:, :width].detach())
+                state, extra = step(inputs, exact_inputs[t], state, *weights), None
+            states.append(state)
             if extra is not None:
                 extras.append(extra)
-            carried = sizes[t + 1] if t + 1 < len(sizes) else 0
-            if carried < size:
-                h, h_end = h.split([carried, size - carried])
-                h_ends.append(h_end)
-                if c is not None:
-                    c, c_end = c.split([carried, size - carried])
-                    c_ends.append(c_end)
+            done += size
 
-        hidden = weight_hh.size(1)
-        out = torch.cat(hs) if hs else projected.new_zeros(0, hidden)
-        out = out.index_select(0, position)  # node order
+        # Without nodes, a slice of the projection keeps outputs attached to
+        # the graph (x and the weights), as an empty tensor should be.
+        states = torch.cat(states) if states else projected[:, :self.state_size()]
+        out = states[:, :width].index_select(0, position)  # [num_nodes, output_size], node order
         extra = torch.cat(extras).index_select(0, position) if extras else None
-        h_n = self._per_graph(h_0, h_ends, schedule)
-        c_n = None if c_0 is None else self._per_graph(c_0, c_ends, schedule)
+        last = states.index_select(0, schedule.ends)  # [num_chains, state_size], by rank
+        h_n = self._per_graph(h_0, last[:, :width], schedule)
+        c_n = None if c_0 is None else self._per_graph(c_0, last[:, width:], schedule)
         return out, h_n, c_n, extra
 
     @staticmethod
-    def _per_graph(initial: Tensor, ends: List[Tensor], schedule: ChainSchedule) -> Tensor:
+    def _per_graph(initial: Tensor, last: Tensor, schedule: ChainSchedule) -> Tensor:
         """The final state of each graph: its chain's end, or the initial
         state if the graph has no nodes."""
-        if not ends:
+        if last.size(0) == 0:
             return initial
-        ends = torch.cat(ends[::-1])  # [num_chains, hidden_size], by rank
-        if ends.size(0) == schedule.num_graphs:
-            # One chain per graph, so every graph appears once.
-            return ends.index_select(0, torch.argsort(schedule.chain_graph))
-        return initial.index_copy(0, schedule.chain_graph, ends)
+        if schedule.graph_chain is not None:  # One chain per graph.
+            return last.index_select(0, schedule.graph_chain)
+        return initial.index_copy(0, schedule.chain_graph, last)
 
-    def split_biases(self, bias_ih: Optional[Tensor], bias_hh: Optional[Tensor]):
-        """The bias added to the input projection once for all nodes, and the
-        bias the cell adds to the hidden projection itself. Both biases sit
+    def cell_weights(self, suffix: str) -> Tuple[Optional[Tensor], tuple]:
+        """The bias added to the input projection once for all nodes, and what
+        :meth:`cell` needs of one layer and direction: ``W_hh^T``, the bias the
+        cell adds to the hidden projection itself, and extras. Both biases sit
         outside any non-linearity for most cells, so both go to the inputs."""
-        if bias_ih is None:
-            return None, None
-        return bias_ih + bias_hh, None
+        bias_ih = getattr(self, f"bias_ih{suffix}", None)
+        bias_hh = getattr(self, f"bias_hh{suffix}", None)
+        input_bias = None if bias_ih is None else bias_ih + bias_hh
+        return input_bias, (getattr(self, f"weight_hh{suffix}").t(), None)
 
-    def cell(self, projected: Tensor, h: Tensor, c: Optional[Tensor], w_hh: Tensor,
-             hidden_bias: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
-        """The update rule for one frontier: ``projected`` ``[B, gate_size]``
-        is ``W_ih x_i + b``, ``h`` and ``c`` ``[B, hidden_size]`` are the
-        messages from the predecessors, ``w_hh`` is ``W_hh^T``. Returns the new
-        ``h``, ``c`` (or None) and a per-node extra (or None)."""
+    def _fused_step(self, x: Tensor):
+        """The cell fused by hand into one autograd node (an
+        :class:`torch.autograd.Function` taking ``inputs, exact_inputs,
+        state, *weights``, see :class:`_DeferredRecurrentGrad`), or None to
+        run :meth:`cell` op by op. The fused step gives the same
+        numbers; torch.compile (which fuses by itself) and autocast (which
+        picks each op's precision) trace :meth:`cell` instead."""
+        if self.fused_step is None or torch.compiler.is_compiling() \
+                or torch.is_autocast_enabled(x.device.type):
+            return None
+        return self.fused_step
+
+    fused_step = None
+
+    def cell(self, inputs: Tensor, state: Tensor, weights: tuple) -> Tuple[Tensor, Optional[Tensor]]:
+        """The update rule for one frontier: ``inputs`` ``[B, gate_size]`` is
+        ``W_ih x_i + b``, ``state`` ``[B, state_size]`` the messages from the
+        predecessors, ``weights`` what :meth:`cell_weights` gives. Returns the
+        new state ``[B, state_size]`` and a per-node extra (or None)."""
         raise NotImplementedError
 
-    def predecessor_states(self, h: Tensor, edge_index: Tensor) -> Tensor:
-        """The message every node receives: its predecessor's state ``h``
-        ``[num_nodes, channels]``, zeros where a chain starts. This is what
-        each step of :meth:`forward` gathers for its frontier, there by
-        slicing the step layout rather than scattering along the edges."""
-        return self.propagate(edge_index, h=h, size=(h.size(0), h.size(0)))
+    def message(self, state_j: Tensor) -> Tensor:
+        return state_j  # [num_edges, state_size]
 
-    def message(self, h_j: Tensor) -> Tensor:
-        return h_j  # [num_edges, channels]
+    def aggregate(self, inputs: Tensor, index: Tensor, ptr: Optional[Tensor] = None,
+                  dim_size: Optional[int] = None, aligned: bool = False) -> Tensor:
+        """The sum of each node's messages. The engine's step edges are
+        ``aligned``: edge ``k`` ends at row ``k`` and every row gets one, so the
+        sum is the messages as they are."""
+        if aligned:
+            return inputs
+        return super().aggregate(inputs, index, ptr=ptr, dim_size=dim_size)
 
-    def _keep_extras(self, extras: List[Optional[Tensor]]) -> None:
-        pass
+    def explain_message(self, inputs: Tensor, dim_size: Optional[int],
+                        edge_id: Optional[Tensor] = None) -> Tensor:
+        """Scales each message by the explainer's mask of the edge of
+        ``edge_index`` that carries it (``edge_id``), so masks learned by PyG's
+        explainers are in the user's edge order."""
+        if edge_id is None:
+            return super().explain_message(inputs, dim_size)
+        edge_mask = self._edge_mask
+        if edge_mask is None:
+            raise ValueError(f"{type(self).__name__}: no edge_mask to explain with; "
+                             f"did you forget to set one?")
+        if self._apply_sigmoid:
+            edge_mask = edge_mask.sigmoid()
+        return inputs * edge_mask.index_select(0, edge_id).unsqueeze(-1)
 
-    def _check_inputs(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor]) -> None:
-        name = type(self).__name__
-        if x.dim() != 2 or x.size(1) != self.input_size:
-            raise ValueError(f"{name} expects x of shape [num_nodes, {self.input_size}], "
-                             f"got {list(x.shape)}")
-        if edge_index.dim() != 2 or edge_index.size(0) != 2:
-            raise ValueError(f"{name} expects edge_index of shape [2, num_edges], "
-                             f"got {list(edge_index.shape)}")
-        if edge_index.dtype != torch.long:
-            raise ValueError(f"{name} expects edge_index of dtype torch.long, got {edge_index.dtype}")
-        if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= x.size(0)):
-            raise ValueError(f"{name}: edge_index refers to node {int(edge_index.max())}, "
-                             f"but x has {x.size(0)} nodes")
-        if batch is not None and (batch.dim() != 1 or batch.size(0) != x.size(0)):
-            raise ValueError(f"{name} expects batch of shape [{x.size(0)}] (one graph id per node), "
-                             f"got {list(batch.shape)}")
-
-    def _num_graphs(self, state: Optional[State], batch: Optional[Tensor]) -> int:
-        """One graph without ``batch``; else as many as the initial state has
-        (trailing graphs may be empty), or the largest graph id plus one."""
+    def _graphs_in_state(self, state: Optional[State], batch: Optional[Tensor]) -> Optional[int]:
+        """The number of graphs a given initial state is for (one without
+        ``batch``); None when there is no state to tell (or it is malformed,
+        which :meth:`_initial_state` reports)."""
         if batch is None:
             return 1
-        needed = int(batch.max()) + 1 if batch.numel() else 1
-        if state is None:
-            return needed
-        h_0 = state[0] if isinstance(state, (tuple, list)) else state
-        if h_0.dim() != 3:
-            return needed  # _initial_state names the expected shape.
-        if h_0.size(1) < needed:
-            raise ValueError(f"{type(self).__name__}: batch holds {needed} graphs, "
-                             f"but the initial state has {h_0.size(1)}")
+        h_0 = state[0] if isinstance(state, (tuple, list)) and len(state) else state
+        if not isinstance(h_0, Tensor) or h_0.dim() != 3:
+            return None
         return h_0.size(1)
 
+    def _check_schedule(self, schedule: ChainSchedule, x: Tensor, edge_index: Tensor,
+                        num_graphs: Optional[int]) -> None:
+        name = type(self).__name__
+        if not isinstance(schedule, ChainSchedule):
+            raise TypeError(f"{name} expects schedule from graphseq.nn.chain_schedule, "
+                            f"got {type(schedule).__name__}")
+        if schedule.num_nodes != x.size(0) or schedule.num_edges != edge_index.size(-1):
+            raise ValueError(f"{name}: the schedule is for {schedule.num_nodes} nodes and "
+                             f"{schedule.num_edges} edges, but x has {x.size(0)} nodes and "
+                             f"edge_index {edge_index.size(-1)} edges")
+        if num_graphs is not None and num_graphs != schedule.num_graphs:
+            raise ValueError(f"{name}: the schedule is for {schedule.num_graphs} graphs, "
+                             f"but the initial state has {num_graphs}")
+
     def _initial_state(self, state: Optional[State], num_graphs: int, x: Tensor):
-        """``(h_0, c_0)`` ``[num_layers * num_directions, num_graphs, hidden_size]``
+        """``(h_0, c_0)`` ``[num_layers * num_directions, num_graphs, width]``
         each; ``c_0`` is None for cells without a cell state."""
         name = type(self).__name__
-        shape = [self.num_layers * self.num_directions, num_graphs, self.hidden_size]
+        rows = self.num_layers * self.num_directions
+        h_shape = [rows, num_graphs, self.output_size()]
+        c_shape = [rows, num_graphs, self.hidden_size]
         if state is None:
             if self.learn_initial_state:
-                h_0 = self.initial_h.expand(shape)
-                c_0 = self.initial_c.expand(shape) if self.has_cell_state else None
+                h_0 = self.initial_h.expand(h_shape)
+                c_0 = self.initial_c.expand(c_shape) if self.has_cell_state else None
             else:
-                h_0 = x.new_zeros(shape)
-                c_0 = x.new_zeros(shape) if self.has_cell_state else None
+                h_0 = x.new_zeros(h_shape)
+                c_0 = x.new_zeros(c_shape) if self.has_cell_state else None
             return h_0, c_0
         if self.has_cell_state:
             if not isinstance(state, (tuple, list)) or len(state) != 2:
@@ -414,12 +545,16 @@ class ChainRecurrence(MessagePassing):
             if not isinstance(state, Tensor):
                 raise ValueError(f"{name} expects state as one tensor h_0")
             h_0, c_0 = state, None
-        for label, tensor in (("h_0", h_0), ("c_0", c_0)):
+        for label, tensor, shape in (("h_0", h_0, h_shape), ("c_0", c_0, c_shape)):
             if tensor is not None and list(tensor.shape) != shape:
                 raise ValueError(f"{name} expects {label} of shape {shape} "
-                                 f"[num_layers * num_directions, num_graphs, hidden_size], "
+                                 f"[num_layers * num_directions, num_graphs, "
+                                 f"{'hidden_size' if shape is c_shape else self._h_name()}], "
                                  f"got {list(tensor.shape)}")
         return h_0, c_0
+
+    def _h_name(self) -> str:
+        return "hidden_size"
 
     def extra_repr_args(self) -> List[str]:
         args = [f"{self.input_size}", f"{self.hidden_size}"]
@@ -440,15 +575,20 @@ class ChainRecurrence(MessagePassing):
 
 
 class ChainRNN(ChainRecurrence):
-    r"""The Elman recurrent network (:class:`torch.nn.RNN` with ``tanh``)
-    stepped along chains.
+    r"""The Elman recurrent network (:class:`torch.nn.RNN`) stepped along
+    chains.
 
     .. math::
-        \mathbf{h}_i = \tanh\big(\mathbf{W}_{ih}\mathbf{x}_i + \mathbf{b}_{ih}
+        \mathbf{h}_i = \sigma\big(\mathbf{W}_{ih}\mathbf{x}_i + \mathbf{b}_{ih}
         + \mathbf{W}_{hh}\mathbf{h}_j + \mathbf{b}_{hh}\big), \qquad j \to i
 
-    Args: see :class:`ChainRecurrence`; the ``state_dict`` is
-    :class:`torch.nn.RNN`'s.
+    with :math:`\sigma` the ``nonlinearity``.
+
+    Args:
+        nonlinearity (str): ``"tanh"`` or ``"relu"``, as for
+            :class:`torch.nn.RNN`. (default: ``"tanh"``)
+        others: see :class:`ChainRecurrence`; the ``state_dict`` is
+            :class:`torch.nn.RNN`'s.
 
     Shapes:
         - **input:** ``x`` :math:`(|\mathcal{V}|, F_{in})`, ``edge_index``
@@ -460,40 +600,227 @@ class ChainRNN(ChainRecurrence):
 
     gate_blocks = 1
 
-    def cell(self, projected, h, c, w_hh, hidden_bias):
-        return torch.addmm(projected, h, w_hh).tanh(), None, None
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 nonlinearity: str = "tanh", bias: bool = True, dropout: float = 0.0,
+                 bidirectional: bool = False, learn_initial_state: bool = False, **kwargs):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"ChainRNN's nonlinearity is 'tanh' or 'relu', got {nonlinearity!r}")
+        self.nonlinearity = nonlinearity
+        super().__init__(input_size, hidden_size, num_layers=num_layers, bias=bias, dropout=dropout,
+                         bidirectional=bidirectional, learn_initial_state=learn_initial_state, **kwargs)
+
+    def cell(self, inputs, state, weights):
+        w_hh, _ = weights
+        pre = torch.addmm(inputs, state, w_hh)  # [B, hidden_size]
+        return (pre.tanh() if self.nonlinearity == "tanh" else pre.relu()), None
+
+    def extra_repr_args(self) -> List[str]:
+        args = super().extra_repr_args()
+        if self.nonlinearity != "tanh":
+            args.insert(2, f"nonlinearity={self.nonlinearity!r}")
+        return args
+
+
+class _DeferredRecurrentGrad(torch.autograd.Function):
+    r"""The identity on the input projection ``W_ih x + b`` of every node,
+    whose backward adds the gradient of ``W_hh``: the gradient of a step's
+    pre-activations ``W_ih x_i + b + W_hh h_j`` is the gradient of its input
+    projection, so ``dL/dW_hh = sum_t dL/dgates_t^T h_t`` is one product over
+    all nodes, ``dL/dprojected^T [h_j]``, instead of a thin product and a sum
+    per step (cuDNN's way too).
+
+    A fused step takes its inputs twice, through this node (``inputs``) and
+    around it (``exact_inputs``). A first-order backward (grad mode off) of a
+    step returns the gates' gradient for ``inputs`` and none for ``W_hh``,
+    which this node then adds. A backward that builds a graph (grad mode on,
+    ``create_graph``) returns autograd's gradients through the op-by-op cell
+    for ``exact_inputs`` and ``W_hh``; this node adds nothing. Gradients of
+    higher order that flow through those graphs thus never pass this node,
+    and those that flow through the steps' first-order nodes do."""
+
+    @staticmethod
+    def forward(ctx, projected: Tensor, weight_hh: Tensor, messages: List[Tensor]) -> Tensor:
+        # Filled while the steps run, detached (no reference cycle through
+        # the graph): the first-order product needs their values only.
+        ctx.messages = messages
+        ctx.set_materialize_grads(False)
+        return projected.view_as(projected)
+
+    @staticmethod
+    def backward(ctx, d_projected: Optional[Tensor]):
+        if d_projected is None or torch.is_grad_enabled() or not ctx.needs_input_grad[1] \
+                or not ctx.messages:  # (no nodes, no gradient)
+            return d_projected, None, None
+        h = torch.cat(ctx.messages)  # [num_nodes, output_size], step order
+        return d_projected, d_projected.t().mm(h), None
+
+
+class _LSTMStep(torch.autograd.Function):
+    """One LSTM step of a frontier, :meth:`ChainLSTM.cell` fused by hand: the
+    forward writes ``[h, c]`` into one tensor, the backward computes the
+    gates' gradient in a handful of ops instead of one autograd node per op.
+    ``W_hh``'s gradient comes from :class:`_DeferredRecurrentGrad`. With
+    ``create_graph`` (double backward) it differentiates :meth:`ChainLSTM.cell`
+    instead, so every order of derivative is autograd's."""
+
+    @staticmethod
+    def forward(ctx, inputs: Tensor, exact_inputs: Tensor, message: Tensor, w_hh: Tensor,
+                w_hr: Optional[Tensor]) -> Tensor:
+        width, hidden = w_hh.size(0), inputs.size(1) // 4
+        h, c_prev = message.split([width, hidden], dim=1)
+        gates = torch.addmm(inputs, h, w_hh)  # [B, 4 * hidden]: i, f, g, o, made activations in place
+        gates[:, :2 * hidden].sigmoid_()
+        gates[:, 2 * hidden:3 * hidden].tanh_()
+        gates[:, 3 * hidden:].sigmoid_()
+        i, f, g, o = gates.chunk(4, dim=1)
+        state = torch.empty_like(message)  # [B, width + hidden]
+        h, c = state.split([width, hidden], dim=1)
+        torch.mul(f, c_prev, out=c)
+        c.addcmul_(i, g)
+        tanh_c = c.tanh()
+        if w_hr is None:
+            unprojected = None
+            torch.mul(o, tanh_c, out=h)
+        else:
+            unprojected = o * tanh_c
+            h.copy_(unprojected.mm(w_hr))
+        ctx.save_for_backward(exact_inputs, message, w_hh, w_hr, gates, tanh_c, unprojected)
+        return state
+
+    @staticmethod
+    def backward(ctx, d_state: Tensor):
+        exact_inputs, message, w_hh, w_hr, gates, tanh_c, unprojected = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            return (None,) + _differentiable_step_grads(ctx.needs_input_grad[1:], _lstm_cell, d_state,
+                                                        exact_inputs, message, w_hh, w_hr)
+        width, hidden = w_hh.size(0), tanh_c.size(1)
+        c_prev = message[:, width:]
+        i, f, g, o = gates.chunk(4, dim=1)
+        d_h, d_c = d_state.split([width, hidden], dim=1)
+        d_w_hr = None
+        if w_hr is not None:
+            d_w_hr = unprojected.t().mm(d_h) if ctx.needs_input_grad[4] else None
+            d_h = d_h.mm(w_hr.t())  # [B, hidden]
+        # h = o tanh(c), c = f c_j + i g: the gradient reaching c, then each gate's.
+        d_c = torch.addcmul(d_c, d_h * o, 1 - tanh_c * tanh_c)
+        d_gates = torch.empty_like(gates)
+        d_i, d_f, d_g, d_o = d_gates.chunk(4, dim=1)
+        torch.mul(d_c, g, out=d_i)
+        torch.mul(d_c, c_prev, out=d_f)
+        torch.mul(d_c, i, out=d_g)
+        torch.mul(d_h, tanh_c, out=d_o)
+        slope = gates * (1 - gates)  # sigmoid' = s (1 - s) ...
+        torch.addcmul(gates.new_ones(()), g, g, value=-1, out=slope[:, 2 * hidden:3 * hidden])  # tanh' = 1 - g^2
+        d_gates.mul_(slope)
+        d_message = None
+        if ctx.needs_input_grad[2]:
+            d_message = torch.empty_like(message)
+            d_h_prev, d_c_prev = d_message.split([width, hidden], dim=1)
+            torch.mm(d_gates, w_hh.t(), out=d_h_prev)
+            torch.mul(d_c, f, out=d_c_prev)
+        return d_gates, None, d_message, None, d_w_hr
+
+
+def _differentiable_step_grads(needs_input_grad, cell, d_state: Tensor, *args):
+    """A fused step's gradients by autograd through the op-by-op ``cell``,
+    for ``create_graph``; ``W_hh``'s included (see _DeferredRecurrentGrad)."""
+    wanted = [k for k, arg in enumerate(args) if arg is not None and needs_input_grad[k]]
+    with torch.enable_grad():
+        state = cell(*args)
+    grads = torch.autograd.grad(state, [args[k] for k in wanted], d_state, create_graph=True,
+                                allow_unused=True)
+    out = [None] * len(args)
+    for k, grad in zip(wanted, grads):
+        out[k] = grad
+    return tuple(out)
+
+
+def _lstm_cell(inputs: Tensor, message: Tensor, w_hh: Tensor, w_hr: Optional[Tensor]) -> Tensor:
+    """The LSTM update op by op: ``inputs`` ``[B, 4 * hidden]`` (``W_ih x + b``),
+    ``message`` ``[B, width + hidden]`` (``[h_j, c_j]``), ``w_hh`` ``W_hh^T``,
+    ``w_hr`` ``W_hr^T`` or None; returns the new ``[h, c]``."""
+    width = w_hh.size(0)
+    h, c = message.split([width, message.size(1) - width], dim=1)
+    gates = torch.addmm(inputs, h, w_hh)  # [B, 4 * hidden_size]
+    i, f, g, o = gates.chunk(4, dim=1)
+    c = torch.addcmul(f.sigmoid() * c, i.sigmoid(), g.tanh())
+    h = o.sigmoid() * c.tanh()
+    if w_hr is not None:
+        h = h.mm(w_hr)  # [B, proj_size]
+    return torch.cat([h, c], dim=1)
 
 
 class ChainLSTM(ChainRecurrence):
     r"""Long short-term memory (`Hochreiter & Schmidhuber, 1997
     <https://www.bioinf.jku.at/publications/older/2604.pdf>`_) stepped along
-    chains; :class:`torch.nn.LSTM`'s cell, gate order and ``state_dict``.
+    chains; :class:`torch.nn.LSTM`'s cell, gate order, projection and
+    ``state_dict``.
 
     .. math::
         (\mathbf{i}, \mathbf{f}, \mathbf{g}, \mathbf{o}) &= (\sigma, \sigma, \tanh, \sigma)
         \big(\mathbf{W}_{ih}\mathbf{x}_i + \mathbf{b}_{ih} + \mathbf{W}_{hh}\mathbf{h}_j
         + \mathbf{b}_{hh}\big) \\
         \mathbf{c}_i &= \mathbf{f} \odot \mathbf{c}_j + \mathbf{i} \odot \mathbf{g}, \qquad
-        \mathbf{h}_i = \mathbf{o} \odot \tanh(\mathbf{c}_i)
+        \mathbf{h}_i = \mathbf{W}_{hr}\big(\mathbf{o} \odot \tanh(\mathbf{c}_i)\big)
 
-    Args: see :class:`ChainRecurrence`.
+    where :math:`\mathbf{W}_{hr}` (``weight_hr_l{k}``) is there only with a
+    ``proj_size``.
+
+    Args:
+        proj_size (int): if above 0, project ``h`` to this size, as
+            :class:`torch.nn.LSTM` does; ``h`` (outputs, ``h_0``, ``h_n``) then
+            has ``proj_size`` columns and ``c`` keeps ``hidden_size``. (default: :obj:`0`)
+        others: see :class:`ChainRecurrence`.
 
     Shapes:
         - **input:** ``x`` :math:`(|\mathcal{V}|, F_{in})`, ``edge_index``
           :math:`(2, |\mathcal{E}|)`, ``batch`` :math:`(|\mathcal{V}|)`,
-          ``state`` ``(h_0, c_0)`` each :math:`(L \cdot D, G, H)`
-        - **output:** ``out`` :math:`(|\mathcal{V}|, D \cdot H)`,
-          ``(h_n, c_n)`` each :math:`(L \cdot D, G, H)`
+          ``state`` ``(h_0, c_0)``, :math:`(L \cdot D, G, H_{out})` and
+          :math:`(L \cdot D, G, H)`
+        - **output:** ``out`` :math:`(|\mathcal{V}|, D \cdot H_{out})`,
+          ``(h_n, c_n)`` shaped like ``(h_0, c_0)``, with :math:`H_{out}`
+          the ``proj_size`` if set, else :math:`H`
     """
 
     gate_blocks = 4
     has_cell_state = True
 
-    def cell(self, projected, h, c, w_hh, hidden_bias):
-        gates = torch.addmm(projected, h, w_hh)  # [B, 4 * hidden_size]
-        i, f, g, o = gates.chunk(4, dim=1)
-        c = torch.addcmul(f.sigmoid() * c, i.sigmoid(), g.tanh())
-        return o.sigmoid() * c.tanh(), c, None
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
+                 learn_initial_state: bool = False, **kwargs):
+        if not 0 <= proj_size < hidden_size:
+            raise ValueError(f"ChainLSTM needs 0 <= proj_size < hidden_size (as torch.nn.LSTM), "
+                             f"got proj_size={proj_size}, hidden_size={hidden_size}")
+        self.proj_size = proj_size
+        super().__init__(input_size, hidden_size, num_layers=num_layers, bias=bias, dropout=dropout,
+                         bidirectional=bidirectional, learn_initial_state=learn_initial_state, **kwargs)
+
+    def output_size(self) -> int:
+        return self.proj_size or self.hidden_size
+
+    def _register_extra_weights(self, suffix: str, factory: dict) -> None:
+        if self.proj_size:
+            self.register_parameter(f"weight_hr{suffix}",
+                                    Parameter(torch.empty(self.proj_size, self.hidden_size, **factory)))
+
+    def _h_name(self) -> str:
+        return "proj_size" if self.proj_size else "hidden_size"
+
+    def cell_weights(self, suffix):
+        input_bias, (w_hh, hidden_bias) = super().cell_weights(suffix)
+        w_hr = getattr(self, f"weight_hr{suffix}").t() if self.proj_size else None
+        return input_bias, (w_hh, w_hr)
+
+    fused_step = _LSTMStep.apply
+
+    def cell(self, inputs, state, weights):
+        return _lstm_cell(inputs, state, *weights), None
+
+    def extra_repr_args(self) -> List[str]:
+        args = super().extra_repr_args()
+        if self.proj_size:
+            args.append(f"proj_size={self.proj_size}")
+        return args
 
 
 class ChainGRU(ChainRecurrence):
@@ -522,24 +849,28 @@ class ChainGRU(ChainRecurrence):
 
     gate_blocks = 3
 
-    def split_biases(self, bias_ih, bias_hh):
+    def cell_weights(self, suffix):
         # b_hn sits inside r * (...), so only b_hr and b_hz join the inputs.
+        bias_ih = getattr(self, f"bias_ih{suffix}", None)
+        bias_hh = getattr(self, f"bias_hh{suffix}", None)
+        w_hh = getattr(self, f"weight_hh{suffix}").t()
         if bias_ih is None:
-            return None, None
+            return None, (w_hh, None)
         hidden = self.hidden_size
         input_bias = torch.cat([bias_ih[:2 * hidden] + bias_hh[:2 * hidden], bias_ih[2 * hidden:]])
         hidden_bias = torch.cat([bias_hh.new_zeros(2 * hidden), bias_hh[2 * hidden:]])
-        return input_bias, hidden_bias
+        return input_bias, (w_hh, hidden_bias)
 
-    def cell(self, projected, h, c, w_hh, hidden_bias):
+    def cell(self, inputs, state, weights):
+        w_hh, hidden_bias = weights
         if hidden_bias is None:
-            recurrent = h.mm(w_hh)  # [B, 3 * hidden_size]
+            recurrent = state.mm(w_hh)  # [B, 3 * hidden_size]
         else:
-            recurrent = torch.addmm(hidden_bias, h, w_hh)
-        hidden = h.size(1)
-        r, z = (projected[:, :2 * hidden] + recurrent[:, :2 * hidden]).sigmoid().chunk(2, dim=1)
-        n = torch.addcmul(projected[:, 2 * hidden:], r, recurrent[:, 2 * hidden:]).tanh()
-        return torch.lerp(n, h, z), None, None
+            recurrent = torch.addmm(hidden_bias, state, w_hh)
+        hidden = state.size(1)
+        r, z = (inputs[:, :2 * hidden] + recurrent[:, :2 * hidden]).sigmoid().chunk(2, dim=1)
+        n = torch.addcmul(inputs[:, 2 * hidden:], r, recurrent[:, 2 * hidden:]).tanh()
+        return torch.lerp(n, state.to(n.dtype), z), None  # (autocast leaves state in full precision)
 
 
 def cumax(x: Tensor, dim: int = -1) -> Tensor:
@@ -573,10 +904,10 @@ class ChainONLSTM(ChainRecurrence):
     input, forget, cell and output gates (``hidden_size`` each), so
     ``weight_ih_l0`` is ``[4 * hidden_size + 2 * C, input_size]``.
 
-    After each forward, :attr:`last_distances` ``[num_nodes, num_layers *
-    num_directions]`` (detached, node order) holds the split point of each
-    node's master forget gate, :math:`d^f_i = C - \sum_k \tilde{f}_{ik}`, the
-    syntactic distance the paper reads trees from (Sec. 4.3).
+    ``forward(..., return_distances=True)`` also returns the split point of
+    each node's master forget gate, :math:`d^f_i = C - \sum_k \tilde{f}_{ik}`,
+    the syntactic distance the paper reads trees from (Sec. 4.3),
+    ``[num_nodes, num_layers * num_directions]`` in node order.
 
     Args:
         chunk_size (int): neurons per master-gate chunk; divides
@@ -588,7 +919,8 @@ class ChainONLSTM(ChainRecurrence):
           :math:`(2, |\mathcal{E}|)`, ``batch`` :math:`(|\mathcal{V}|)`,
           ``state`` ``(h_0, c_0)`` each :math:`(L \cdot D, G, H)`
         - **output:** ``out`` :math:`(|\mathcal{V}|, D \cdot H)`,
-          ``(h_n, c_n)`` each :math:`(L \cdot D, G, H)`
+          ``(h_n, c_n)`` each :math:`(L \cdot D, G, H)`, and with
+          ``return_distances`` the distances :math:`(|\mathcal{V}|, L \cdot D)`
     """
 
     gate_blocks = 4
@@ -602,15 +934,31 @@ class ChainONLSTM(ChainRecurrence):
                              f"got hidden_size={hidden_size}, chunk_size={chunk_size}")
         self.chunk_size = chunk_size
         self.num_chunks = hidden_size // chunk_size
-        self.last_distances: Optional[Tensor] = None
         super().__init__(input_size, hidden_size, num_layers=num_layers, bias=bias, dropout=dropout,
                          bidirectional=bidirectional, learn_initial_state=learn_initial_state, **kwargs)
 
     def gate_size(self) -> int:
         return 4 * self.hidden_size + 2 * self.num_chunks
 
-    def cell(self, projected, h, c, w_hh, hidden_bias):
-        gates = torch.addmm(projected, h, w_hh)  # [B, 2 * chunks + 4 * hidden_size]
+    def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
+                state: Optional[State] = None, schedule: Optional[ChainSchedule] = None,
+                return_distances: bool = False):
+        """As :meth:`ChainRecurrence.forward`; with ``return_distances``, also
+        the master-forget distances ``[num_nodes, num_layers * num_directions]``."""
+        out, state, extras = self._run(x, edge_index, batch, state, schedule)
+        if not return_distances:
+            return out, state
+        if x.size(0) == 0:
+            distances = x.new_zeros(0, len(extras))
+        else:
+            distances = torch.stack(extras, dim=1)
+        return out, state, distances
+
+    def cell(self, inputs, state, weights):
+        w_hh, _ = weights
+        hidden = self.hidden_size
+        h, c = state[:, :hidden], state[:, hidden:]
+        gates = torch.addmm(inputs, h, w_hh)  # [B, 2 * chunks + 4 * hidden_size]
         chunks, size = self.num_chunks, self.chunk_size
         master_forget = cumax(gates[:, :chunks])  # [B, chunks]
         master_input = 1.0 - cumax(gates[:, chunks:2 * chunks])
@@ -619,20 +967,14 @@ class ChainONLSTM(ChainRecurrence):
 
         # Each chunk's master value applies to its chunk_size neurons.
         def chunked(t: Tensor) -> Tensor:
-            return t.view(-1, chunks, size)  # [B, chunks, chunk_size]
+            return t.reshape(-1, chunks, size)  # [B, chunks, chunk_size]
 
         w, mf, mi = overlap.unsqueeze(-1), master_forget.unsqueeze(-1), master_input.unsqueeze(-1)
         forget = chunked(f.sigmoid()) * w + (mf - w)
         write = chunked(i.sigmoid()) * w + (mi - w)
         c = (forget * chunked(c) + write * chunked(g.tanh())).view(-1, chunks * size)
         distance = chunks - master_forget.sum(dim=1)  # [B]
-        return o.sigmoid() * c.tanh(), c, distance
-
-    def _keep_extras(self, extras):
-        if any(extra is None for extra in extras):  # a batch without nodes
-            self.last_distances = None
-        else:
-            self.last_distances = torch.stack(extras, dim=1).detach()
+        return torch.cat([o.sigmoid() * c.tanh(), c], dim=1), distance
 
     def extra_repr_args(self) -> List[str]:
         args = super().extra_repr_args()

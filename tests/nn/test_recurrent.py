@@ -1,5 +1,6 @@
 import pytest
 import torch
+from torch.autograd import gradcheck, gradgradcheck
 from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence
 
 from graphseq.graphs import chain, lengths_to_batch, reverse
@@ -8,7 +9,15 @@ from graphseq.nn.recurrent import chain_schedule, cumax
 
 # Variable lengths, a length-1 sequence among them, not sorted.
 LENGTHS = [3, 1, 5, 2, 5]
-PAIRS = [(ChainRNN, torch.nn.RNN), (ChainLSTM, torch.nn.LSTM), (ChainGRU, torch.nn.GRU)]
+# Ours, torch's, and the options both take: every cell and option with a torch twin.
+PAIRS = [
+    (ChainRNN, torch.nn.RNN, {}),
+    (ChainRNN, torch.nn.RNN, {"nonlinearity": "relu"}),
+    (ChainLSTM, torch.nn.LSTM, {}),
+    (ChainLSTM, torch.nn.LSTM, {"proj_size": 4}),
+    (ChainGRU, torch.nn.GRU, {}),
+]
+PAIR_IDS = ["rnn", "rnn-relu", "lstm", "lstm-proj", "gru"]
 ALL = [ChainRNN, ChainLSTM, ChainGRU, ChainONLSTM]
 
 
@@ -45,20 +54,27 @@ def leaves(tensors):
     return tuple(t.detach().clone().requires_grad_() for t in tensors)
 
 
-@pytest.mark.parametrize("ours_class,theirs_class", PAIRS)
-def test_equals_torch_with_copied_weights(ours_class, theirs_class):
+def initial_state(layer, num_graphs, generator, dtype=torch.float64):
+    """A random initial state of the shapes ``layer`` takes (h, then c)."""
+    rows = layer.num_layers * layer.num_directions
+    widths = [layer.output_size()] + ([layer.hidden_size] if layer.has_cell_state else [])
+    return [torch.randn(rows, num_graphs, width, dtype=dtype, generator=generator) for width in widths]
+
+
+@pytest.mark.parametrize("ours_class,theirs_class,options", PAIRS, ids=PAIR_IDS)
+def test_equals_torch_with_copied_weights(ours_class, theirs_class, options):
     """Two bidirectional layers, variable lengths, shuffled nodes and a given
     initial state: outputs, final states and the gradients with respect to
     inputs, initial states and weights all equal torch's."""
     generator = torch.Generator().manual_seed(0)
     torch.manual_seed(0)
-    ours = ours_class(4, 6, num_layers=2, bidirectional=True).double()
-    theirs = theirs_class(4, 6, num_layers=2, bidirectional=True).double()
+    ours = ours_class(4, 6, num_layers=2, bidirectional=True, **options).double()
+    theirs = theirs_class(4, 6, num_layers=2, bidirectional=True, **options).double()
     theirs.load_state_dict(ours.state_dict())
+    width = 2 * ours.output_size()
 
     sequences = [torch.randn(n, 4, dtype=torch.float64, generator=generator) for n in LENGTHS]
-    state = [torch.randn(4, len(LENGTHS), 6, dtype=torch.float64, generator=generator)
-             for _ in range(2 if ours.has_cell_state else 1)]
+    state = initial_state(ours, len(LENGTHS), generator)
 
     x = torch.cat(sequences).requires_grad_()
     x_shuffled, edge_index, batch, permutation = shuffled(
@@ -72,10 +88,10 @@ def test_equals_torch_with_copied_weights(ours_class, theirs_class):
                             their_state if ours.has_cell_state else their_state[0])
     ref = packed_outputs(ref, LENGTHS)
 
-    assert out.shape == (sum(LENGTHS), 12)
+    assert out.shape == (sum(LENGTHS), width)
     assert torch.allclose(out, ref[permutation], atol=1e-10)
     for got, expected in zip(as_tuple(final), as_tuple(ref_final)):
-        assert got.shape == (4, len(LENGTHS), 6)
+        assert got.shape == expected.shape
         assert torch.allclose(got, expected, atol=1e-10)
 
     weights = torch.randn(ref.shape, dtype=torch.float64, generator=generator)
@@ -84,15 +100,16 @@ def test_equals_torch_with_copied_weights(ours_class, theirs_class):
     assert torch.allclose(x.grad, torch.cat([s.grad for s in their_sequences]), atol=1e-10)
     for got, expected in zip(our_state, their_state):
         assert torch.allclose(got.grad, expected.grad, atol=1e-10)
-    for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
-        assert torch.allclose(p.grad, q.grad, atol=1e-10), name
+    theirs_by_name = dict(theirs.named_parameters())
+    for name, parameter in ours.named_parameters():
+        assert torch.allclose(parameter.grad, theirs_by_name[name].grad, atol=1e-10), name
 
 
-@pytest.mark.parametrize("ours_class,theirs_class", PAIRS)
-def test_equals_torch_in_float32_with_zero_initial_state(ours_class, theirs_class):
+@pytest.mark.parametrize("ours_class,theirs_class,options", PAIRS, ids=PAIR_IDS)
+def test_equals_torch_in_float32_with_zero_initial_state(ours_class, theirs_class, options):
     torch.manual_seed(1)
-    ours = ours_class(3, 5, bias=False)
-    theirs = theirs_class(3, 5, bias=False)
+    ours = ours_class(3, 5, bias=False, **options)
+    theirs = theirs_class(3, 5, bias=False, **options)
     theirs.load_state_dict(ours.state_dict())
     sequences = [torch.randn(n, 3) for n in LENGTHS]
     out, final = ours(torch.cat(sequences), chain(LENGTHS), lengths_to_batch(LENGTHS))
@@ -102,13 +119,66 @@ def test_equals_torch_in_float32_with_zero_initial_state(ours_class, theirs_clas
         assert torch.allclose(got, expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("ours_class,theirs_class", PAIRS)
-def test_state_dict_is_torchs(ours_class, theirs_class):
-    ours = ours_class(7, 3, num_layers=3, bidirectional=True)
-    theirs = theirs_class(7, 3, num_layers=3, bidirectional=True)
-    assert {k: v.shape for k, v in ours.state_dict().items()} == \
-        {k: v.shape for k, v in theirs.state_dict().items()}
+@pytest.mark.parametrize("ours_class,theirs_class,options", PAIRS, ids=PAIR_IDS)
+def test_state_dict_is_torchs(ours_class, theirs_class, options):
+    ours = ours_class(7, 5, num_layers=3, bidirectional=True, **options)
+    theirs = theirs_class(7, 5, num_layers=3, bidirectional=True, **options)
+    assert [(k, v.shape) for k, v in ours.state_dict().items()] == \
+        [(k, v.shape) for k, v in theirs.state_dict().items()]
     ours.load_state_dict(theirs.state_dict())  # and loads torch's weights
+
+
+def test_relu_rnn_differs_from_tanh_with_the_same_weights():
+    """nn.RNN's relu and tanh state_dicts look alike; the option is what
+    keeps a relu network's weights from running through tanh."""
+    torch.manual_seed(2)
+    relu, tanh = ChainRNN(3, 4, nonlinearity="relu"), ChainRNN(3, 4)
+    tanh.load_state_dict(relu.state_dict())
+    x = torch.randn(6, 3) * 3
+    out, _ = relu(x, chain(6))
+    assert (out >= 0).all()
+    assert not torch.allclose(out, tanh(x, chain(6))[0])
+    assert repr(relu) == "ChainRNN(3, 4, nonlinearity='relu')"
+
+
+@pytest.mark.parametrize("options", [{}, {"proj_size": 3}], ids=["plain", "proj"])
+def test_fused_lstm_step_equals_the_op_by_op_cell(options):
+    """ChainLSTM's hand-fused step (the default) gives the numbers of the
+    op-by-op cell it replaces (to rounding), and the same gradients, W_hh's
+    included."""
+    generator = torch.Generator().manual_seed(3)
+    torch.manual_seed(3)
+    fused = ChainLSTM(4, 5, num_layers=2, bidirectional=True, **options).double()
+    plain = ChainLSTM(4, 5, num_layers=2, bidirectional=True, **options).double()
+    plain.load_state_dict(fused.state_dict())
+    plain.fused_step = None
+    x = torch.randn(sum(LENGTHS), 4, dtype=torch.float64, generator=generator)
+    edge_index, batch = chain(LENGTHS), lengths_to_batch(LENGTHS)
+    results = []
+    for layer in (fused, plain):
+        inputs = x.clone().requires_grad_()
+        out, (h_n, c_n) = layer(inputs, edge_index, batch)
+        (out.sin().sum() + h_n.square().sum() + c_n.sum()).backward()
+        results.append((out, h_n, c_n, inputs.grad, [p.grad for p in layer.parameters()]))
+    (out, h_n, c_n, x_grad, grads), (ref, ref_h, ref_c, ref_x_grad, ref_grads) = results
+    for got, expected in ((out, ref), (h_n, ref_h), (c_n, ref_c), (x_grad, ref_x_grad)):
+        assert torch.allclose(got, expected, atol=1e-12)
+    for got, expected in zip(grads, ref_grads):
+        assert torch.allclose(got, expected, atol=1e-12)
+
+
+def test_fused_lstm_gradients_repeat_with_retain_graph():
+    """W_hh's gradient comes in one product after the steps; a second
+    backward through the same graph must give it again, not twice over."""
+    torch.manual_seed(4)
+    layer = ChainLSTM(3, 4).double()
+    x = torch.randn(7, 3, dtype=torch.float64, requires_grad=True)
+    out, _ = layer(x, chain([3, 4]), lengths_to_batch([3, 4]))
+    loss = out.square().sum()
+    first = torch.autograd.grad(loss, layer.weight_hh_l0, retain_graph=True)[0]
+    torch.autograd.grad(loss, x, retain_graph=True)  # a backward that skips the weights
+    second = torch.autograd.grad(loss, layer.weight_hh_l0)[0]
+    assert torch.equal(first, second)
 
 
 def test_one_chain_without_batch_equals_an_unbatched_sequence():
@@ -149,18 +219,111 @@ def test_graphs_are_ordered_by_batch_not_by_memory():
     assert torch.allclose(h_ab, h_ba, atol=1e-6)
 
 
-def test_each_output_is_the_cell_applied_to_the_message_from_the_predecessor():
-    """The MessagePassing view: propagating the outputs along the chain edges
-    gives every node its predecessor's state, and the cell of that message
-    and the node's input is the node's output."""
+@pytest.mark.parametrize("layer_class", ALL)
+def test_hooks_see_every_message_along_its_edge(layer_class):
+    """Each step runs through propagate: a message hook sees one message
+    per edge, layer and direction, and each is the whole state of the edge's
+    source (h, then c for the LSTMs), as the propagate hook's edge ids tell."""
+    torch.manual_seed(5)
+    layer = layer_class(3, 4)
+    x, edge_index, batch = torch.randn(9, 3), chain([4, 5]), lengths_to_batch([4, 5])
+    messages, aggregated, edge_ids = [], [], []
+    layer.register_message_forward_hook(lambda module, inputs, out: messages.append(out))
+    layer.register_aggregate_forward_hook(lambda module, inputs, out: aggregated.append(out))
+    layer.register_propagate_forward_hook(
+        lambda module, inputs, out: edge_ids.append(inputs[2]["edge_id"]))
+    out, _ = layer(x, edge_index, batch)
+    messages, aggregated, edge_ids = torch.cat(messages), torch.cat(aggregated), torch.cat(edge_ids)
+    assert messages.shape == (edge_index.size(1), layer.state_size())
+    assert sorted(edge_ids.tolist()) == list(range(edge_index.size(1)))
+    assert torch.equal(aggregated, messages)  # one message per node: the sum is the message
+    assert torch.allclose(messages[:, :4], out[edge_index[0, edge_ids]])
+
+
+def test_each_output_is_the_cell_applied_to_the_message_from_its_predecessor():
+    """The per-node equation of the RNN with the messages a hook saw."""
     torch.manual_seed(5)
     layer = ChainRNN(3, 4)
     x, edge_index = torch.randn(9, 3), chain([4, 5])
+    received = torch.zeros(9, 4)  # zeros where a chain starts
+
+    def keep(module, inputs, out):  # (a hook that returns nothing changes nothing)
+        received[edge_index[1, inputs[2]["edge_id"]]] = out.detach()
+
+    layer.register_propagate_forward_hook(keep)
     out, _ = layer(x, edge_index, lengths_to_batch([4, 5]))
-    message = layer.predecessor_states(out, edge_index)  # zeros where a chain starts
     expected = torch.tanh(x @ layer.weight_ih_l0.t() + layer.bias_ih_l0
-                          + message @ layer.weight_hh_l0.t() + layer.bias_hh_l0)
+                          + received @ layer.weight_hh_l0.t() + layer.bias_hh_l0)
     assert torch.allclose(out, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("layer_class", ALL)
+def test_a_hook_that_changes_messages_changes_the_outputs(layer_class):
+    """Messages are what the cells read: a message hook returning zeros
+    makes every node start afresh from a zero state."""
+    torch.manual_seed(6)
+    layer = layer_class(3, 4)
+    x, edge_index = torch.randn(5, 3), chain(5)
+    layer.register_message_forward_hook(lambda module, inputs, out: torch.zeros_like(out))
+    out, _ = layer(x, edge_index)
+    alone, _ = layer(x, torch.empty(2, 0, dtype=torch.long), torch.arange(5))  # five chains of one node
+    assert torch.allclose(out, alone, atol=1e-6)
+
+
+def test_an_explainer_mask_cuts_and_keeps_edges_in_the_users_edge_order():
+    """PyG's explainers scale each message by the mask of its edge: a mask
+    near one keeps the outputs, a mask near zero on one edge cuts the chain
+    there, and the mask gets gradients."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+
+    torch.manual_seed(7)
+    layer = ChainLSTM(3, 4, bidirectional=True)
+    x, edge_index, batch = torch.randn(7, 3), chain([3, 4]), lengths_to_batch([3, 4])
+    edge_index = edge_index[:, [4, 0, 2, 3, 1]]  # the user's edge order is any order
+    out, _ = layer(x, edge_index, batch)
+
+    mask = torch.full((5,), 30.0, requires_grad=True)  # sigmoid(30) is 1 in float32
+    set_masks(layer, mask, edge_index, apply_sigmoid=True)
+    kept, _ = layer(x, edge_index, batch)
+    assert torch.allclose(kept, out, atol=1e-6)
+    kept.sum().backward()
+    assert mask.grad is not None
+
+    cut = edge_index[:, 2].tolist()  # the edge 3 -> 4 of the second chain
+    with torch.no_grad():
+        mask[2] = -30.0
+    cut_out, _ = layer(x, edge_index, batch)
+    clear_masks(layer)
+    keep = torch.ones(5, dtype=torch.bool)
+    keep[2] = False
+    apart, _ = layer(x, edge_index[:, keep], torch.tensor([0, 0, 0, 1, 2, 2, 2]))
+    assert cut == [3, 4]
+    assert torch.allclose(cut_out, apart, atol=1e-6)
+
+
+def test_gnn_explainer_runs_on_a_chain_model():
+    from torch_geometric.explain import Explainer, GNNExplainer
+
+    class Tagger(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = ChainGRU(3, 4)
+            self.head = torch.nn.Linear(4, 2)
+
+        def forward(self, x, edge_index):
+            return self.head(self.rnn(x, edge_index)[0])
+
+    torch.manual_seed(8)
+    explainer = Explainer(Tagger(), algorithm=GNNExplainer(epochs=3), explanation_type="model",
+                          node_mask_type=None, edge_mask_type="object",
+                          model_config=dict(mode="multiclass_classification", task_level="node",
+                                            return_type="raw"))
+    x, edge_index = torch.randn(6, 3), chain(6)
+    explanation = explainer(x, edge_index, index=4)
+    mask = explanation.edge_mask
+    assert mask.shape == (5,)
+    # Node 4 hears only from the nodes before it: edges 4 -> 5 is not in its past.
+    assert mask[4] == 0 and (mask[:4] > 0).all()
 
 
 def test_bidirectional_second_half_runs_along_the_reversed_chain():
@@ -210,6 +373,13 @@ def test_learned_initial_state_has_per_layer_rows_and_gets_gradients(layer_class
         assert layer.initial_c.grad.abs().sum() > 0
 
 
+def test_learned_initial_state_with_a_projection_has_proj_size_columns():
+    layer = ChainLSTM(3, 5, proj_size=2, learn_initial_state=True)
+    assert layer.initial_h.shape == (1, 1, 2) and layer.initial_c.shape == (1, 1, 5)
+    out, (h_n, c_n) = layer(torch.randn(4, 3), chain(4))
+    assert out.shape == (4, 2) and h_n.shape == (1, 1, 2) and c_n.shape == (1, 1, 5)
+
+
 def test_given_state_overrides_the_learned_one():
     layer = ChainRNN(2, 3, learn_initial_state=True)
     with torch.no_grad():
@@ -228,6 +398,18 @@ def test_a_graph_without_nodes_keeps_its_initial_state():
     assert not torch.allclose(h_n[:, 0], h_0[:, 0])
 
 
+@pytest.mark.parametrize("layer_class", ALL)
+def test_no_nodes_give_empty_outputs_that_stay_in_the_graph(layer_class):
+    layer = layer_class(3, 4, num_layers=2, bidirectional=True)
+    x = torch.randn(0, 3, requires_grad=True)
+    out, final = layer(x, torch.empty(2, 0, dtype=torch.long))
+    assert out.shape == (0, 8) and out.grad_fn is not None
+    for tensor in as_tuple(final):
+        assert tensor.shape == (4, 1, 4)
+    out.sum().backward()
+    assert x.grad.shape == (0, 3)
+
+
 def test_step_order_is_packed_layout():
     """Chains longest first, step after step: the predecessors of a step are
     the first rows of the previous step."""
@@ -236,6 +418,23 @@ def test_step_order_is_packed_layout():
     assert schedule.orders[0].tolist() == [2, 0, 5, 3, 1, 4]
     assert schedule.orders[1].tolist() == [4, 1, 5, 3, 0, 2]
     assert schedule.chain_graph.tolist() == [1, 0, 2]
+    assert schedule.ends.tolist() == [5, 4, 2]  # rows of nodes 4, 1 and 5
+    assert schedule.edge_ids[0].tolist() == [1, 0, 2]  # the edges into nodes 3, 1, 4
+    assert schedule.edge_ids[1].tolist() == [2, 0, 1]  # the edges out of nodes 3, 0, 2
+
+
+def test_a_given_schedule_gives_the_same_results_and_is_checked():
+    torch.manual_seed(9)
+    layer = ChainLSTM(3, 4)
+    x, edge_index, batch = torch.randn(7, 3), chain([3, 4]), lengths_to_batch([3, 4])
+    schedule = chain_schedule(edge_index, 7, batch)
+    out, (h_n, _) = layer(x, edge_index, batch, schedule=schedule)
+    ref, (ref_h, _) = layer(x, edge_index, batch)
+    assert torch.equal(out, ref) and torch.equal(h_n, ref_h)
+    with pytest.raises(ValueError, match="schedule is for 7 nodes and 5 edges, but x has 6 nodes"):
+        layer(x[:6], edge_index[:, :4], batch[:6], schedule=schedule)
+    with pytest.raises(TypeError, match="expects schedule from graphseq.nn.chain_schedule"):
+        layer(x, edge_index, batch, schedule=[3, 2])
 
 
 @pytest.mark.parametrize("build,match", [
@@ -243,6 +442,7 @@ def test_step_order_is_packed_layout():
     (lambda l: l(torch.randn(5, 2), chain(5)), r"x of shape \[num_nodes, 3\], got \[5, 2\]"),
     (lambda l: l(torch.randn(5, 3), chain(5).t()), r"edge_index of shape \[2, num_edges\]"),
     (lambda l: l(torch.randn(5, 3), chain(6)), "refers to node 5"),
+    (lambda l: l(torch.randn(5, 3), -chain(5)), "negative node index"),
     (lambda l: l(torch.randn(5, 3), chain(5), torch.zeros(4, dtype=torch.long)), r"batch of shape \[5\]"),
     (lambda l: l(torch.randn(5, 3), chain(5), state=torch.zeros(1, 1, 4)),
      r"expects state as a pair"),
@@ -263,12 +463,151 @@ def test_bad_inputs_raise_clear_errors(build, match):
         build(ChainLSTM(3, 4))
 
 
+@pytest.mark.parametrize("build,error,match", [
+    (lambda: ChainLSTM(3, 4, heads=2), TypeError, "ChainLSTM got unexpected keyword argument.*'heads'"),
+    (lambda: ChainGRU(3, 4, proj_size=2), TypeError, "ChainGRU got unexpected keyword argument.*'proj_size'"),
+    (lambda: ChainONLSTM(3, 4, proj_size=2), TypeError, "ChainONLSTM got .*'proj_size'"),
+    (lambda: ChainLSTM(3, 4, nonlinearity="relu"), TypeError, "ChainLSTM got .*'nonlinearity'"),
+    (lambda: ChainRNN(3, 4, aggr="mean"), TypeError, "ChainRNN got .*'aggr'"),
+    (lambda: ChainRNN(3, 4, nonlinearity="sigmoid"), ValueError, "'tanh' or 'relu', got 'sigmoid'"),
+    (lambda: ChainLSTM(3, 4, proj_size=4), ValueError, "0 <= proj_size < hidden_size"),
+    (lambda: ChainGRU(3, 4, batch_first=True), ValueError, "ChainGRU does not implement batch_first=True"),
+    (lambda: ChainLSTM(3, 4, num_layers=0), ValueError, "num_layers >= 1"),
+])
+def test_unknown_or_unimplemented_options_are_refused_by_name(build, error, match):
+    with pytest.raises(error, match=match):
+        build()
+
+
+def test_torch_factory_options_are_taken():
+    layer = ChainLSTM(3, 4, batch_first=False, dtype=torch.float64, device="cpu")
+    assert layer.weight_hh_l0.dtype == torch.float64
+
+
 def test_repr():
     assert repr(ChainLSTM(64, 256)) == "ChainLSTM(64, 256)"
     assert repr(ChainGRU(3, 4, num_layers=2, dropout=0.1, bidirectional=True)) == \
         "ChainGRU(3, 4, num_layers=2, dropout=0.1, bidirectional=True)"
     assert repr(ChainONLSTM(3, 8, chunk_size=4)) == "ChainONLSTM(3, 8, chunk_size=4)"
+    assert repr(ChainLSTM(3, 8, proj_size=2)) == "ChainLSTM(3, 8, proj_size=2)"
 
+
+# --------------------------------------------------------------------------- #
+# Precision, higher-order gradients, compilation
+# --------------------------------------------------------------------------- #
+
+def layer_and_twin(layer_class, dtype, **options):
+    torch.manual_seed(10)
+    reference = layer_class(4, 8, num_layers=2, bidirectional=True, **options)
+    layer = layer_class(4, 8, num_layers=2, bidirectional=True, **options).to(dtype)
+    layer.load_state_dict(reference.state_dict())
+    return layer, reference
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layer_class", ALL)
+def test_half_precision_runs_and_stays_close_to_float32(layer_class, dtype):
+    layer, reference = layer_and_twin(layer_class, dtype)
+    x, edge_index, batch = torch.randn(sum(LENGTHS), 4), chain(LENGTHS), lengths_to_batch(LENGTHS)
+    ref, _ = reference(x, edge_index, batch)
+    low = x.to(dtype).requires_grad_()
+    out, final = layer(low, edge_index, batch)
+    assert out.dtype == dtype and all(t.dtype == dtype for t in as_tuple(final))
+    assert torch.allclose(out.float(), ref, atol=2e-2)
+    out.float().square().sum().backward()
+    assert low.grad.dtype == dtype and torch.isfinite(low.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in layer.parameters())
+
+
+@pytest.mark.parametrize("layer_class", ALL)
+def test_cpu_autocast_in_bfloat16_stays_close_to_float32(layer_class):
+    torch.manual_seed(11)
+    layer = layer_class(4, 8, bidirectional=True)
+    x, edge_index, batch = torch.randn(sum(LENGTHS), 4), chain(LENGTHS), lengths_to_batch(LENGTHS)
+    ref, _ = layer(x, edge_index, batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = layer(x, edge_index, batch)
+    assert torch.allclose(out.float(), ref, atol=2e-2)
+    out.float().sum().backward()
+
+
+def functional(layer, edge_index, batch):
+    """``layer`` as a function of its input and parameters, for gradcheck."""
+    names = [name for name, _ in layer.named_parameters()]
+
+    def run(x, *parameters):
+        out, final = torch.func.functional_call(layer, dict(zip(names, parameters)),
+                                                (x, edge_index, batch))
+        return (out,) + as_tuple(final)
+    return run, [p.detach().clone().requires_grad_() for p in layer.parameters()]
+
+
+@pytest.mark.parametrize("layer_class,options", [
+    (ChainRNN, {"nonlinearity": "relu"}), (ChainLSTM, {}), (ChainLSTM, {"proj_size": 2}),
+    (ChainGRU, {}), (ChainONLSTM, {}),
+], ids=["rnn-relu", "lstm", "lstm-proj", "gru", "onlstm"])
+def test_gradients_and_double_backward_match_finite_differences(layer_class, options):
+    """gradcheck and gradgradcheck over the input and every weight: the
+    fused LSTM step's first-order shortcut must leave every order exact.
+    (Fast mode: finite differences along random directions, not per entry.)"""
+    torch.manual_seed(12)
+    layer = layer_class(2, 3, num_layers=2, bidirectional=True, **options).double()
+    edge_index, batch = chain([3, 1, 2]), lengths_to_batch([3, 1, 2])
+    run, parameters = functional(layer, edge_index, batch)
+    x = torch.randn(6, 2, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(run, (x, *parameters), atol=1e-6, fast_mode=True)
+    assert gradgradcheck(run, (x, *parameters), atol=1e-5, fast_mode=True)
+
+
+@pytest.mark.parametrize("layer_class,options", [
+    (ChainRNN, {"nonlinearity": "relu"}), (ChainLSTM, {"proj_size": 2}), (ChainGRU, {}), (ChainONLSTM, {}),
+], ids=["rnn-relu", "lstm-proj", "gru", "onlstm"])
+def test_compiles_in_one_graph_with_a_given_schedule(layer_class, options):
+    """torch.compile(fullgraph=True) traces the whole layer, every step's
+    propagate included, without a host read; outputs and gradients equal
+    eager ones. (aot_eager: the graph and its backward as inductor gets them,
+    without a C++ compiler.)"""
+    torch.manual_seed(13)
+    layer = layer_class(3, 4, bidirectional=True, **options)
+    x, edge_index, batch = torch.randn(5, 3), chain([3, 2]), lengths_to_batch([3, 2])
+    schedule = chain_schedule(edge_index, 5, batch)
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    results = []
+    for run in (compiled, layer):
+        inputs = x.clone().requires_grad_()
+        out, final = run(inputs, edge_index, batch, schedule=schedule)
+        (out.sin().sum() + as_tuple(final)[0].sum()).backward()
+        results.append((out, inputs.grad, [p.grad.clone() for p in layer.parameters()]))
+        layer.zero_grad()
+    (out, x_grad, grads), (ref, ref_x_grad, ref_grads) = results
+    assert torch.allclose(out, ref, atol=1e-6) and torch.allclose(x_grad, ref_x_grad, atol=1e-6)
+    for got, expected in zip(grads, ref_grads):
+        assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_compiles_with_one_graph_break_without_a_schedule():
+    """Without a schedule, the steps are found on the host (one break), and
+    the rest is one graph that later calls with the same lengths reuse."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch.manual_seed(14)
+    layer = ChainLSTM(3, 4)
+    x, edge_index, batch = torch.randn(5, 3), chain([3, 2]), lengths_to_batch([3, 2])
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(layer, backend=counter)
+    out, _ = compiled(x, edge_index, batch)
+    compiled(x, edge_index, batch)
+    assert counter.frame_count == 1
+    assert torch.allclose(out, layer(x, edge_index, batch)[0], atol=1e-6)
+    explanation = torch._dynamo.explain(layer)(x, edge_index, batch)
+    assert explanation.graph_break_count <= 1
+
+
+# --------------------------------------------------------------------------- #
+# ON-LSTM
+# --------------------------------------------------------------------------- #
 
 def test_cumax_is_non_decreasing_in_the_unit_interval_and_ends_at_one():
     values = cumax(torch.randn(50, 10) * 5)
@@ -308,11 +647,12 @@ def test_onlstm_step_equals_the_papers_equations():
     assert layer.weight_ih_l0.shape == (4 * 6 + 2 * 3, 3)
     x = torch.randn(4, 3, dtype=torch.float64)  # four chains of one node each
     h_0, c_0 = torch.randn(1, 4, 6, dtype=torch.float64), torch.randn(1, 4, 6, dtype=torch.float64)
-    out, (h_n, c_n) = layer(x, torch.empty(2, 0, dtype=torch.long), torch.arange(4), (h_0, c_0))
+    out, (h_n, c_n), distances = layer(x, torch.empty(2, 0, dtype=torch.long), torch.arange(4),
+                                       (h_0, c_0), return_distances=True)
     h, c, distance = onlstm_step_from_the_paper(x, h_0[0], c_0[0], layer, 2)
     assert torch.allclose(out, h) and torch.allclose(h_n[0], h) and torch.allclose(c_n[0], c)
-    assert layer.last_distances.shape == (4, 1)
-    assert torch.allclose(layer.last_distances[:, 0], distance)
+    assert distances.shape == (4, 1)
+    assert torch.allclose(distances[:, 0], distance)
 
 
 def test_onlstm_runs_the_paper_step_along_a_chain():
@@ -327,12 +667,20 @@ def test_onlstm_runs_the_paper_step_along_a_chain():
     assert torch.allclose(c_n[0], c, atol=1e-6)
 
 
-def test_onlstm_distances_per_node_layer_and_direction():
+def test_onlstm_returns_distances_per_node_layer_and_direction_and_keeps_no_state():
+    torch.manual_seed(11)
     layer = ChainONLSTM(3, 8, num_layers=2, bidirectional=True, chunk_size=2)
-    layer(torch.randn(7, 3), chain([3, 4]), lengths_to_batch([3, 4]))
-    distances = layer.last_distances
-    assert distances.shape == (7, 4) and not distances.requires_grad
+    x, edge_index, batch = torch.randn(7, 3), chain([3, 4]), lengths_to_batch([3, 4])
+    out, _, distances = layer(x, edge_index, batch, return_distances=True)
+    assert distances.shape == (7, 4)
     assert ((distances >= 0) & (distances <= 4)).all()
+    assert not hasattr(layer, "last_distances")
+    # In node order: a shuffled copy of the nodes gives the shuffled distances.
+    moved_x, moved_edges, moved_batch, permutation = shuffled(
+        x, edge_index, batch, torch.Generator().manual_seed(1))
+    _, _, moved = layer(moved_x, moved_edges, moved_batch, return_distances=True)
+    assert torch.allclose(moved, distances[permutation], atol=1e-6)
+    assert len(layer(x, edge_index, batch)) == 2  # without the flag, what every layer returns
 
 
 def test_onlstm_chunk_size_must_divide_hidden_size():
