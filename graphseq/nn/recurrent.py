@@ -53,10 +53,11 @@ class ChainSchedule(NamedTuple):
         chain_graph: the graph of each chain, by rank ``[num_chains]``.
         graph_chain: the chain of each graph ``[num_graphs]`` when every graph
             holds one, else :obj:`None` (some graphs have no nodes).
-        edge_ids: per direction, the edge of ``edge_index`` that carries the
-            message into each row of the steps after the first ``[num_nodes - sizes[0]]``.
-        frontier: ``[[0, 1, ...], [0, 1, ...]]``, the first ``sizes[t]``
-            columns of which are the edges of step ``t`` in step-local rows.
+        step_edges: for each step after the first, its edges in step-local
+            rows, ``[[0, 1, ...], [0, 1, ...]]`` ``[2, sizes[t]]``: edge ``k``
+            runs from row ``k`` of the previous step to row ``k`` of this one.
+        edge_ids: per direction and step after the first, the edge of
+            ``edge_index`` each of those edges is ``[sizes[t]]``.
     """
     num_nodes: int
     num_edges: int
@@ -67,16 +68,16 @@ class ChainSchedule(NamedTuple):
     ends: Tensor
     chain_graph: Tensor
     graph_chain: Optional[Tensor]
-    edge_ids: Tuple[Tensor, Tensor]
-    frontier: Tensor
+    step_edges: List[Tensor]
+    edge_ids: Tuple[List[Tensor], List[Tensor]]
 
     def to(self, device: Union[str, torch.device]) -> "ChainSchedule":
         """The same schedule with its tensors on ``device``."""
         def move(value):
             if isinstance(value, Tensor):
                 return value.to(device)
-            if isinstance(value, tuple):
-                return tuple(move(v) for v in value)
+            if isinstance(value, (tuple, list)) and not isinstance(value, ChainSchedule):
+                return type(value)(move(v) for v in value)
             return value
         return ChainSchedule(*(move(value) for value in self))
 
@@ -174,20 +175,22 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
     edge_out_of[source] = torch.arange(num_edges)
 
     orders, positions, edge_ids = [], [], []
-    first = int(step_sizes[0]) if num_nodes else 0
+    sizes = step_sizes.tolist()
+    first = sizes[0] if sizes else 0
     for step, edge_of in ((depth, edge_into), (nodes_per_root[root] - 1 - depth, edge_out_of)):
         order = torch.argsort(step * max(num_chains, 1) + rank[root])
         position = torch.empty_like(order)
         position[order] = torch.arange(num_nodes)
         orders.append(order.to(device))
         positions.append(position.to(device))
-        edge_ids.append(edge_of[order[first:]].to(device))
+        edge_ids.append(list(edge_of[order[first:]].to(device).split(sizes[1:])))
     chain_graph = batch[starts[by_length]]
     graph_chain = torch.argsort(chain_graph).to(device) if num_chains == num_graphs else None
     frontier = torch.arange(first, device=device).expand(2, -1)
-    return ChainSchedule(num_nodes, num_edges, num_graphs, step_sizes.tolist(), tuple(orders),
-                         tuple(positions), ends.to(device), chain_graph.to(device), graph_chain,
-                         tuple(edge_ids), frontier)
+    step_edges = [frontier[:, :size] for size in sizes[1:]]
+    return ChainSchedule(num_nodes, num_edges, num_graphs, sizes, tuple(orders), tuple(positions),
+                         ends.to(device), chain_graph.to(device), graph_chain, step_edges,
+                         tuple(edge_ids))
 
 
 class ChainRecurrence(MessagePassing):
@@ -396,28 +399,23 @@ class ChainRecurrence(MessagePassing):
         state = h_0.index_select(0, schedule.chain_graph)  # [num_chains, output_size]
         if c_0 is not None:
             state = torch.cat([state, c_0.index_select(0, schedule.chain_graph)], dim=1)
-        edge_ids = schedule.edge_ids[direction]  # for hooks and explainers: which edge each message is
+        # The edge ids tell hooks and explainers which edge each message is.
+        step_edges, edge_ids = schedule.step_edges, schedule.edge_ids[direction]
         # Split, not slice: the backward of a slice fills a zero tensor the
         # size of the whole input per step, the backward of one split
         # concatenates once.
         states, extras = [], []
-        done = 0  # nodes in the steps so far
         for t, inputs in enumerate(projected.split(sizes)):
-            size = sizes[t]
             if t > 0:
-                edge_id = edge_ids.narrow(0, done - sizes[0], size)
-                state = self.propagate(schedule.frontier[:, :size], state=state,
-                                       size=(sizes[t - 1], size), aligned=True, edge_id=edge_id)
+                state = self.propagate(step_edges[t - 1], state=state, size=(sizes[t - 1], sizes[t]),
+                                       aligned=True, edge_id=edge_ids[t - 1])
             if step is None:
-                state, extra = self.cell(inputs, state, weights)  # [size, state_size]
+                state, extra = self.cell(inputs, state, weights)  # [sizes[t], state_size]
             else:
-                if messages is not None:
-                    messages.append(state[:, :width].detach())
-                state, extra = step(inputs, exact_inputs[t], state, *weights), None
+                state, extra = step(inputs, exact_inputs[t], state, *weights, messages), None
             states.append(state)
             if extra is not None:
                 extras.append(extra)
-            done += size
 
         # Without nodes, a slice of the projection keeps outputs attached to
         # the graph (x and the weights), as an empty tensor should be.
@@ -452,7 +450,7 @@ class ChainRecurrence(MessagePassing):
     def _fused_step(self, x: Tensor):
         """The cell fused by hand into one autograd node (an
         :class:`torch.autograd.Function` taking ``inputs, exact_inputs,
-        state, *weights``, see :class:`_DeferredRecurrentGrad`), or None to
+        state, *weights, messages``, see :class:`_DeferredRecurrentGrad`), or None to
         run :meth:`cell` op by op. The fused step gives the same
         numbers; torch.compile (which fuses by itself) and autocast (which
         picks each op's precision) trace :meth:`cell` instead."""
@@ -640,8 +638,8 @@ class _DeferredRecurrentGrad(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, projected: Tensor, weight_hh: Tensor, messages: List[Tensor]) -> Tensor:
-        # Filled while the steps run, detached (no reference cycle through
-        # the graph): the first-order product needs their values only.
+        # Filled by the steps' forwards (so without history: no reference
+        # cycle through the graph); the first-order product needs values only.
         ctx.messages = messages
         ctx.set_materialize_grads(False)
         return projected.view_as(projected)
@@ -665,9 +663,11 @@ class _LSTMStep(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, inputs: Tensor, exact_inputs: Tensor, message: Tensor, w_hh: Tensor,
-                w_hr: Optional[Tensor]) -> Tensor:
+                w_hr: Optional[Tensor], messages: Optional[List[Tensor]]) -> Tensor:
         width, hidden = w_hh.size(0), inputs.size(1) // 4
         h, c_prev = message.split([width, hidden], dim=1)
+        if messages is not None:
+            messages.append(h)  # for W_hh's gradient (see _DeferredRecurrentGrad)
         gates = torch.addmm(inputs, h, w_hh)  # [B, 4 * hidden]: i, f, g, o, made activations in place
         gates[:, :2 * hidden].sigmoid_()
         gates[:, 2 * hidden:3 * hidden].tanh_()
@@ -692,7 +692,7 @@ class _LSTMStep(torch.autograd.Function):
         exact_inputs, message, w_hh, w_hr, gates, tanh_c, unprojected = ctx.saved_tensors
         if torch.is_grad_enabled():
             return (None,) + _differentiable_step_grads(ctx.needs_input_grad[1:], _lstm_cell, d_state,
-                                                        exact_inputs, message, w_hh, w_hr)
+                                                        exact_inputs, message, w_hh, w_hr) + (None,)
         width, hidden = w_hh.size(0), tanh_c.size(1)
         c_prev = message[:, width:]
         i, f, g, o = gates.chunk(4, dim=1)
@@ -718,7 +718,7 @@ class _LSTMStep(torch.autograd.Function):
             d_h_prev, d_c_prev = d_message.split([width, hidden], dim=1)
             torch.mm(d_gates, w_hh.t(), out=d_h_prev)
             torch.mul(d_c, f, out=d_c_prev)
-        return d_gates, None, d_message, None, d_w_hr
+        return d_gates, None, d_message, None, d_w_hr, None
 
 
 def _differentiable_step_grads(needs_input_grad, cell, d_state: Tensor, *args):
