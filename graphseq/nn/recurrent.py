@@ -391,7 +391,8 @@ class ChainRecurrence(MessagePassing):
         step = self._fused_step(x)
         messages = None  # the h of every message, for W_hh's gradient in one product
         exact_inputs = projected.split(sizes)  # (see _DeferredRecurrentGrad)
-        if step is not None and torch.is_grad_enabled() and weight_hh.requires_grad:
+        if step is not None and self.defers_recurrent_grad and torch.is_grad_enabled() \
+                and weight_hh.requires_grad:
             messages = []
             projected = _DeferredRecurrentGrad.apply(projected, weight_hh, messages)
 
@@ -460,6 +461,7 @@ class ChainRecurrence(MessagePassing):
         return self.fused_step
 
     fused_step = None
+    defers_recurrent_grad = False  # whether fused_step leaves W_hh's gradient to _DeferredRecurrentGrad
 
     def cell(self, inputs: Tensor, state: Tensor, weights: tuple) -> Tuple[Tensor, Optional[Tensor]]:
         """The update rule for one frontier: ``inputs`` ``[B, gate_size]`` is
@@ -812,6 +814,7 @@ class ChainLSTM(ChainRecurrence):
         return input_bias, (w_hh, w_hr)
 
     fused_step = _LSTMStep.apply
+    defers_recurrent_grad = True
 
     def cell(self, inputs, state, weights):
         return _lstm_cell(inputs, state, *weights), None
@@ -821,6 +824,61 @@ class ChainLSTM(ChainRecurrence):
         if self.proj_size:
             args.append(f"proj_size={self.proj_size}")
         return args
+
+
+def _gru_cell(inputs: Tensor, h: Tensor, w_hh: Tensor, hidden_bias: Optional[Tensor]) -> Tensor:
+    """The GRU update op by op: ``inputs`` ``[B, 3 * hidden]`` (``W_ih x + b``
+    with ``b_hr``, ``b_hz`` in), ``h`` the message, ``w_hh`` ``W_hh^T``,
+    ``hidden_bias`` ``[0, 0, b_hn]`` or None; returns the new ``h``."""
+    if hidden_bias is None:
+        recurrent = h.mm(w_hh)  # [B, 3 * hidden_size]
+    else:
+        recurrent = torch.addmm(hidden_bias, h, w_hh)
+    hidden = h.size(1)
+    r, z = (inputs[:, :2 * hidden] + recurrent[:, :2 * hidden]).sigmoid().chunk(2, dim=1)
+    n = torch.addcmul(inputs[:, 2 * hidden:], r, recurrent[:, 2 * hidden:]).tanh()
+    return torch.lerp(n, h.to(n.dtype), z)  # (autocast leaves h in full precision)
+
+
+class _GRUStep(torch.autograd.Function):
+    """One GRU step of a frontier, :func:`_gru_cell` fused by hand (see
+    :class:`_LSTMStep`); its weight gradients come per step, since ``r``
+    scales part of ``W_hh h``."""
+
+    @staticmethod
+    def forward(ctx, inputs: Tensor, exact_inputs: Tensor, h: Tensor, w_hh: Tensor,
+                hidden_bias: Optional[Tensor], messages: None) -> Tensor:
+        hidden = h.size(1)
+        if hidden_bias is None:
+            recurrent = h.mm(w_hh)  # [B, 3 * hidden]: r, z, n parts of W_hh h (+ b_hn)
+        else:
+            recurrent = torch.addmm(hidden_bias, h, w_hh)
+        rz = torch.add(inputs[:, :2 * hidden], recurrent[:, :2 * hidden]).sigmoid_()
+        r, z = rz.chunk(2, dim=1)
+        n = torch.addcmul(inputs[:, 2 * hidden:], r, recurrent[:, 2 * hidden:]).tanh_()
+        ctx.save_for_backward(exact_inputs, h, w_hh, hidden_bias, rz, n, recurrent)
+        return torch.lerp(n, h, z)
+
+    @staticmethod
+    def backward(ctx, d_h: Tensor):
+        exact_inputs, h, w_hh, hidden_bias, rz, n, recurrent = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            return (None,) + _differentiable_step_grads(ctx.needs_input_grad[1:], _gru_cell, d_h,
+                                                        exact_inputs, h, w_hh, hidden_bias) + (None,)
+        hidden = h.size(1)
+        r, z = rz.chunk(2, dim=1)
+        # h' = n + z (h - n), n = tanh(i_n + r (W_hn h + b_hn)), r and z sigmoids.
+        d_inputs = torch.empty_like(recurrent)  # the pre-activations' gradient
+        d_r, d_z, d_n = d_inputs.chunk(3, dim=1)
+        torch.mul(torch.addcmul(d_h, d_h, z, value=-1), 1 - n * n, out=d_n)
+        torch.mul(d_h, h - n, out=d_z)
+        torch.mul(d_n, recurrent[:, 2 * hidden:], out=d_r)
+        d_inputs[:, :2 * hidden].mul_(rz * (1 - rz))
+        d_recurrent = torch.cat([d_inputs[:, :2 * hidden], d_n * r], dim=1)
+        d_prev = torch.addmm(d_h * z, d_recurrent, w_hh.t()) if ctx.needs_input_grad[2] else None
+        d_w_hh = h.t().mm(d_recurrent) if ctx.needs_input_grad[3] else None
+        d_bias = d_recurrent.sum(0) if hidden_bias is not None and ctx.needs_input_grad[4] else None
+        return d_inputs, None, d_prev, d_w_hh, d_bias, None
 
 
 class ChainGRU(ChainRecurrence):
@@ -861,16 +919,10 @@ class ChainGRU(ChainRecurrence):
         hidden_bias = torch.cat([bias_hh.new_zeros(2 * hidden), bias_hh[2 * hidden:]])
         return input_bias, (w_hh, hidden_bias)
 
+    fused_step = _GRUStep.apply
+
     def cell(self, inputs, state, weights):
-        w_hh, hidden_bias = weights
-        if hidden_bias is None:
-            recurrent = state.mm(w_hh)  # [B, 3 * hidden_size]
-        else:
-            recurrent = torch.addmm(hidden_bias, state, w_hh)
-        hidden = state.size(1)
-        r, z = (inputs[:, :2 * hidden] + recurrent[:, :2 * hidden]).sigmoid().chunk(2, dim=1)
-        n = torch.addcmul(inputs[:, 2 * hidden:], r, recurrent[:, 2 * hidden:]).tanh()
-        return torch.lerp(n, state.to(n.dtype), z), None  # (autocast leaves state in full precision)
+        return _gru_cell(inputs, state, *weights), None
 
 
 def cumax(x: Tensor, dim: int = -1) -> Tensor:

@@ -141,15 +141,17 @@ def test_relu_rnn_differs_from_tanh_with_the_same_weights():
     assert repr(relu) == "ChainRNN(3, 4, nonlinearity='relu')"
 
 
-@pytest.mark.parametrize("options", [{}, {"proj_size": 3}], ids=["plain", "proj"])
-def test_fused_lstm_step_equals_the_op_by_op_cell(options):
-    """ChainLSTM's hand-fused step (the default) gives the numbers of the
-    op-by-op cell it replaces (to rounding), and the same gradients, W_hh's
-    included."""
+@pytest.mark.parametrize("layer_class,options", [(ChainLSTM, {}), (ChainLSTM, {"proj_size": 3}),
+                                                  (ChainGRU, {}), (ChainGRU, {"bias": False})],
+                         ids=["lstm", "lstm-proj", "gru", "gru-no-bias"])
+def test_fused_step_equals_the_op_by_op_cell(layer_class, options):
+    """The hand-fused steps of ChainLSTM and ChainGRU (the default) give the
+    numbers of the op-by-op cell they replace (to rounding), and the same
+    gradients, W_hh's included."""
     generator = torch.Generator().manual_seed(3)
     torch.manual_seed(3)
-    fused = ChainLSTM(4, 5, num_layers=2, bidirectional=True, **options).double()
-    plain = ChainLSTM(4, 5, num_layers=2, bidirectional=True, **options).double()
+    fused = layer_class(4, 5, num_layers=2, bidirectional=True, **options).double()
+    plain = layer_class(4, 5, num_layers=2, bidirectional=True, **options).double()
     plain.load_state_dict(fused.state_dict())
     plain.fused_step = None
     x = torch.randn(sum(LENGTHS), 4, dtype=torch.float64, generator=generator)
@@ -157,13 +159,10 @@ def test_fused_lstm_step_equals_the_op_by_op_cell(options):
     results = []
     for layer in (fused, plain):
         inputs = x.clone().requires_grad_()
-        out, (h_n, c_n) = layer(inputs, edge_index, batch)
-        (out.sin().sum() + h_n.square().sum() + c_n.sum()).backward()
-        results.append((out, h_n, c_n, inputs.grad, [p.grad for p in layer.parameters()]))
-    (out, h_n, c_n, x_grad, grads), (ref, ref_h, ref_c, ref_x_grad, ref_grads) = results
-    for got, expected in ((out, ref), (h_n, ref_h), (c_n, ref_c), (x_grad, ref_x_grad)):
-        assert torch.allclose(got, expected, atol=1e-12)
-    for got, expected in zip(grads, ref_grads):
+        out, final = layer(inputs, edge_index, batch)
+        (out.sin().sum() + sum(s.square().sum() for s in as_tuple(final))).backward()
+        results.append([out, *as_tuple(final), inputs.grad] + [p.grad for p in layer.parameters()])
+    for got, expected in zip(*results):
         assert torch.allclose(got, expected, atol=1e-12)
 
 
