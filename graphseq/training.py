@@ -52,6 +52,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from . import distributed
 from .errors import GraphseqError
@@ -215,41 +216,45 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
     started = time.perf_counter() - progress.seconds
     ran = False
     model.train()
-    while not out_of_budget():
-        ran = True
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, enabled=use_amp):
-            loss, figures = _split(runner(progress.step), desc)
-        scaler.scale(loss).backward()
-        if clip > 0:
-            scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(model.parameters(), clip)
-        scaler.step(optimizer)
-        scaler.update()
-        if scheduler is not None:
-            scheduler.step()
-        progress.step += 1
-        value = float(loss.detach())
-        progress.running["train_loss"] = progress.running.get("train_loss", 0.0) + value
-        for name, figure in figures.items():
-            key = name if name.startswith("train_") else f"train_{name}"
-            progress.running[key] = progress.running.get(key, 0.0) + float(figure)
-        progress.count += 1
-        progress.seconds = time.perf_counter() - started
-        bar.update(1)
-        bar.set_postfix(loss=f"{value:.3f}")
-        if eval_every > 0 and progress.step % eval_every == 0:
-            record()
+    with logging_redirect_tqdm(loggers=[ctx.log]):  # Log lines above the bar, not through it.
+        while not out_of_budget():
+            ran = True
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device.type, enabled=use_amp):
+                loss, figures = _split(runner(progress.step), desc)
+            scaler.scale(loss).backward()
+            if clip > 0:
+                scaler.unscale_(optimizer)
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            scaler.step(optimizer)
+            scaler.update()
+            if scheduler is not None:
+                scheduler.step()
+            progress.step += 1
+            value = float(loss.detach())
+            progress.running["train_loss"] = progress.running.get("train_loss", 0.0) + value
+            for name, figure in figures.items():
+                key = name if name.startswith("train_") else f"train_{name}"
+                progress.running[key] = progress.running.get(key, 0.0) + float(figure)
+            progress.count += 1
             progress.seconds = time.perf_counter() - started
-        if checkpoint_every > 0 and progress.step % checkpoint_every == 0:
-            save()
+            bar.update(1)
+            bar.set_postfix(loss=f"{value:.3f}")
+            if eval_every > 0 and progress.step % eval_every == 0:
+                record()
+                progress.seconds = time.perf_counter() - started
+            if checkpoint_every > 0 and progress.step % checkpoint_every == 0:
+                save()
     bar.close()
     if ran and (not progress.history or progress.history[-1]["step"] != progress.step):
         record()
     save()
     if main and curves and progress.history:
+        name = getattr(ctx, "pipeline", desc)
+        kept = None if progress.best is None else \
+            (f"kept ({select[0]})", progress.best["step"], progress.best[select[0]])
         plot_history(progress.history, Path(ctx.out) / curves,
-                     f"{getattr(ctx, 'pipeline', desc)}: {desc}, {progress.step} steps")
+                     f"{name}{'' if desc == name else ' ' + desc}: {progress.step} steps", final=kept)
     if select is not None and progress.best_weights is not None:
         model.load_state_dict(progress.best_weights)
     best = progress.best if select is not None else (progress.history[-1] if progress.history else {})
@@ -401,7 +406,8 @@ def plot_history(history: List[Dict[str, float]], path: Union[str, Path], title:
                  final: Optional[Tuple[str, int, float]] = None) -> None:
     """Draws the history's losses (and, in a second panel, its other figures)
     against the step into a PNG, written atomically. ``final`` adds one
-    marked point ``(label, step, value)`` to the loss panel."""
+    marked point ``(label, step, value)``: to the panel of the figure its
+    label names, else to the loss panel."""
     # The object-oriented API with the Agg canvas: no pyplot, no global backend.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -421,7 +427,8 @@ def plot_history(history: List[Dict[str, float]], path: Union[str, Path], title:
         for name in names:
             points = [(e["step"], e[name]) for e in history if name in e]
             axes.plot(*zip(*points), "o-" if len(points) < 30 else "-", markersize=3, label=name)
-        if final is not None and names is losses:
+        if final is not None and (final[0] in names or any(n in final[0] for n in names)
+                                  or (names is losses and not any(n in final[0] for n in others))):
             axes.plot(final[1], final[2], "*", markersize=12, label=final[0])
         axes.set_xlabel("step")
         axes.grid(alpha=0.3)
