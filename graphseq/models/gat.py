@@ -60,6 +60,20 @@ class GAT(nn.Module):
         self._graph = (*key, graph)
         return graph
 
+    def inference_layers(self):
+        """The two hops as functions ``(x, edge_index) -> x``, for inference
+        layer by layer over a graph too large to pass through whole
+        (:func:`graphseq.data.neighbors.layerwise_inference`)."""
+        def first(x: Tensor, edge_index: Tensor) -> Tensor:
+            edge_index = self.graph_with_self_loops(edge_index, x.size(0))
+            return F.elu(self.conv1(sparse_dropout(x, self.dropout, self.training), edge_index))
+
+        def second(x: Tensor, edge_index: Tensor) -> Tensor:
+            edge_index = self.graph_with_self_loops(edge_index, x.size(0))
+            return self.conv2(F.dropout(x, p=self.dropout, training=self.training), edge_index)
+
+        return [first, second]
+
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         edge_index = self.graph_with_self_loops(edge_index, x.size(0))
         x = sparse_dropout(x, self.dropout, self.training)

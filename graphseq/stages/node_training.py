@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any, Dict, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -13,7 +14,9 @@ from torch import nn
 from torch_geometric.data import Data
 from tqdm import tqdm
 
-from ..checks import at_least, non_negative, one_of, positive
+from .. import distributed
+from ..checks import at_least, each, non_negative, one_of, positive
+from ..data.neighbors import layerwise_inference, make_sampler, neighbor_loader
 from ..errors import GraphseqError
 from ..io import save_checkpoint
 from .registry import stage
@@ -24,20 +27,99 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+LOADERS = ("full", "neighbor")
+INFERENCE = ("full", "layerwise", "sampled")
+
+
+@dataclass
+class Sampling:
+    """How a node classifier sees the graph: whole (``loader="full"``) or in
+    mini-batches of seed nodes with sampled neighbourhoods (``"neighbor"``:
+    ``num_neighbors[k]`` in-neighbours per node at hop ``k``). Evaluation
+    runs on the whole graph (``inference="full"``), layer by layer over
+    batches of ``inference_batch_size`` nodes with all their neighbours
+    (``"layerwise"``: the same numbers, in bounded memory; the model needs
+    ``inference_layers()``), or on sampled neighbourhoods (``"sampled"``)."""
+
+    loader: str = "full"
+    num_neighbors: Sequence[int] = (10, 10)
+    batch_size: int = 512
+    num_workers: int = 0
+    inference: str = "full"
+    inference_batch_size: int = 4096
+
+    def __post_init__(self):
+        if self.loader not in LOADERS:
+            raise GraphseqError(f"loader must be one of {', '.join(LOADERS)}, got {self.loader!r}")
+        if self.inference not in INFERENCE:
+            raise GraphseqError(f"inference must be one of {', '.join(INFERENCE)}, got {self.inference!r}")
+
+
 @torch.no_grad()
-def accuracy(model: nn.Module, data: Data, mask: torch.Tensor) -> float:
+def predict(model: nn.Module, data: Data, mask: torch.Tensor, sampling: Optional[Sampling] = None) -> torch.Tensor:
+    """The model's logits for the nodes of ``mask``, by ``sampling.inference``."""
     model.eval()
-    pred = model(data.x, data.edge_index)[mask].argmax(dim=-1)
+    inference = sampling.inference if sampling is not None else "full"
+    if inference == "full":
+        return model(data.x, data.edge_index)[mask]
+    if inference == "layerwise":
+        if not hasattr(model, "inference_layers"):
+            raise GraphseqError(f"inference = \"layerwise\" needs a model with inference_layers(); "
+                                f"{type(model).__name__} has none: use \"sampled\" or \"full\"")
+        x = data.x.to_dense() if data.x.layout != torch.strided else data.x
+        return layerwise_inference(model.inference_layers(), x, data.edge_index, data.num_nodes,
+                                   batch_size=sampling.inference_batch_size)[mask]
+    nodes = mask.nonzero().view(-1) if mask.dtype == torch.bool else mask
+    parts = []
+    for batch in neighbor_loader(_dense(data), sampling.num_neighbors, input_nodes=nodes.cpu(),
+                                 batch_size=sampling.inference_batch_size):
+        batch = batch.to(data.y.device)
+        parts.append(model(batch.x, batch.edge_index)[:batch.batch_size])
+    return torch.cat(parts)
+
+
+def _dense(data: Data) -> Data:
+    """A CPU copy of ``data`` with dense features, which PyG's loader slices."""
+    x = data.x.to_dense() if data.x.layout != torch.strided else data.x
+    return Data(x=x.cpu(), edge_index=data.edge_index.cpu(), y=data.y.cpu(), num_nodes=data.num_nodes)
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, data: Data, mask: torch.Tensor, sampling: Optional[Sampling] = None) -> float:
+    pred = predict(model, data, mask, sampling).argmax(dim=-1)
     return float((pred == data.y[mask]).float().mean())
 
 
 STOPPING_RULES = ("gat", "accuracy", "loss")
 
 
+def _sampled_epoch(model: nn.Module, trained: nn.Module, data: Data, graph: Data, sampler: Any,
+                   sampling: Sampling, optimizer: torch.optim.Optimizer, seed: int, epoch: int) -> torch.Tensor:
+    """One pass over the training nodes in mini-batches with sampled
+    neighbourhoods; with several processes each takes its share of the
+    seeds (the same shuffle everywhere, disjoint parts). Returns the mean loss."""
+    train = data.train_mask.nonzero().view(-1).cpu()
+    order = train[torch.randperm(train.numel(), generator=torch.Generator().manual_seed(seed * 100_003 + epoch))]
+    seeds = distributed.shard(order)
+    losses = []
+    for batch in neighbor_loader(graph, sampling.num_neighbors, input_nodes=seeds,
+                                 batch_size=sampling.batch_size, num_workers=sampling.num_workers,
+                                 sampler=sampler):
+        batch = batch.to(data.y.device)
+        optimizer.zero_grad()
+        out = trained(batch.x, batch.edge_index)[:batch.batch_size]
+        loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return torch.stack(losses).mean()
+
+
 def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay: float,
                         max_epochs: int = 100_000, patience: int = 100, stop_on: str = "gat",
                         quiet: bool = True, checkpoint: Optional[str] = None,
-                        log: Any = None) -> Dict[str, float]:
+                        log: Any = None, sampling: Optional[Sampling] = None,
+                        seed: int = 0) -> Dict[str, float]:
     """Trains with Adam and early stopping, then restores the kept model (and
     saves it to ``checkpoint``) before the test accuracy is measured.
 
@@ -46,13 +128,22 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
     last one that improved both. ``"accuracy"`` keeps the best validation
     accuracy (ties to the lower loss); ``"loss"`` the lowest validation loss.
 
+    ``sampling`` (default: full batch) chooses mini-batches of sampled
+    neighbourhoods and how validation runs; with several processes the
+    model is wrapped in DDP and each process trains on its share of the seeds.
+
     Returns ``val_accuracy``, ``test_accuracy``, ``epochs`` and
-    ``epoch_seconds`` (median time of a training step plus a validation pass).
+    ``epoch_seconds`` (median time of a training epoch plus a validation pass).
     """
     if stop_on not in STOPPING_RULES:
         raise GraphseqError(f"stop_on must be one of {', '.join(STOPPING_RULES)}, got {stop_on!r}")
+    sampling = sampling or Sampling()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     device = data.y.device
+    trained = distributed.wrap(model, device)  # DDP when several processes run.
+    if sampling.loader == "neighbor":
+        graph = _dense(data)
+        sampler = make_sampler(graph, sampling.num_neighbors)
     best_acc, best_loss, waited = 0.0, math.inf, 0
     kept = {k: v.detach().clone() for k, v in model.state_dict().items()}
     kept_acc, epoch_seconds = 0.0, []
@@ -65,17 +156,20 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
         _synchronize(device)
         start = time.perf_counter()
         model.train()
-        optimizer.zero_grad()
-        out = model(data.x, data.edge_index)
-        loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
-        loss.backward()
-        optimizer.step()
+        if sampling.loader == "neighbor":
+            loss = _sampled_epoch(model, trained, data, graph, sampler, sampling, optimizer, seed, epoch)
+        else:
+            optimizer.zero_grad()
+            out = trained(data.x, data.edge_index)
+            loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
+            loss.backward()
+            optimizer.step()
 
-        model.eval()
-        with torch.no_grad():
-            out = model(data.x, data.edge_index)
-            val_loss = float(F.cross_entropy(out[data.val_mask], data.y[data.val_mask]))
-            val_acc = float((out[data.val_mask].argmax(-1) == data.y[data.val_mask]).float().mean())
+        out = predict(model, data, data.val_mask, sampling)
+        figures = distributed.mean_over_ranks({  # Every process then takes the same decisions.
+            "loss": float(F.cross_entropy(out, data.y[data.val_mask])),
+            "acc": float((out.argmax(-1) == data.y[data.val_mask]).float().mean())})
+        val_loss, val_acc = figures["loss"], figures["acc"]
         _synchronize(device)
         epoch_seconds.append(time.perf_counter() - start)
         bar.update(1)
@@ -105,11 +199,11 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
     bar.close()
 
     model.load_state_dict(kept)
-    if checkpoint is not None:
+    if checkpoint is not None and distributed.is_main():
         save_checkpoint(kept, checkpoint)
     figures = {
         "val_accuracy": kept_acc,
-        "test_accuracy": accuracy(model, data, data.test_mask),
+        "test_accuracy": accuracy(model, data, data.test_mask, sampling),
         "epochs": epoch,
         "epoch_seconds": statistics.median(epoch_seconds),
     }
@@ -119,14 +213,30 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
 
 
 @stage("train_nodes", checks={"lr": positive, "weight_decay": non_negative, "max_epochs": at_least(1),
-                              "patience": at_least(1), "stop_on": one_of(*STOPPING_RULES)})
+                              "patience": at_least(1), "stop_on": one_of(*STOPPING_RULES),
+                              "loader": one_of(*LOADERS), "batch_size": at_least(1),
+                              "num_workers": non_negative, "inference": one_of(*INFERENCE),
+                              "inference_batch_size": at_least(1), "num_neighbors": each(at_least(-1))})
 def train_nodes(ctx, *, lr: float = 0.005, weight_decay: float = 5e-4, max_epochs: int = 100_000,
-                patience: int = 100, stop_on: str = "gat") -> None:
-    """Trains ``ctx.model`` on ``ctx.data``; writes ``best.pt`` into the run directory."""
+                patience: int = 100, stop_on: str = "gat", loader: str = "full",
+                num_neighbors: List[int] = [10, 10], batch_size: int = 512, num_workers: int = 0,
+                inference: str = "layerwise", inference_batch_size: int = 4096) -> None:
+    """Trains ``ctx.model`` on ``ctx.data``; writes ``best.pt`` into the run directory.
+
+    ``loader = "full"`` trains on the whole graph every epoch;
+    ``"neighbor"`` on mini-batches of ``batch_size`` training nodes with
+    ``num_neighbors`` sampled in-neighbours per hop (PyG's NeighborLoader,
+    ``num_workers`` processes), and then evaluates by ``inference``
+    (``"layerwise"``, ``"sampled"`` or ``"full"``; see :class:`Sampling`).
+    With several processes each trains on its share of the seed nodes."""
+    sampling = Sampling(loader, tuple(num_neighbors), batch_size, num_workers,
+                        inference if loader == "neighbor" else "full", inference_batch_size)
+    ctx.sampling = sampling  # evaluate_nodes infers the same way.
     figures = fit_node_classifier(
         ctx.require("model", "train_nodes"), ctx.require("data", "train_nodes"),
         lr=lr, weight_decay=weight_decay, max_epochs=max_epochs, patience=patience,
-        stop_on=stop_on, quiet=ctx.quiet, checkpoint=str(ctx.out / "best.pt"), log=ctx.log)
+        stop_on=stop_on, quiet=ctx.quiet or not distributed.is_main(),
+        checkpoint=str(ctx.out / "best.pt"), log=ctx.log, sampling=sampling, seed=ctx.seed)
     figures.pop("test_accuracy")  # Measured by its own stage, so a pipeline can leave it out.
     ctx.metrics.update(figures)
 
@@ -136,4 +246,5 @@ def evaluate_nodes(ctx, *, mask: str = "test_mask") -> None:
     """Accuracy of ``ctx.model`` on one of the data's masks, as ``<split>_accuracy``."""
     data = ctx.require("data", "evaluate_nodes")
     split = mask.removesuffix("_mask")
-    ctx.metrics[f"{split}_accuracy"] = accuracy(ctx.require("model", "evaluate_nodes"), data, data[mask])
+    ctx.metrics[f"{split}_accuracy"] = accuracy(ctx.require("model", "evaluate_nodes"), data, data[mask],
+                                                getattr(ctx, "sampling", None))
