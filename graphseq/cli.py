@@ -11,6 +11,8 @@ import argparse
 import math
 import os
 import sys
+import time
+from pathlib import Path
 from typing import List, Optional
 
 from .errors import GraphseqError
@@ -47,6 +49,9 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                         "(default), you at the terminal (or a pipe), or --labels")
     p.add_argument("--labels", default=None, metavar="F.csv",
                    help="answers for --oracle file, rows item,label (implies --oracle file)")
+    p.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
+                   help="train data-parallel in N processes on this machine, through torch's elastic "
+                        "launcher (for several machines, use torchrun ... -m graphseq run)")
     p.set_defaults(handler=_run)
 
 
@@ -76,6 +81,17 @@ def _run(args: argparse.Namespace) -> int:
         raise GraphseqError(f"--threads must be at least 1, got {args.threads}")
     if "torch" not in sys.modules:
         _set_threads(args.threads)
+    if args.nproc_per_node < 1:
+        raise GraphseqError(f"--nproc-per-node must be at least 1, got {args.nproc_per_node}")
+    if args.nproc_per_node > 1:
+        from . import distributed
+
+        name = distributed.check_launch(args.pipeline, args.overrides, args.oracle, args.nproc_per_node)
+        argv = _without_nproc(args.argv)
+        if args.out is None:  # One folder for all workers, named once.
+            args.out = str(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+            argv += ["--out", args.out]
+        return distributed.launch(argv, args.nproc_per_node, args.out)
     from .pipeline import run
 
     options = {}
@@ -87,12 +103,29 @@ def _run(args: argparse.Namespace) -> int:
                   device=args.device, out=args.out, data_root=args.data_root,
                   data_mirror=args.data_mirror, quiet=args.quiet, resume=args.resume,
                   threads=args.threads, **options)
+    from .distributed import launched_rank
+
+    if launched_rank() != 0:
+        return 0  # Rank 0 alone reports.
     mean, std = summary["mean"], summary["std"]
     several = len(summary["runs"]) > 1
     figures = ", ".join(f"{k} {_number(v)}" + (f" ± {_number(std[k])}" if several else "")
                         for k, v in mean.items())
     print(f"{summary['pipeline']}: {figures}")
     return 0
+
+
+def _without_nproc(argv: List[str]) -> List[str]:
+    """The command line minus ``--nproc-per-node N``: what each worker runs."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc-per-node":
+            skip = True
+        elif not arg.startswith("--nproc-per-node="):
+            kept.append(arg)
+    return kept
 
 
 def _number(value: float) -> str:
@@ -233,6 +266,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # --help, or a malformed command line (code 2)
         return stop.code if isinstance(stop.code, int) else 2
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.handler(args)
     except GraphseqError as error:

@@ -12,7 +12,8 @@ CPU, NCCL on CUDA (one device per local rank); only rank 0 writes files.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence, TypeVar, Union
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Sequence, TypeVar, Union
 
 import torch
 import torch.distributed as dist
@@ -57,6 +58,26 @@ def launched_world_size() -> int:
 def barrier() -> None:
     if is_initialized():
         dist.barrier()
+
+
+@contextmanager
+def main_first() -> Iterator[None]:
+    """Runs the body in rank 0 first and in the other ranks after it, for
+    work that writes shared files once (a dataset's download and processing)."""
+    if not is_main():
+        barrier()
+    yield
+    if is_main():
+        barrier()
+
+
+def launched_rank() -> int:
+    """This process's rank as the launcher set it (``RANK``), also before
+    the process group is set up and after it is torn down."""
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
 
 
 def shard(items: Union[int, Tensor, Sequence[T]], pad: bool = True) -> Union[Tensor, List[T]]:
@@ -150,3 +171,90 @@ def wrap(module: torch.nn.Module, device: torch.device, **options: Any) -> torch
 
     device_ids: Optional[List[int]] = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(module, device_ids=device_ids, **options)
+
+
+# --------------------------------------------------------------------------- #
+# The runner's side: checks, set-up, and launching workers
+# --------------------------------------------------------------------------- #
+
+def is_data_parallel(stage_fn: Any) -> bool:
+    """Whether a stage was registered with ``data_parallel=True``."""
+    return bool(getattr(stage_fn, "data_parallel", False))
+
+
+def check_run(pipeline: str, stage_fns: Sequence[Any], options: Dict[str, Any], processes: int) -> None:
+    """Refuses, before anything is written, a run of ``processes`` workers
+    that cannot work: a pipeline without a data-parallel stage, or a person
+    answering questions (one terminal cannot serve several processes)."""
+    if processes <= 1:
+        return
+    from .errors import GraphseqError
+
+    if processes > 1 and _asks_a_person(options.get("oracle")):
+        raise GraphseqError("--oracle human asks you at this terminal, which one process alone can do; "
+                            "run it without --nproc-per-node (or torchrun)")
+    if not any(is_data_parallel(fn) for fn in stage_fns):
+        raise GraphseqError(f"pipeline {pipeline} has no data-parallel stage, so {processes} processes "
+                            f"would each repeat the whole run; run it with one process")
+
+
+def _asks_a_person(oracle: Any) -> bool:
+    return oracle == "human" or type(oracle).__name__ == "HumanOracle"
+
+
+def join(pipeline: str, stage_fns: Sequence[Any], device: torch.device,
+         options: Dict[str, Any]) -> torch.device:
+    """The runner's hook: in a worker started by the elastic launcher
+    (``WORLD_SIZE`` > 1), checks the run and joins the process group; returns
+    the device this process trains on. Alone, returns ``device``."""
+    processes = launched_world_size()
+    check_run(pipeline, stage_fns, options, processes)
+    if processes > 1:
+        return setup(device)
+    return device
+
+
+def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) -> int:
+    """Runs ``graphseq ARGS`` in ``nproc_per_node`` worker processes on this
+    machine through torch's elastic launcher (what ``torchrun --standalone
+    --nproc-per-node N -m graphseq ARGS`` does). A worker that fails ends the
+    run: the launcher stops the others, and the error says which worker, how,
+    and how to resume from the last checkpoint."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    from .errors import GraphseqError
+
+    config = parse_args(["--standalone", f"--nproc-per-node={nproc_per_node}", "--max-restarts=0",
+                         "-m", "graphseq", *args])
+    try:
+        run(config)
+    except ChildFailedError as error:
+        # The first failure is the cause; workers the launcher stopped after it got SIGTERM.
+        rank, first = min(error.failures.items(),
+                          key=lambda item: (item[1].signal_name() == "SIGTERM", item[1].timestamp, item[0]))
+        if first.exitcode == 2:
+            return 2  # A usage error, which the worker printed already.
+        how = (f"was killed by {first.signal_name()}" if first.exitcode < 0
+               else f"exited with code {first.exitcode}")
+        where = f" in {out}" if out else ""
+        raise GraphseqError(
+            f"worker {rank} of {nproc_per_node} (pid {first.pid}) {how}, so the launcher stopped "
+            f"the others; the last checkpoint{where} resumes: run the same command with --resume"
+            + ("" if out else " --out DIR")) from None
+    return 0
+
+
+def check_launch(pipeline: str, overrides: Sequence[str], oracle: Optional[str], processes: int) -> str:
+    """What the launcher checks before it starts any worker: the pipeline
+    and its overrides read, and :func:`check_run` passes. Returns the
+    pipeline's name."""
+    from .pipeline import apply_overrides, read_config, resolve_pipeline, sections
+    from .stages import get_stage
+
+    path = resolve_pipeline(pipeline)
+    config = read_config(path)
+    apply_overrides(config, overrides)
+    stage_fns = [get_stage(table.get("stage", name)) for name, table in sections(config).items()]
+    check_run(path.stem, stage_fns, {"oracle": oracle}, processes)
+    return path.stem

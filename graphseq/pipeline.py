@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from . import __version__
+from . import __version__, distributed
 from .checks import refusal
 from .errors import GraphseqError
 from .io import atomic_write_bytes, atomic_write_text, check_stored_file, write_json
@@ -286,6 +286,9 @@ def _logger(out: Path, quiet: bool) -> logging.Logger:
     log.handlers.clear()
     log.setLevel(logging.INFO)
     log.propagate = False
+    if not distributed.is_main():  # Rank 0 alone logs, once for all.
+        log.addHandler(logging.NullHandler())
+        return log
     handler = logging.FileHandler(out / "log.txt")
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
     log.addHandler(handler)
@@ -461,6 +464,9 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
     objects = _apply_options(config, options, name)
     check_domains(config, name)
     torch_device = resolve_device(device)
+    # Several processes (torchrun, --nproc-per-node): check, then join the group.
+    torch_device = distributed.join(name, [get_stage(t.get("stage", n)) for n, t in sections(config).items()],
+                                    torch_device, options)
     _check_out(out)
     if resume:
         files = _resumable(config)
@@ -481,6 +487,7 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         raise GraphseqError(f"--out {out} already holds a run; continue it with --resume, "
                             f"or choose another --out")
 
+    distributed.barrier()  # Every process has checked before rank 0 writes.
     # Checked: from here on the run writes.
     if threads is not None:
         torch.set_num_threads(threads)
@@ -490,18 +497,20 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
     out.mkdir(parents=True, exist_ok=True)
     log = None
     try:
-        if not resume or dump_toml(config) != (out / "config.toml").read_text(encoding="utf-8"):
+        if distributed.is_main() and (
+                not resume or dump_toml(config) != (out / "config.toml").read_text(encoding="utf-8")):
             atomic_write_text(out / "config.toml", dump_toml(config))
         log = _logger(out, quiet)
         return _run_seeds(config, name, out, seed, runs, torch_device, resume, quiet, log, objects,
                           data_root, data_mirror, pipeline)
     except BaseException as error:
         _close(log)
-        if not resume or isinstance(error, GraphseqError):
+        if distributed.is_main() and (not resume or isinstance(error, GraphseqError)):
             _undo_runner_writes(out, before)
         raise
     finally:
         _close(log)
+        distributed.teardown()
 
 
 def _run_seeds(config: Dict[str, Any], name: str, out: Path, seed: int, runs: int,
@@ -528,7 +537,8 @@ def _run_seeds(config: Dict[str, Any], name: str, out: Path, seed: int, runs: in
     summary = {"pipeline": name, "runs": results, **summarize(results)}
     if len(results) < runs:
         summary["stopped"] = True
-    write_json(out / "metrics.json", summary)
+    if distributed.is_main():
+        write_json(out / "metrics.json", summary)
     if len(results) > 1:
         log.info("mean over %d runs: %s", len(results), _format(summary["mean"], summary["std"]))
     return summary
@@ -550,7 +560,7 @@ def _run_seed(config: Dict[str, Any], out: Path, run_seed: int, runs: int, devic
         params = {k: v for k, v in table.items() if k != "stage"}
         get_stage(table.get("stage", table_name))(ctx, **params)
     metrics = {"seed": run_seed, **ctx.metrics}
-    if runs > 1:
+    if runs > 1 and distributed.is_main():
         write_json(run_out / "metrics.json", metrics)
     log.info("seed %d: %s", run_seed, _format(ctx.metrics))
     return metrics, ctx.stopped

@@ -41,7 +41,8 @@ def char_corpus(ctx, *, text_file: str = "", val_fraction: float = 0.1) -> None:
             raise GraphseqError(f"text_file not found: {path}")
         text = path.read_text(encoding="utf-8")
     else:
-        text = load_tiny_shakespeare(ctx.data_root, ctx.data_mirror)
+        with distributed.main_first():  # One process copies or downloads the text.
+            text = load_tiny_shakespeare(ctx.data_root, ctx.data_mirror)
     vocab = Vocabulary.of_characters(text)
     train, val = split_stream(vocab.encode(text), val_fraction)
     ctx.data = CharCorpus(vocab, train, val)
@@ -89,7 +90,7 @@ def evaluate(model: CharLM, ids: Tensor, batch_size: int, window: int, device: t
     "decay_steps": at_least(1), "clip": positive, "steps": non_negative, "minutes": non_negative,
     "eval_every": at_least(1), "eval_chars": non_negative, "eval_batch_size": at_least(1),
     "eval_window": at_least(1), "checkpoint_every": at_least(1)},
-    resumes=CHECKPOINT, resume_may_change=("steps", "minutes"))
+    resumes=CHECKPOINT, resume_may_change=("steps", "minutes"), data_parallel=True)
 def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
           lr_decay: float = 0.5, decay_steps: int = 2000, clip: float = 5.0,
           steps: int = 10000, minutes: float = 0.0, eval_every: int = 250, eval_chars: int = 30000,

@@ -27,7 +27,8 @@ def ppi(ctx) -> None:
     """PPI's training, validation and test graphs as ``ctx.data``
     (``{"train": ..., "val": ..., "test": ...}``), ``ctx.num_features`` and
     ``ctx.num_classes`` (the number of labels)."""
-    data = load_ppi(ctx.data_root, ctx.data_mirror)
+    with distributed.main_first():  # One process unpacks and processes the files.
+        data = load_ppi(ctx.data_root, ctx.data_mirror)
     ctx.data = data
     ctx.num_features = data["train"].num_features
     ctx.num_classes = data["train"][0].y.size(1)
@@ -73,7 +74,7 @@ def multilabel_scores(model: nn.Module, graphs: Sequence[Data], device: torch.de
     return {"loss": loss / count, "f1": float(f1_score(y_true, y_pred, average="micro", zero_division=0))}
 
 
-@stage("train_graphs")
+@stage("train_graphs", data_parallel=True)
 def train_graphs(ctx, *, lr: float = 0.005, weight_decay: float = 0.0, batch_size: int = 2,
                  steps: int = 5000, eval_every: int = 10, checkpoint_every: int = 100) -> None:
     """Trains ``ctx.model`` on mini-batches of ``batch_size`` training graphs

@@ -1,6 +1,7 @@
 """Stage: load a Planetoid citation graph onto the run's device."""
 from __future__ import annotations
 
+from .. import distributed
 from ..checks import Domain, one_of
 from ..data.planetoid import NAMES, load_planetoid
 from .registry import stage
@@ -13,8 +14,9 @@ def planetoid(ctx, *, name: str = "Cora", split: str = "public", normalize_featu
               sparse_features: bool = True) -> None:
     """Sets ``ctx.data`` (features stored sparsely if ``sparse_features``),
     ``ctx.num_features`` and ``ctx.num_classes``."""
-    data = load_planetoid(name, ctx.data_root, ctx.data_mirror, split=split,
-                          normalize_features=normalize_features)
+    with distributed.main_first():  # One process downloads and processes the files.
+        data = load_planetoid(name, ctx.data_root, ctx.data_mirror, split=split,
+                              normalize_features=normalize_features)
     ctx.log.info(f"{name}: {data.num_nodes} nodes, {data.num_edges} edges, "
                  f"{data.num_features} features, split {split} "
                  f"({int(data.train_mask.sum())}/{int(data.val_mask.sum())}/{int(data.test_mask.sum())})")

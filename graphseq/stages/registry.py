@@ -27,10 +27,11 @@ class StageSpec:
     options: Tuple[str, ...] = ()            # run options it consumes ("oracle", "labels")
     resumes: str = ""                        # the file in its run folder it continues from
     resume_may_change: Tuple[str, ...] = ()  # keys --resume may set anew (budgets)
+    data_parallel: bool = False              # trains in several processes when launched so
 
 
 def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequence[str] = (),
-          resumes: str = "", resume_may_change: Sequence[str] = ()
+          resumes: str = "", resume_may_change: Sequence[str] = (), data_parallel: bool = False
           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Registers ``fn`` as the stage ``name``; a second stage of the same name is refused.
 
@@ -46,6 +47,9 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
             whose stages declares one cannot be resumed.
         resume_may_change: keys that ``--resume`` may set to other values
             than the run was started with (a longer budget).
+        data_parallel: the stage trains with several processes when the run
+            is launched with them (:mod:`graphseq.distributed`); a pipeline
+            without such a stage refuses to run in several processes.
     """
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -57,8 +61,10 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
         if unknown:
             raise ValueError(f"stage {name!r} declares {', '.join(unknown)}, which are no parameters of "
                              f"{fn.__qualname__}")
+        fn.data_parallel = data_parallel
         STAGES[name] = fn
-        SPECS[name] = StageSpec(name, dict(checks or {}), tuple(options), resumes, tuple(resume_may_change))
+        SPECS[name] = StageSpec(name, dict(checks or {}), tuple(options), resumes, tuple(resume_may_change),
+                                data_parallel)
         return fn
 
     return register

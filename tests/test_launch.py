@@ -1,0 +1,147 @@
+"""``graphseq run NAME --nproc-per-node 2``: two gloo workers through torch's
+elastic launcher, on gat-ppi over generated PPI-format files. One step of two
+workers equals one step of one worker on the whole batch; the run folder gets
+one metrics.json, one checkpoint and one log; a killed worker ends the run
+with a clear error, and the checkpoint resumes."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphseq import GraphseqError, run
+from graphseq.cli import main
+from graphseq.data.ppi import write_ppi_raw
+from graphseq.io import load_checkpoint
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = ["--set", "model.hidden_channels=8", "--set", "model.heads=2", "--set", "model.output_heads=2",
+        "--set", "train.eval_every=2", "--set", "train.checkpoint_every=2"]
+
+
+@pytest.fixture(scope="module")
+def ppi_mirror(tmp_path_factory):
+    mirror = tmp_path_factory.mktemp("ppi-mirror")
+    write_ppi_raw(mirror / "PPI" / "raw", graphs=(4, 2, 2), nodes=30, features=12, labels=9)
+    return mirror
+
+
+def graphseq_command(*args):
+    return [sys.executable, "-m", "graphseq", "run", *args]
+
+
+def environment():
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS="1")
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+def gat_ppi(out, mirror, root, *extra, nproc=1, check=True):
+    command = graphseq_command("gat-ppi", "--quiet", "--out", str(out), "--data-root", str(root),
+                               "--data-mirror", str(mirror), *TINY, *extra)
+    if nproc > 1:
+        command += ["--nproc-per-node", str(nproc)]
+    done = subprocess.run(command, env=environment(), capture_output=True, text=True, timeout=300)
+    if check:
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_two_workers_take_the_step_of_one_on_the_whole_batch(tmp_path, ppi_mirror):
+    root = tmp_path / "data"
+    gat_ppi(tmp_path / "one", ppi_mirror, root, "--set", "train.steps=1")
+    done = gat_ppi(tmp_path / "two", ppi_mirror, root, "--set", "train.steps=1", nproc=2)
+    one = load_checkpoint(tmp_path / "one" / "checkpoint.pt")
+    two = load_checkpoint(tmp_path / "two" / "checkpoint.pt")
+    assert two["world_size"] == 2 and len(two["ranks"]) == 2
+    initial_moved = False
+    for key, weight in one["model"].items():
+        assert torch.allclose(two["model"][key], weight, atol=1e-6), key
+        initial_moved |= bool((weight != 0).any())
+    assert initial_moved
+    # One of each file, written by rank 0 alone; one summary printed.
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == \
+        ["checkpoint.pt", "config.toml", "curves.png", "log.txt", "metrics.json"]
+    assert (tmp_path / "two" / "log.txt").read_text().count("pipeline gat-ppi") == 1
+    assert done.stdout.count("gat-ppi: val_f1") == 1
+
+
+def _worker_of_rank(launcher_pid, rank):
+    """The pid of the launcher's descendant whose environment says RANK=rank."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if f"RANK={rank}".encode() in environ and b"GRAPHSEQ_TEST_LAUNCH=1" in environ:
+            pid = parent
+            while pid > 1:  # Is it below our launcher?
+                if pid == launcher_pid:
+                    return int(entry.name)
+                try:
+                    pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                except OSError:
+                    break
+    return None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the worker through /proc")
+def test_a_killed_worker_ends_the_run_clearly_and_the_checkpoint_resumes(tmp_path, ppi_mirror):
+    out, root = tmp_path / "run", tmp_path / "data"
+    command = graphseq_command("gat-ppi", "--quiet", "--out", str(out), "--data-root", str(root),
+                               "--data-mirror", str(ppi_mirror), *TINY, "--set", "train.steps=120",
+                               "--nproc-per-node", "2")
+    env = dict(environment(), GRAPHSEQ_TEST_LAUNCH="1")
+    launcher = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while not (out / "checkpoint.pt").exists():
+            assert launcher.poll() is None, launcher.communicate()[1][-3000:]
+            assert time.time() < deadline, "no checkpoint appeared"
+            time.sleep(0.05)
+        victim = _worker_of_rank(launcher.pid, 1)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        _, stderr = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 2
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("graphseq: error: worker 1 of 2") and "SIGKILL" in last and "--resume" in last
+    stopped_at = load_checkpoint(out / "checkpoint.pt")["step"]
+    assert 2 <= stopped_at < 120
+    resumed = subprocess.run(command + ["--resume"], env=environment(), capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming at step {stopped_at}" in (out / "log.txt").read_text() or \
+        f"resumed from {out / 'checkpoint.pt'} at step {stopped_at}" in (out / "log.txt").read_text()
+    assert load_checkpoint(out / "checkpoint.pt")["step"] == 120
+
+
+def test_a_person_cannot_answer_several_processes(tmp_path, capsys):
+    assert main(["run", "active-cora", "--oracle", "human", "--nproc-per-node", "2",
+                 "--out", str(tmp_path / "run")]) == 2
+    assert "one process" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_pipeline_without_a_data_parallel_stage_refuses_several_processes(tmp_path, capsys):
+    assert main(["run", "polarity-bilstm", "--nproc-per-node", "2", "--out", str(tmp_path / "run")]) == 2
+    assert "no data-parallel stage" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_under_torchrun_the_human_oracle_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(GraphseqError, match="one process"):
+        run("active-cora", out=tmp_path / "run", oracle="human", quiet=True)
+    assert not (tmp_path / "run").exists()
