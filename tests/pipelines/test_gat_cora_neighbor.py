@@ -1,0 +1,31 @@
+"""gat-cora-neighbor: the gat-cora model trained on sampled neighbourhoods
+of the real Cora, evaluated layer by layer (the same numbers as a full pass)."""
+import pytest
+import torch
+
+from graphseq import run
+from graphseq.data.planetoid import load_planetoid
+from graphseq.models import GAT
+from graphseq.stages.node_training import Sampling, accuracy, fit_node_classifier
+
+
+def test_gat_cora_neighbor_runs_a_few_epochs(tmp_path, data_root, mirror):
+    figures = run("gat-cora-neighbor", overrides={"train.max_epochs": 3}, out=tmp_path,
+                  data_root=data_root, data_mirror=mirror, quiet=True)["runs"][0]
+    assert figures["epochs"] == 3 and 0.0 <= figures["test_accuracy"] <= 1.0
+    assert (tmp_path / "best.pt").is_file()
+
+
+def test_every_inference_scores_a_trained_model_alike(data_root, mirror):
+    data = load_planetoid("Cora", data_root, mirror)
+    torch.manual_seed(0)
+    model = GAT(data.num_features, 7)
+    sampling = Sampling("neighbor", (10, 10), batch_size=64, inference="layerwise")
+    fit_node_classifier(model, data, lr=0.005, weight_decay=5e-4, max_epochs=20, sampling=sampling)
+    full = accuracy(model, data, data.val_mask)
+    assert accuracy(model, data, data.val_mask, sampling) == full  # Layer-wise is exact.
+    everyone = Sampling("neighbor", (-1, -1), inference="sampled")
+    assert accuracy(model, data, data.val_mask, everyone) == pytest.approx(full, abs=1e-9)
+    sampled = accuracy(model, data, data.val_mask, Sampling("neighbor", (10, 10), inference="sampled"))
+    assert abs(sampled - full) < 0.05
+    assert full > 0.6  # Twenty epochs of sampled mini-batches learn Cora.
