@@ -10,7 +10,6 @@ from typing import Dict, List, Sequence
 
 import torch
 import torch.nn.functional as F
-from sklearn.metrics import f1_score
 from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 
@@ -59,6 +58,8 @@ def multilabel_scores(model: nn.Module, graphs: Sequence[Data], device: torch.de
                       batch_size: int = 2) -> Dict[str, float]:
     """Mean binary cross-entropy and micro-F1 (labels predicted where the
     logit is positive) over all nodes of ``graphs``."""
+    from sklearn.metrics import f1_score  # Imported when needed: scikit-learn is slow to load.
+
     model.eval()
     predictions: List[Tensor] = []
     targets: List[Tensor] = []
