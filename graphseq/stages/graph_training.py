@@ -14,10 +14,11 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 
 from .. import distributed
+from ..checks import at_least, non_negative, one_of, positive
 from ..data.ppi import load_ppi
 from ..errors import GraphseqError
 from ..models.inductive_gat import InductiveGAT
-from ..training import train_steps
+from ..training import CHECKPOINT, train_steps
 from .registry import stage
 
 
@@ -37,7 +38,8 @@ def ppi(ctx) -> None:
                      + f"; {ctx.num_features} features, {ctx.num_classes} labels")
 
 
-@stage("inductive_gat")
+@stage("inductive_gat", checks={"hidden_channels": at_least(1), "heads": at_least(1),
+                                "output_heads": at_least(1), "layers": at_least(2)})
 def inductive_gat(ctx, *, hidden_channels: int = 256, heads: int = 4, output_heads: int = 6,
                   layers: int = 3) -> None:
     """The paper's PPI model (:class:`~graphseq.models.inductive_gat.InductiveGAT`) as ``ctx.model``."""
@@ -75,7 +77,9 @@ def multilabel_scores(model: nn.Module, graphs: Sequence[Data], device: torch.de
     return {"loss": loss / count, "f1": float(f1_score(y_true, y_pred, average="micro", zero_division=0))}
 
 
-@stage("train_graphs", data_parallel=True)
+@stage("train_graphs", checks={"lr": positive, "weight_decay": non_negative, "batch_size": at_least(1),
+                               "steps": at_least(1), "eval_every": at_least(1), "checkpoint_every": at_least(1)},
+       resumes=CHECKPOINT, resume_may_change=("steps",), data_parallel=True)
 def train_graphs(ctx, *, lr: float = 0.005, weight_decay: float = 0.0, batch_size: int = 2,
                  steps: int = 5000, eval_every: int = 10, checkpoint_every: int = 100) -> None:
     """Trains ``ctx.model`` on mini-batches of ``batch_size`` training graphs
@@ -124,7 +128,7 @@ def train_graphs(ctx, *, lr: float = 0.005, weight_decay: float = 0.0, batch_siz
                      f"{result.best['val_f1']:.4f}")
 
 
-@stage("evaluate_graphs")
+@stage("evaluate_graphs", checks={"split": one_of("train", "val", "test")})
 def evaluate_graphs(ctx, *, split: str = "test") -> None:
     """Micro-F1 of ``ctx.model`` on one split's graphs, as ``<split>_f1``."""
     data = ctx.require("data", "evaluate_graphs")
