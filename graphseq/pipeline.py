@@ -570,14 +570,22 @@ class _LogStream(io.TextIOBase):
     """A text stream whose lines go to a logger."""
 
     def __init__(self, log: logging.Logger):
-        self.log, self.pending = log, ""
+        self.log, self.pending, self.writing = log, "", False
 
     def write(self, text: str) -> int:
-        lines = (self.pending + text).split("\n")
-        self.pending = lines.pop()
-        for line in lines:
-            if line.strip():
-                self.log.info(line.rstrip())
+        # A handler of the log that writes to stderr (tqdm's, say) would land
+        # here again: such a nested write is dropped instead of looping.
+        if self.writing:
+            return len(text)
+        self.writing = True
+        try:
+            lines = (self.pending + text).split("\n")
+            self.pending = lines.pop()
+            for line in lines:
+                if line.strip():
+                    self.log.info(line.rstrip())
+        finally:
+            self.writing = False
         return len(text)
 
 

@@ -40,6 +40,7 @@ share of it on each rank.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import random
@@ -216,7 +217,10 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
     started = time.perf_counter() - progress.seconds
     ran = False
     model.train()
-    with logging_redirect_tqdm(loggers=[ctx.log]):  # Log lines above the bar, not through it.
+    # Log lines above the bar, not through it; with no bar (quiet, or not rank
+    # 0) there is nothing to keep them off, and a quiet run's stderr is the log
+    # itself, which tqdm's handler would write back into.
+    with logging_redirect_tqdm(loggers=[ctx.log]) if not bar.disable else contextlib.nullcontext():
         while not out_of_budget():
             ran = True
             optimizer.zero_grad(set_to_none=True)

@@ -236,3 +236,28 @@ def test_quiet_sends_what_libraries_print_to_the_log(tmp_path, capfd):
     assert captured.err == "" and captured.out == ""
     log = (tmp_path / "run" / "log.txt").read_text()
     assert "Processing..." in log
+
+
+def test_a_quiet_run_whose_log_handler_writes_to_stderr_does_not_loop(tmp_path):
+    # A quiet run sends stderr to its log; a handler of that log that writes to
+    # stderr (tqdm's logging redirect does) must not feed the log its own lines.
+    import contextlib
+    import logging
+
+    from graphseq.pipeline import _LogStream
+
+    class ToStderr(logging.Handler):
+        def emit(self, record):
+            sys.stderr.write(self.format(record) + "\n")
+
+    log = logging.getLogger("graphseq.test.quiet-loop")
+    log.handlers.clear()
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    log.addHandler(logging.FileHandler(tmp_path / "log.txt"))
+    log.addHandler(ToStderr())
+    with contextlib.redirect_stderr(_LogStream(log)):
+        print("Processing...", file=sys.stderr)
+    for handler in log.handlers:
+        handler.close()
+    assert (tmp_path / "log.txt").read_text().splitlines() == ["Processing..."]
