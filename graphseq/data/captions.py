@@ -1,0 +1,294 @@
+"""Image-caption data: the word vocabulary of captions, one dataset type for
+every source (images with several captions each, and attribute labels for
+pretraining an image encoder), and readers for the two formats captioning
+work uses, MS-COCO's ``captions_*.json`` beside an image folder and the
+Flickr8k/Flickr30k token files (``IMAGE#N<tab>caption`` lines). The generated
+shapes set (:mod:`graphseq.data.shapes`) fills the same type from memory.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import urllib.request
+import zipfile
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from ..errors import GraphseqError
+from .text import Vocabulary
+
+PAD, START, END, UNKNOWN = "<pad>", "<start>", "<end>", "<unk>"
+SPECIALS = (PAD, START, END, UNKNOWN)
+
+COCO_URL = "http://images.cocodataset.org"
+COCO_ANNOTATIONS = {"2014": "annotations/annotations_trainval2014.zip",
+                    "2017": "annotations/annotations_trainval2017.zip"}
+
+# Words too common in captions of every picture to say what is in one.
+STOPWORDS = frozenset(
+    "a an the of in on at to and with is are is there its it his her their this that some two "
+    "three one other for by from while as near next up down".split())
+
+
+def tokenize_caption(caption: str) -> List[str]:
+    """Lower-cased words (letters, digits, inner apostrophes); punctuation
+    separates them and is dropped, as the COCO evaluation tokenizer does."""
+    return re.findall(r"[a-z0-9]+(?:'[a-z]+)?", caption.lower())
+
+
+def caption_vocabulary(captions: Iterable[Sequence[str]], min_count: int = 1) -> Vocabulary:
+    """The padding, start, end and unknown symbols (ids 0-3), then every
+    word used at least ``min_count`` times, most frequent first."""
+    counts = Counter(word for caption in captions for word in caption)
+    words = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS),
+                   key=lambda w: (-counts[w], w))
+    return Vocabulary(list(SPECIALS) + words, unknown=UNKNOWN)
+
+
+class CaptionSet(torch.utils.data.Dataset):
+    """Images with their captions.
+
+    Images are either held in memory (``images``, ``uint8 [N, 3, H, W]``) or
+    read from ``paths`` when asked for, converted to RGB and resized to
+    ``image_size`` squares. Item ``i`` is ``(image float [3, S, S] in [0, 1],
+    captions of image i)``.
+
+    Args:
+        captions (list of list of str): the captions of each image.
+        images (Tensor, optional): the images, in memory.
+        paths (list of Path, optional): image files, read on demand.
+        image_size (int): side of the square images files are resized to.
+            (default: :obj:`64`)
+        labels (list of list of str, optional): attribute labels of each image
+            for pretraining an encoder; by default the content words of its
+            captions.
+        scenes (list, optional): the generated scene behind each image
+            (shapes only), for exact scoring.
+    """
+
+    def __init__(self, captions: List[List[str]], images: Optional[Tensor] = None,
+                 paths: Optional[List[Path]] = None, image_size: int = 64,
+                 labels: Optional[List[List[str]]] = None, scenes: Optional[list] = None):
+        if (images is None) == (paths is None):
+            raise ValueError("a CaptionSet holds either images or paths")
+        count = len(images) if images is not None else len(paths)
+        if len(captions) != count:
+            raise ValueError(f"{count} images but {len(captions)} caption lists")
+        self.captions = captions
+        self.tokens = [[tokenize_caption(c) for c in caps] for caps in captions]
+        self.images = images
+        self.paths = paths
+        self.image_size = image_size if images is None else images.size(-1)
+        self.labels = labels if labels is not None else [content_words(t) for t in self.tokens]
+        self.scenes = scenes
+
+    def __len__(self) -> int:
+        return len(self.captions)
+
+    def __getitem__(self, index: int):
+        return self.load_images([index])[0], self.captions[index]
+
+    def load_images(self, indices: Sequence[int] | Tensor) -> Tensor:
+        """The images at ``indices`` as ``float [len, 3, S, S]`` in ``[0, 1]``."""
+        if isinstance(indices, Tensor):
+            indices = indices.tolist()
+        if self.images is not None:
+            return self.images[list(indices)].float().div_(255.0)
+        return torch.stack([read_image(self.paths[i], self.image_size) for i in indices])
+
+    def subset(self, indices: Sequence[int]) -> "CaptionSet":
+        indices = list(indices)
+        pick = lambda items: None if items is None else [items[i] for i in indices]  # noqa: E731
+        return CaptionSet([self.captions[i] for i in indices],
+                          images=None if self.images is None else self.images[indices],
+                          paths=pick(self.paths), image_size=self.image_size,
+                          labels=pick(self.labels), scenes=pick(self.scenes))
+
+    def __repr__(self) -> str:
+        where = "in memory" if self.images is not None else "on disk"
+        return (f"CaptionSet({len(self)} images {where}, "
+                f"{sum(len(c) for c in self.captions)} captions)")
+
+
+def content_words(tokenized_captions: Sequence[Sequence[str]]) -> List[str]:
+    """The words of an image's captions that are not stop words: its
+    "visual concepts", the attributes an encoder is pretrained to spot."""
+    return sorted({w for caption in tokenized_captions for w in caption if w not in STOPWORDS})
+
+
+def read_image(path: Path, size: int) -> Tensor:
+    """An image file as ``float [3, size, size]`` in ``[0, 1]``: converted to
+    RGB and resized (squashed) to a square, as the captioning encoders take it."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            image = image.convert("RGB").resize((size, size), Image.BILINEAR)
+            array = np.asarray(image, dtype=np.uint8).copy()
+    except FileNotFoundError:
+        raise GraphseqError(f"image not found: {path}") from None
+    except (UnidentifiedImageError, OSError) as error:
+        raise GraphseqError(f"cannot read image {path}: {error}") from None
+    return torch.from_numpy(array).permute(2, 0, 1).float().div_(255.0)
+
+
+# --------------------------------------------------------------------------- #
+# MS-COCO captions
+# --------------------------------------------------------------------------- #
+
+def read_coco_captions(annotation_file: Path, image_folder: Path, image_size: int = 64) -> CaptionSet:
+    """A COCO captions file (``{"images": [{"id", "file_name"}, ...],
+    "annotations": [{"image_id", "caption"}, ...]}``) and the folder of its
+    images, as a :class:`CaptionSet` ordered by image id. Images without a
+    caption are left out."""
+    annotation_file, image_folder = Path(annotation_file), Path(image_folder)
+    try:
+        data = json.loads(annotation_file.read_text(encoding="utf-8"))
+        files = {int(image["id"]): image["file_name"] for image in data["images"]}
+        captions: Dict[int, List[str]] = {}
+        for note in data["annotations"]:
+            captions.setdefault(int(note["image_id"]), []).append(note["caption"].strip())
+    except FileNotFoundError:
+        raise GraphseqError(f"COCO captions file not found: {annotation_file}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise GraphseqError(f"{annotation_file} is not a valid JSON file: {error}") from None
+    except (KeyError, TypeError, ValueError) as error:
+        raise GraphseqError(f"{annotation_file} is not in the COCO captions format "
+                            f"(missing or bad {error})") from None
+    unknown = sorted(set(captions) - set(files))
+    if unknown:
+        raise GraphseqError(f"{annotation_file}: captions of image id {unknown[0]}, which is not "
+                            f"among its images")
+    ids = sorted(i for i in files if i in captions)
+    return CaptionSet([captions[i] for i in ids], paths=[image_folder / files[i] for i in ids],
+                      image_size=image_size)
+
+
+def _fetch(url: str, path: Path) -> None:
+    """Downloads ``url`` to ``path`` through a temporary file, with a progress bar."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
+        tmp = Path(f.name)
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                total = int(response.headers.get("Content-Length") or 0) or None
+                with tqdm(total=total, unit="B", unit_scale=True, desc=path.name) as bar:
+                    while chunk := response.read(1 << 20):
+                        f.write(chunk)
+                        bar.update(len(chunk))
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    tmp.replace(path)
+
+
+def _extract(archive: Path, target: Path, keep: Callable[[str], bool]) -> None:
+    """Extracts the members of a zip that ``keep`` accepts, each under its
+    own name but never outside ``target`` (no absolute paths, no ``..``)."""
+    with zipfile.ZipFile(archive) as zf:
+        for member in zf.infolist():
+            parts = Path(member.filename).parts
+            if member.is_dir() or not keep(member.filename) or ".." in parts or Path(member.filename).is_absolute():
+                continue
+            out = target.joinpath(*parts)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(member) as source, open(out, "wb") as f:
+                shutil.copyfileobj(source, f)
+
+
+def download_coco(folder: Path, split: str, fetch: Callable[[str, Path], None] = _fetch) -> None:
+    """Fetches what ``folder`` lacks of a COCO split (``train2014``,
+    ``val2014``, ``train2017``, ``val2017``): the captions file from the
+    year's annotation archive (241 MB for 2014) and the split's images
+    (13 GB for train2014, 6 GB for val2014). Archives are deleted once
+    extracted."""
+    year = split[-4:]
+    if year not in COCO_ANNOTATIONS:
+        raise GraphseqError(f"unknown COCO split {split!r}; known: train2014, val2014, train2017, val2017")
+    folder.mkdir(parents=True, exist_ok=True)
+    annotation = folder / "annotations" / f"captions_{split}.json"
+    if not annotation.is_file():
+        archive = folder / Path(COCO_ANNOTATIONS[year]).name
+        fetch(f"{COCO_URL}/{COCO_ANNOTATIONS[year]}", archive)
+        _extract(archive, folder, lambda name: name.startswith("annotations/captions_"))
+        archive.unlink()
+    if not (folder / split).is_dir():
+        archive = folder / f"{split}.zip"
+        fetch(f"{COCO_URL}/zips/{split}.zip", archive)
+        _extract(archive, folder, lambda name: name.startswith(f"{split}/"))
+        archive.unlink()
+
+
+def locate_coco(split: str, root: Path, mirror: Optional[Path] = None, download: bool = True,
+                fetch: Callable[[str, Path], None] = _fetch) -> tuple[Path, Path]:
+    """The captions file and image folder of a COCO split: under
+    ``root/coco`` (``annotations/captions_SPLIT.json`` and ``SPLIT/``), else
+    under the read-only ``mirror/coco`` (read in place, never copied: the
+    images are many gigabytes), else downloaded into ``root/coco``."""
+    places = [Path(root) / "coco"] + ([Path(mirror) / "coco"] if mirror is not None else [])
+    for folder in places:
+        annotation = folder / "annotations" / f"captions_{split}.json"
+        if annotation.is_file() and (folder / split).is_dir():
+            return annotation, folder / split
+    if not download:
+        raise GraphseqError(f"COCO {split} not found: looked for annotations/captions_{split}.json "
+                            f"and {split}/ in {' and '.join(map(str, places))}")
+    try:
+        download_coco(places[0], split, fetch)
+    except GraphseqError:
+        raise
+    except Exception as error:  # Any failure of the network or the host.
+        raise GraphseqError(f"COCO {split} is not in {' or '.join(map(str, places))}, and the "
+                            f"download from {COCO_URL} failed: {error}") from None
+    return places[0] / "annotations" / f"captions_{split}.json", places[0] / split
+
+
+# --------------------------------------------------------------------------- #
+# Flickr8k / Flickr30k
+# --------------------------------------------------------------------------- #
+
+def read_flickr_captions(token_file: Path, image_folder: Path, split_file: Optional[Path] = None,
+                         image_size: int = 64) -> CaptionSet:
+    """A Flickr8k (``Flickr8k.token.txt``) or Flickr30k
+    (``results_20130124.token``) caption file, lines ``IMAGE.jpg#N<tab>caption``,
+    with the folder of its images. ``split_file`` (Flickr8k's
+    ``Flickr_8k.trainImages.txt``, ...: one file name a line) keeps only the
+    images it lists, in its order; without it all images, sorted by name."""
+    token_file, image_folder = Path(token_file), Path(image_folder)
+    captions: Dict[str, List[str]] = {}
+    try:
+        lines = token_file.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise GraphseqError(f"Flickr captions file not found: {token_file}") from None
+    except UnicodeDecodeError as error:
+        raise GraphseqError(f"{token_file} is not UTF-8 text: {error}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        key, tab, caption = line.partition("\t")
+        name, hash_, _ = key.partition("#")
+        if not tab or not hash_ or not name:
+            raise GraphseqError(f"{token_file}, line {number}: expected 'IMAGE.jpg#N<tab>caption', "
+                                f"got {line[:60]!r}")
+        captions.setdefault(name.strip(), []).append(caption.strip())
+    if split_file is None:
+        names = sorted(captions)
+    else:
+        try:
+            names = [n.strip() for n in Path(split_file).read_text(encoding="utf-8").splitlines() if n.strip()]
+        except FileNotFoundError:
+            raise GraphseqError(f"Flickr split file not found: {split_file}") from None
+        missing = [n for n in names if n not in captions]
+        if missing:
+            raise GraphseqError(f"{split_file} lists {len(missing)} image(s) without captions in "
+                                f"{token_file}, e.g. {missing[0]}")
+    return CaptionSet([captions[n] for n in names], paths=[image_folder / n for n in names],
+                      image_size=image_size)
