@@ -250,6 +250,37 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _add_caption(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("caption", help="caption an image with the model of a caption-* run")
+    p.add_argument("dir", help="the run's --out directory (holding captioner.pt)")
+    p.add_argument("image", help="an image file (PNG, JPEG, ...); it is resized to the model's input")
+    p.add_argument("--beam", type=int, default=3, metavar="K",
+                   help="beam width; the best caption is printed (1: greedy; default 3)")
+    p.add_argument("--sample", type=int, default=0, metavar="N",
+                   help="instead print N captions drawn at --temperature")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="softmax temperature of --sample; 0 always takes the likeliest word (default 1)")
+    p.add_argument("--seed", type=int, default=None, help="seed of --sample's draws (default: random)")
+    p.add_argument("--max-length", type=int, default=20, help="longest caption in words (default 20)")
+    p.add_argument("--attention", default=None, metavar="OUT.png",
+                   help="attention decoder: draw each word's attention over the image")
+    p.add_argument("--device", default="cpu", help="auto, cpu or cuda (default cpu)")
+    p.set_defaults(handler=_caption)
+
+
+def _caption(args: argparse.Namespace) -> int:
+    from .models.caption_search import caption_image
+
+    out = caption_image(args.dir, args.image, beam_size=args.beam, samples=args.sample,
+                        temperature=args.temperature, seed=args.seed, max_length=args.max_length,
+                        attention=args.attention, device=args.device)
+    for words in out.words:
+        print(" ".join(words))
+    if args.attention:
+        print(f"wrote {args.attention}: the attention of each word over the image", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="graphseq", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -258,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_labels(commands)
     _add_plot_curves(commands)
     _add_sample(commands)
+    _add_caption(commands)
     return parser
 
 

@@ -3,23 +3,31 @@ learned, drawn from its activations. For a character language model, an HTML
 heat map of single hidden units over a text (Karpathy's "visualizing and
 understanding recurrent networks"), with an ON-LSTM's master-forget
 distances, and the units whose activations best track simple features of the
-text (the position in the line, being inside quotes, ...).
+text (the position in the line, being inside quotes, ...). For a captioner
+with attention, each generated word's attention over the image's regions
+(the figure of "Show, Attend and Tell").
 
 Views read a model; they never train one. ``graphseq sample RUN --html F``
-and ``--units K`` draw them from the command line.
+and ``--units K`` draw them from the command line, as does ``graphseq caption
+RUN IMAGE --attention F``. Pictures are drawn with matplotlib's
+object-oriented API onto an Agg canvas (no pyplot, no global backend) and
+written atomically.
 """
 from __future__ import annotations
 
 import html
+import io
+import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .data.text import Vocabulary
 from .errors import GraphseqError
-from .io import atomic_write_text
+from .io import atomic_write_bytes, atomic_write_text
 from .models.charlm import CharLM
 
 
@@ -157,3 +165,87 @@ def write_heatmap(model: CharLM, vocab: Vocabulary, text: str, path: str | Path,
     atomic_write_text(path, heatmap_html(text, activations, cells, rows=rows,
                                          title=f"{model.config['cell']} hidden units"))
     return list(cells)
+
+
+# --------------------------------------------------------------------------- #
+# Captioners: where each word looks
+# --------------------------------------------------------------------------- #
+
+def _save(figure, path: str | Path) -> None:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def attention_map(alpha: Tensor, size: int) -> Tensor:
+    """A word's attention over a square grid of regions ``[R]`` (row by row)
+    stretched smoothly to a ``[size, size]`` map that keeps each region's share."""
+    side = math.isqrt(alpha.numel())
+    if side * side != alpha.numel():
+        raise ValueError(f"attention over {alpha.numel()} regions is not a square grid")
+    grid = alpha.detach().float().cpu().view(1, 1, side, side)
+    return F.interpolate(grid, size=(size, size), mode="bilinear", align_corners=False)[0, 0]
+
+
+def draw_attention(images: Sequence[Tensor], captions: Sequence[Sequence[str]],
+                   attention: Sequence[Tensor], path: str | Path, columns: int = 8,
+                   end_symbol: str = "<end>") -> None:
+    """Writes one block of panels per image: the image under its caption,
+    then the image once per generated word (and the end symbol) with that
+    word's attention over the regions shown bright and the rest dimmed.
+
+    Args:
+        images: images ``float [3, S, S]`` in ``[0, 1]``.
+        captions: the generated words of each image.
+        attention: per image ``[len(words) + 1, R]``, the attention of each
+            word over the ``R`` regions (a square grid), the end symbol's last.
+        path: the PNG file to write.
+        columns: panels per row. (default: :obj:`8`)
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if not (len(images) == len(captions) == len(attention)):
+        raise ValueError("draw_attention needs one caption and one attention per image")
+    blocks = []
+    for words, alpha in zip(captions, attention):
+        if alpha.size(0) < len(words) + 1:
+            raise ValueError(f"{len(words)} words need {len(words) + 1} rows of attention, "
+                             f"got {alpha.size(0)}")
+        blocks.append(math.ceil((len(words) + 2) / columns))
+    rows = sum(blocks)
+    figure = Figure(figsize=(1.6 * columns, 1.9 * rows), dpi=100)
+    FigureCanvasAgg(figure)
+    row = 0
+    for image, words, alpha, height in zip(images, captions, attention, blocks):
+        picture = image.detach().float().cpu().permute(1, 2, 0).clamp(0, 1)
+        size = picture.size(0)
+        panels = [(" ".join(words), None)] + [(w, alpha[i]) for i, w in enumerate(list(words) + [end_symbol])]
+        for k, (title, weights) in enumerate(panels):
+            axes = figure.add_subplot(rows, columns, row * columns + k + 1)
+            axes.set_xticks([])
+            axes.set_yticks([])
+            if weights is None:
+                axes.imshow(picture.numpy(), interpolation="nearest")
+                axes.set_title("\n".join(_wrap(title, 22)), fontsize=7, loc="left")
+                continue
+            heat = attention_map(weights, size)
+            heat = heat / heat.max().clamp_min(1e-12)
+            axes.imshow((picture * (0.25 + 0.75 * heat[..., None])).numpy(), interpolation="nearest")
+            axes.imshow(heat.numpy(), cmap="inferno", alpha=0.35, interpolation="bilinear")
+            axes.set_title(f"{title}  ({float(weights.max()):.2f})", fontsize=8)
+        row += height
+    figure.suptitle("attention of each word over the image's regions (brightest: most weight; "
+                    "in brackets: the largest region's share)", fontsize=9)
+    _save(figure, path)
+
+
+def _wrap(text: str, width: int) -> List[str]:
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return lines + ([line] if line else [])

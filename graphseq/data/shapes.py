@@ -263,9 +263,11 @@ def generate_split(split: str, count: int, seed: int = 0, image_size: int = 64,
                             f"{MAX_OBJECTS}, got {count}, {image_size}, {max_objects}")
     rng = np.random.default_rng(np.random.SeedSequence([seed, SPLITS.index(split)]))
     unseen = sorted(UNSEEN_PAIRS) if split == "test_unseen" else ()
-    scenes = [random_scene(rng, SEEN_PAIRS, unseen, max_objects) for _ in range(count)]
-    images = np.stack([draw(scene, image_size, rng) for scene in scenes]) if scenes else \
-        np.zeros((0, 3, image_size, image_size), dtype=np.uint8)
+    # Scene and image one after the other, so a smaller split is a prefix of a larger one.
+    scenes, images = [], np.zeros((count, 3, image_size, image_size), dtype=np.uint8)
+    for i in range(count):
+        scenes.append(random_scene(rng, SEEN_PAIRS, unseen, max_objects))
+        images[i] = draw(scenes[-1], image_size, rng)
     return ShapesSplit(torch.from_numpy(images), scenes, [captions(s) for s in scenes])
 
 

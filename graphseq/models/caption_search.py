@@ -7,11 +7,13 @@ features, so every image of a batch is searched at once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import List, Optional
 
 import torch
 from torch import Tensor
 
+from ..errors import GraphseqError
 from .captioner import Captioner
 
 
@@ -136,3 +138,37 @@ def beam_search(model: Captioner, images: Tensor, beam_size: int = 3, max_length
     model.train(was_training)
     return _finish(model, tokens[choice], scores.flatten()[choice],
                    None if alphas is None else alphas[choice])
+
+
+def caption_image(run_dir: str | Path, image: str | Path, *, beam_size: int = 3, samples: int = 0,
+                  temperature: float = 1.0, seed: Optional[int] = None, max_length: int = 20,
+                  attention: Optional[str | Path] = None, device: str = "cpu") -> Generated:
+    """Captions an image file with the model a ``caption-*`` run kept: the
+    best caption of a beam search of width ``beam_size`` (1: greedy), or
+    ``samples`` captions drawn at ``temperature``. With ``attention`` (an
+    attention decoder only) writes the picture of each word's attention over
+    the image's regions there. Everything is checked before anything is
+    written."""
+    from ..data.captions import read_image
+    from ..pipeline import resolve_device
+    from ..views import draw_attention
+    from .captioner import load_captioner
+
+    if beam_size < 1 or samples < 0 or temperature < 0 or max_length < 1:
+        raise GraphseqError(f"need beam_size >= 1, samples >= 0, temperature >= 0 and max_length >= 1; "
+                            f"got {beam_size}, {samples}, {temperature}, {max_length}")
+    model = load_captioner(run_dir, resolve_device(device))
+    if attention is not None and model.config["decoder"] != "attention":
+        raise GraphseqError(f"--attention draws an attention decoder's weights, but {run_dir} holds "
+                            f"a {model.config['decoder']!r} decoder")
+    picture = read_image(Path(image), model.config["image_size"])
+    images = picture.unsqueeze(0).to(next(model.parameters()).device)
+    if samples > 0:
+        generator = torch.Generator(device=images.device)
+        generator.manual_seed(seed if seed is not None else int(torch.seed() % 2**63))
+        out = sample(model, images.expand(samples, -1, -1, -1), temperature, max_length, generator)
+    else:
+        out = beam_search(model, images, beam_size, max_length)
+    if attention is not None:
+        draw_attention([picture] * len(out.words), out.words, out.attention, attention)
+    return out

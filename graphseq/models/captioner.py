@@ -11,13 +11,11 @@ differ only in where that message arrives:
   \bar{\mathbf{v}}]`, so ``W_ih`` has columns for the image (Mao et al.,
   m-RNN; Karpathy & Fei-Fei).
 - ``attention``: every word node attends to the region nodes through a
-  bipartite graph (regions -> words) and a second chain steps on what it
-  saw (the top-down captioner of Anderson et al., CVPR 2018, a parallel
-  cousin of Xu et al.'s "Show, Attend and Tell"):
-  :math:`\alpha_{t,r} = \mathrm{softmax}_r\big((\mathbf{W}_Q\mathbf{q}_t)^\top
-  \mathbf{W}_K \mathbf{v}_r / \sqrt{d}\big)`, :math:`\mathbf{z}_t = \sum_r
-  \alpha_{t,r} \mathbf{W}_V \mathbf{v}_r`, with :math:`\mathbf{q}_t` the word's
-  state in the first chain.
+  bipartite graph (regions -> words), and a chain steps on what it saw
+  (after Xu et al., "Show, Attend and Tell", ICML 2015, and Anderson et al.,
+  CVPR 2018): :math:`\alpha_{t,r} = \mathrm{softmax}_r\big((\mathbf{W}_Q
+  \mathbf{h}_t)^\top \mathbf{W}_K \mathbf{v}_r / \sqrt{d}\big)`,
+  :math:`\mathbf{z}_t = \sum_r \alpha_{t,r} \mathbf{W}_V \mathbf{v}_r`.
 
 The image features come from :class:`ConvEncoder`, a small CNN whose last
 feature map is the grid of regions and whose mean is the global feature.
@@ -25,6 +23,7 @@ Decoding (greedy, beam search, sampling) is in :mod:`graphseq.models.caption_sea
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -44,7 +43,7 @@ from ..nn import ChainLSTM, SelfAttentionConv
 # search reorders every one of them alike.
 State = Tuple[Tensor, ...]
 DECODERS = ("init", "input", "attention")
-CHECKPOINT = "checkpoint.pt"
+MODEL_FILE = "captioner.pt"  # the trained model a run keeps for `graphseq caption`
 
 
 class ConvEncoder(nn.Module):
@@ -212,51 +211,91 @@ class InputDecoder(CaptionDecoder):
         return torch.cat([x, pooled.index_select(0, batch)], dim=1)
 
 
-class AttentionDecoder(InitDecoder):
-    r"""Each word node attends to the region nodes of its image (a bipartite
-    graph, regions -> words), then a second chain steps on what it saw.
+def grid_positions(num_regions: int, channels: int, device: Optional[torch.device] = None) -> Tensor:
+    """Fixed 2-D sinusoidal encodings of the cells of a square grid, row by
+    row, ``[num_regions, channels]``: a quarter of the channels are sines and
+    cosines of the row at several frequencies, a quarter those of the column,
+    and so on (as DETR encodes image positions); channels left over are zero.
+    Added to the region features, they tell attention where a region is."""
+    side = math.isqrt(num_regions)
+    if side * side != num_regions:
+        raise ValueError(f"{num_regions} regions do not make a square grid")
+    quarter = channels // 4
+    frequencies = 100.0 ** (-torch.arange(quarter, device=device) / max(quarter, 1))  # [quarter]
+    angles = ((torch.arange(side, device=device) + 0.5) / side * 2 * math.pi)[:, None] * frequencies
+    waves = torch.cat([angles.sin(), angles.cos()], dim=1)  # [side, 2 * quarter]
+    rows = waves[:, None, :].expand(side, side, -1)
+    columns = waves[None, :, :].expand(side, side, -1)
+    encoding = torch.cat([rows, columns], dim=-1).reshape(num_regions, 4 * quarter)
+    return F.pad(encoding, (0, channels - 4 * quarter))
 
-    Two chains of the same word nodes, as in the top-down captioner of
-    Anderson et al. (`"Bottom-Up and Top-Down Attention"
-    <https://arxiv.org/abs/1707.07998>`_, CVPR 2018): the first
-    (:attr:`rnn`, started from the image as in ``init``) reads the words and
-    gives each word node its query :math:`\mathbf{q}_t`; the word attends to
-    the regions, :math:`\mathbf{z}_t = \sum_r \alpha_{t,r}\mathbf{W}_V
-    \mathbf{v}_r`; the second chain (:attr:`language`) steps on
-    :math:`[\mathbf{q}_t; \mathbf{z}_t]` and its state predicts the next word.
-    Unlike Show, Attend and Tell, the query comes from the current word's
-    first-layer state rather than the previous word's output, so in training
-    all word nodes of a batch attend in one message-passing call.
+
+class AttentionDecoder(InitDecoder):
+    r"""Word nodes attend to region nodes: ``layers`` rounds of a chain step
+    followed by attention from each word node to the region nodes of its
+    image (a bipartite graph, regions -> words).
+
+    .. math::
+        \mathbf{h}^{1} = \mathrm{LSTM}^{1}(\mathbf{E} w), \quad
+        \mathbf{z}^{\ell}_t = \sum_r \alpha^{\ell}_{t,r} \mathbf{W}^{\ell}_V
+            (\mathbf{v}_r + \mathbf{p}_r), \quad
+        \alpha^{\ell}_{t,\cdot} = \mathrm{softmax}_r\big(
+            (\mathbf{W}^{\ell}_Q \mathbf{h}^{\ell}_t)^\top \mathbf{W}^{\ell}_K
+            (\mathbf{v}_r + \mathbf{p}_r) / \sqrt{d}\big), \quad
+        \mathbf{h}^{\ell+1} = \mathrm{LSTM}^{\ell+1}([\mathbf{h}^{\ell}; \mathbf{z}^{\ell}])
+
+    and the next word is read from :math:`[\mathbf{h}^L_t; \mathbf{z}^L_t]`.
+    The first chain starts from the image as in ``init``; :math:`\mathbf{p}_r`
+    is the region's fixed position encoding (:func:`grid_positions`), without
+    which attention could tell what it sees but not where.
+
+    The query of a word comes from the chain state of the word itself, as in
+    the top-down captioner of Anderson et al. (`"Bottom-Up and Top-Down
+    Attention" <https://arxiv.org/abs/1707.07998>`_, CVPR 2018), not from the
+    previous word's output as in Show, Attend and Tell: then all word nodes
+    of a batch attend in one message-passing call during training, instead
+    of one word per call. The first round's queries know only the words; the
+    second chain reads where each earlier word looked, so the second round
+    can find the object "left of" one already named.
 
     Args:
-        heads (int): attention heads; the attention drawn for a word is
-            their mean. (default: :obj:`1`)
-        others: see :class:`CaptionDecoder`; ``num_layers`` stacks the first
-            chain.
+        heads (int): attention heads; the attention drawn for a word is the
+            mean over the last round's heads. (default: :obj:`1`)
+        layers (int): rounds of chain step and attention. (default: :obj:`2`)
+        others: see :class:`CaptionDecoder`; ``num_layers`` stacks the first chain.
     """
 
     kind = "attention"
 
     def __init__(self, vocab_size: int, feature_dim: int, embedding_dim: int = 64,
-                 hidden_size: int = 256, num_layers: int = 1, dropout: float = 0.0, heads: int = 1):
+                 hidden_size: int = 256, num_layers: int = 1, dropout: float = 0.0, heads: int = 1,
+                 layers: int = 2):
+        if layers < 1:
+            raise ValueError(f"AttentionDecoder needs layers >= 1, got {layers}")
         self.heads = heads
+        self.layers = layers
         super().__init__(vocab_size, feature_dim, embedding_dim, hidden_size, num_layers, dropout)
-        self.attention = SelfAttentionConv(hidden_size, heads, kdim=feature_dim, vdim=feature_dim)
-        self.language = ChainLSTM(2 * hidden_size, hidden_size)
+        self.attentions = nn.ModuleList(
+            SelfAttentionConv(hidden_size, heads, kdim=feature_dim, vdim=feature_dim) for _ in range(layers))
+        self.chains = nn.ModuleList(ChainLSTM(2 * hidden_size, hidden_size) for _ in range(layers - 1))
 
-    def attend(self, regions: Tensor, query: Tensor, rows: Tensor) -> Tuple[Tensor, Tensor]:
+    def readout_size(self) -> int:
+        return 2 * self.hidden_size
+
+    def attend(self, regions: Tensor, query: Tensor, rows: Tensor, layer: int = -1) -> Tuple[Tensor, Tensor]:
         """The context ``[N, hidden_size]`` of ``N`` word nodes with queries
         ``[N, hidden_size]``, word ``n`` attending to the regions of image
-        ``rows[n]`` (``regions`` ``[B, R, F]``), and its attention ``[N, R,
-        heads]``, which sums to one over the regions."""
+        ``rows[n]`` (``regions`` ``[B, R, F]``) in round ``layer``, and its
+        attention ``[N, R, heads]``, which sums to one over the regions."""
         num_regions = regions.size(1)
         n = query.size(0)
         source = (rows.unsqueeze(1) * num_regions
                   + torch.arange(num_regions, device=rows.device)).flatten()  # [N * R]
         target = torch.arange(n, device=rows.device).repeat_interleave(num_regions)
         edge_index = torch.stack([source, target])  # regions -> words
-        context, (_, alpha) = self.attention((regions.flatten(0, 1), query), edge_index,
-                                             return_attention_weights=True)
+        placed = regions + grid_positions(num_regions, regions.size(-1), regions.device)
+        context, (_, alpha) = self.attentions[layer]((placed.flatten(0, 1), query), edge_index,
+                                                     return_attention_weights=True)
         return context, alpha.view(n, num_regions, -1)
 
     def forward(self, regions: Tensor, pooled: Tensor, words: Tensor, lengths: Tensor) -> Tensor:
@@ -264,23 +303,29 @@ class AttentionDecoder(InitDecoder):
         batch = lengths_to_batch(lengths).to(device)
         edges = chain(lengths).to(device)
         query, _ = self.rnn(self.embedding(words), edges, batch, self.initial_state(pooled))
-        context, _ = self.attend(regions, query, batch)
-        out, _ = self.language(torch.cat([query, context], dim=1), edges, batch)
-        return self.readout(F.dropout(out, self.dropout, self.training))
+        context, _ = self.attend(regions, query, batch, 0)
+        for layer, rnn in enumerate(self.chains, 1):
+            query, _ = rnn(torch.cat([query, context], dim=1), edges, batch)
+            context, _ = self.attend(regions, query, batch, layer)
+        return self.readout(F.dropout(torch.cat([query, context], dim=1), self.dropout, self.training))
 
     def step(self, words, state, regions, pooled, rows):
         if state is None:
-            first = self.initial_state(pooled[rows])
-            zeros = first[0].new_zeros(1, rows.numel(), self.hidden_size)
-            state = (*first, zeros, zeros)
+            zeros = pooled.new_zeros(1, rows.numel(), self.hidden_size)
+            state = (*self.initial_state(pooled[rows]), *[zeros] * (2 * len(self.chains)))
         query, first = self._rnn_step(self.embedding(words), state[:2])
-        context, alpha = self.attend(regions, query, rows)
-        out, second = self._rnn_step(torch.cat([query, context], dim=1), state[2:], self.language)
-        logits = self.readout(F.dropout(out, self.dropout, self.training))
-        return logits, (*first, *second), alpha
+        context, alpha = self.attend(regions, query, rows, 0)
+        states = list(first)
+        for layer, rnn in enumerate(self.chains, 1):
+            query, next_state = self._rnn_step(torch.cat([query, context], dim=1),
+                                               state[2 * layer:2 * layer + 2], rnn)
+            context, alpha = self.attend(regions, query, rows, layer)
+            states += next_state
+        logits = self.readout(F.dropout(torch.cat([query, context], dim=1), self.dropout, self.training))
+        return logits, tuple(states), alpha
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f", heads={self.heads}"
+        return super().extra_repr() + f", heads={self.heads}, layers={self.layers}"
 
 
 DECODER_CLASSES = {"init": InitDecoder, "input": InputDecoder, "attention": AttentionDecoder}
@@ -372,10 +417,11 @@ class Captioner(nn.Module):
 
 
 def load_captioner(run_dir: str | Path, device: torch.device | str = "cpu") -> Captioner:
-    """The captioner a run saved in ``run_dir/checkpoint.pt``, in eval mode."""
-    path = Path(run_dir) / CHECKPOINT
+    """The captioner a run kept (``run_dir/captioner.pt``), in eval mode."""
+    path = Path(run_dir) / MODEL_FILE
     if not path.is_file():
-        raise GraphseqError(f"no {CHECKPOINT} in {run_dir}; is it the --out folder of a caption-* run?")
+        raise GraphseqError(f"no {MODEL_FILE} in {run_dir}; is it the --out folder of a finished "
+                            f"caption-* run?")
     try:
         checkpoint = load_checkpoint(path, map_location=device)
         config = dict(checkpoint["model_config"])

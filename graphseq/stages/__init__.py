@@ -10,3 +10,4 @@ from . import active  # noqa: F401,E402
 from . import charlm, polarity  # noqa: F401,E402
 from . import attention_comparison  # noqa: F401,E402
 from . import graph_training  # noqa: F401,E402
+from . import captioning  # noqa: F401,E402

@@ -1,0 +1,398 @@
+"""Stages of the captioning pipelines (``caption-*``): load a captioning set
+(the generated shapes, or MS-COCO), pretrain a small CNN encoder on the
+images' attributes, build a captioner with one of three decoders, train it
+with teacher forcing, and evaluate greedy decoding and beam search with BLEU
+and, on the shapes, an exact count of the objects a caption gets right.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..data.captions import CaptionSet, caption_vocabulary, locate_coco, read_coco_captions
+from ..data.shapes import load_shapes, score_objects
+from ..data.text import Vocabulary
+from ..errors import GraphseqError
+from ..io import load_checkpoint, save_checkpoint, write_json
+from ..models.caption_search import Generated, beam_search, greedy
+from ..models.captioner import DECODERS, MODEL_FILE, Captioner, ConvEncoder
+from ..training import train_steps
+from ..views import draw_attention
+from .registry import stage
+
+BLEU_WEIGHTS = [(1.0, 0, 0, 0), (0.5, 0.5, 0, 0), (1 / 3, 1 / 3, 1 / 3, 0), (0.25, 0.25, 0.25, 0.25)]
+
+
+@dataclass
+class CaptionData:
+    """The splits of a captioning set (``train``, ``val``, ``test`` and, for
+    the shapes, ``test_unseen``) and the vocabulary of the training captions."""
+    splits: Dict[str, CaptionSet]
+    vocab: Vocabulary
+    image_size: int
+
+
+def _step_generator(seed: int, step: int) -> torch.Generator:
+    # A generator per step, so a resumed run draws the same batches.
+    return torch.Generator().manual_seed(seed * 1_000_003 + step)
+
+
+# --------------------------------------------------------------------------- #
+# Data
+# --------------------------------------------------------------------------- #
+
+@stage("shapes_captions")
+def shapes_captions(ctx, *, seed: int = 0, train: int = 8000, val: int = 500, test: int = 1000,
+                    test_unseen: int = 1000, image_size: int = 64, max_objects: int = 3) -> None:
+    """The generated shapes set (:mod:`graphseq.data.shapes`): ``train``,
+    ``val`` and ``test`` images of seen colour-shape pairs and
+    ``test_unseen`` images with at least one pair never seen in training,
+    all drawn from ``seed`` (the data's own seed, fixed whatever the run's)."""
+    sizes = {"train": train, "val": val, "test": test, "test_unseen": test_unseen}
+    if train < 1 or val < 1:
+        raise GraphseqError("shapes_captions needs train >= 1 and val >= 1 images")
+    splits = {name: load_shapes(name, count, seed, image_size, max_objects)
+              for name, count in sizes.items() if count > 0}
+    vocab = caption_vocabulary(t for caps in splits["train"].tokens for t in caps)
+    ctx.data = CaptionData(splits, vocab, image_size)
+    ctx.log.info("shapes: " + ", ".join(f"{n} {len(s)}" for n, s in splits.items())
+                 + f" images of {image_size}x{image_size}; {len(vocab)} words")
+
+
+@stage("coco_captions")
+def coco_captions(ctx, *, train_split: str = "train2014", eval_split: str = "val2014",
+                  val: int = 5000, test: int = 5000, max_train: int = 0, image_size: int = 128,
+                  min_count: int = 5, download: bool = True) -> None:
+    """MS-COCO captions from ``DATA_ROOT/coco`` or ``MIRROR/coco``
+    (``annotations/captions_SPLIT.json`` and ``SPLIT/`` images), downloaded
+    when neither has them. Training on ``train_split`` (its first
+    ``max_train`` images by id, 0: all); validation and test are the first
+    ``val`` and the next ``test`` images of ``eval_split`` by id (the sizes
+    of Karpathy's split). Words seen fewer than ``min_count`` times in
+    training become ``<unk>``."""
+    train_set = read_coco_captions(*locate_coco(train_split, ctx.data_root, ctx.data_mirror, download),
+                                   image_size=image_size)
+    held_out = read_coco_captions(*locate_coco(eval_split, ctx.data_root, ctx.data_mirror, download),
+                                  image_size=image_size)
+    if max_train > 0:
+        train_set = train_set.subset(range(min(max_train, len(train_set))))
+    if len(held_out) < val + 1:
+        raise GraphseqError(f"COCO {eval_split} has {len(held_out)} images, fewer than val={val} + 1")
+    splits = {"train": train_set, "val": held_out.subset(range(val)),
+              "test": held_out.subset(range(val, min(val + test, len(held_out))))}
+    vocab = caption_vocabulary((t for caps in train_set.tokens for t in caps), min_count)
+    ctx.data = CaptionData(splits, vocab, image_size)
+    ctx.log.info("COCO: " + ", ".join(f"{n} {len(s)}" for n, s in splits.items())
+                 + f" images at {image_size}x{image_size}; {len(vocab)} words")
+
+
+# --------------------------------------------------------------------------- #
+# The encoder and its pretraining
+# --------------------------------------------------------------------------- #
+
+class AttributeClassifier(nn.Module):
+    """An encoder with a linear read-out of attributes from its global feature."""
+
+    def __init__(self, encoder: ConvEncoder, num_attributes: int):
+        super().__init__()
+        self.encoder = encoder
+        self.head = nn.Linear(encoder.feature_dim, num_attributes)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.head(self.encoder(images)[1])
+
+
+def attribute_targets(labels: Sequence[Sequence[str]], names: Sequence[str]) -> Tensor:
+    """Multi-hot ``[len(labels), len(names)]``: which named attributes each image has."""
+    index = {n: i for i, n in enumerate(names)}
+    targets = torch.zeros(len(labels), len(names))
+    for row, image_labels in enumerate(labels):
+        for label in image_labels:
+            if label in index:
+                targets[row, index[label]] = 1.0
+    return targets
+
+
+@torch.no_grad()
+def attribute_scores(model: AttributeClassifier, data: CaptionSet, targets: Tensor,
+                     device: torch.device, batch_size: int = 250) -> Dict[str, float]:
+    """Micro-averaged F1 of the attributes predicted at probability 0.5, and
+    the share of images whose attributes are all right."""
+    predicted = torch.cat([model(data.load_images(range(i, min(i + batch_size, len(data)))).to(device)).cpu() > 0
+                           for i in range(0, len(data), batch_size)])
+    truth = targets.bool()
+    hits = (predicted & truth).sum().item()
+    f1 = 2 * hits / max(1, predicted.sum().item() + truth.sum().item())
+    exact = (predicted == truth).all(dim=1).float().mean().item()
+    return {"val_attribute_f1": f1, "val_attributes_exact": exact}
+
+
+@stage("caption_encoder")
+def caption_encoder(ctx, *, channels: list = [16, 32, 64, 128], pretrain_steps: int = 1500,
+                    batch_size: int = 64, lr: float = 0.002, max_attributes: int = 1000,
+                    eval_every: int = 250, from_run: str = "") -> None:
+    """A :class:`~graphseq.models.captioner.ConvEncoder` pretrained to tell
+    which attributes an image has (multi-label, binary cross-entropy): for
+    the shapes, each shape, colour and size present, each colour-shape pair
+    and the number of objects; for other sets, the ``max_attributes`` most
+    frequent content words of the training captions. Adam at ``lr`` for
+    ``pretrain_steps`` steps of ``batch_size`` images (0: no pretraining,
+    the encoder starts from random weights); the weights with the best
+    validation F1 are kept. Writes ``encoder_checkpoint.pt`` (resumable) and
+    ``encoder_curves.png``. With ``from_run`` (the ``--out`` folder of an
+    earlier captioning run of the same data) its pretrained encoder is
+    copied instead, so that several decoders share one pretraining."""
+    data: CaptionData = ctx.require("data", "caption_encoder")
+    encoder = ConvEncoder(channels)
+    train, val = data.splits["train"], data.splits["val"]
+    counts = Counter(label for labels in train.labels for label in labels)
+    names = sorted(counts, key=lambda n: (-counts[n], n))[:max_attributes]
+    ctx.encoder = encoder.to(ctx.device)
+    if from_run:
+        _copy_encoder(ctx, encoder, Path(from_run), names)
+        return
+    if pretrain_steps <= 0:
+        ctx.log.info("encoder: not pretrained (random weights)")
+        return
+    model = AttributeClassifier(encoder, len(names)).to(ctx.device)
+    train_targets = attribute_targets(train.labels, names)
+    val_targets = attribute_targets(val.labels, names)
+
+    def loss_fn(model: AttributeClassifier, step: int):
+        rows = torch.randint(len(train), (batch_size,), generator=_step_generator(ctx.seed, step))
+        logits = model(train.load_images(rows).to(ctx.device))
+        return F.binary_cross_entropy_with_logits(logits, train_targets[rows].to(ctx.device))
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    ctx.log.info(f"encoder: pretraining on {len(names)} attributes of {len(train)} images")
+    result = train_steps(ctx, model, optimizer, loss_fn, steps=pretrain_steps,
+                         evaluate=lambda m: attribute_scores(m, val, val_targets, ctx.device),
+                         eval_every=eval_every, select=("val_attribute_f1", "max"),
+                         checkpoint_every=eval_every, checkpoint="encoder_checkpoint.pt",
+                         curves="encoder_curves.png", desc="pretrain encoder",
+                         meta={"attributes": names})
+    ctx.metrics.update(encoder_steps=result.step, encoder_minutes=result.seconds / 60,
+                       encoder_val_attribute_f1=result.best["val_attribute_f1"],
+                       encoder_val_attributes_exact=result.best["val_attributes_exact"])
+
+
+def _copy_encoder(ctx, encoder: ConvEncoder, run_dir: Path, names: List[str]) -> None:
+    path = run_dir / "encoder_checkpoint.pt"
+    if not path.is_file():
+        raise GraphseqError(f"encoder.from_run: no encoder_checkpoint.pt in {run_dir}")
+    try:
+        checkpoint = load_checkpoint(path, map_location=ctx.device)
+        weights = checkpoint["best_model"] or checkpoint["model"]
+        state = {k[len("encoder."):]: v for k, v in weights.items() if k.startswith("encoder.")}
+        if sorted(checkpoint.get("attributes") or []) != sorted(names):
+            raise GraphseqError(f"encoder.from_run: {path} was pretrained on other attributes "
+                                f"(another data set?)")
+        encoder.load_state_dict(state)
+    except GraphseqError:
+        raise
+    except Exception as error:  # A torn file, or an encoder of other channels.
+        raise GraphseqError(f"encoder.from_run: cannot use {path}: {str(error).splitlines()[0]}") from None
+    ctx.log.info(f"encoder: copied from {path} (step {checkpoint['step']})")
+    ctx.metrics.update(encoder_steps=checkpoint["step"], encoder_from_run=str(run_dir))
+
+
+# --------------------------------------------------------------------------- #
+# The captioner and its training
+# --------------------------------------------------------------------------- #
+
+@stage("captioner")
+def captioner(ctx, *, decoder: str = "attention", embedding_dim: int = 64, hidden_size: int = 256,
+              num_layers: int = 1, heads: int = 1, attention_layers: int = 2,
+              dropout: float = 0.0) -> None:
+    """A :class:`~graphseq.models.captioner.Captioner`: the pretrained
+    encoder and a fresh ``init``, ``input`` or ``attention`` decoder
+    (``heads`` and ``attention_layers``, the rounds of chain step and
+    attention, apply to ``attention`` only)."""
+    data: CaptionData = ctx.require("data", "captioner")
+    encoder: ConvEncoder = ctx.require("encoder", "captioner")
+    if decoder not in DECODERS:
+        raise GraphseqError(f"unknown decoder {decoder!r}; known decoders: {', '.join(DECODERS)}")
+    args: Dict[str, Any] = dict(embedding_dim=embedding_dim, hidden_size=hidden_size,
+                                num_layers=num_layers, dropout=dropout)
+    if decoder == "attention":
+        args.update(heads=heads, layers=attention_layers)
+    model = Captioner(data.vocab, decoder, channels=encoder.channels, image_size=data.image_size, **args)
+    model.encoder.load_state_dict(encoder.state_dict())
+    ctx.model = model.to(ctx.device)
+    size = sum(p.numel() for p in model.decoder.parameters())
+    ctx.log.info(f"captioner: {decoder} decoder, {size:,} parameters; encoder "
+                 f"{sum(p.numel() for p in model.encoder.parameters()):,}")
+
+
+def bleu(references: Sequence[Sequence[Sequence[str]]], hypotheses: Sequence[Sequence[str]]) -> Dict[str, float]:
+    """Corpus BLEU-1..4 (NLTK's ``corpus_bleu``, no smoothing, as the
+    captioning papers report it) of tokenised captions against each image's
+    tokenised references."""
+    from nltk.translate.bleu_score import corpus_bleu
+
+    if not hypotheses:
+        return {f"bleu{n}": math.nan for n in range(1, 5)}
+    with warnings.catch_warnings():
+        # NLTK warns when a caption has no n-gram of some order; BLEU is 0 then.
+        warnings.simplefilter("ignore")
+        scores = corpus_bleu([list(map(list, r)) for r in references], [list(h) for h in hypotheses],
+                             weights=BLEU_WEIGHTS)
+    return {f"bleu{n}": float(s) for n, s in enumerate(scores, 1)}
+
+
+def object_scores(hypotheses: Sequence[Sequence[str]], scenes: Sequence) -> Dict[str, float]:
+    """On the shapes: the share of the scenes' objects whose size, colour
+    and shape a caption names (``objects``), the share of named objects that
+    are in the scene (``object_precision``) and of captions that parse to
+    exactly their scene, relations included (``exact``)."""
+    right = named = total = exact = 0
+    for words, scene in zip(hypotheses, scenes):
+        r, n, e = score_objects(words, scene)
+        right, named, total, exact = right + r, named + n, total + len(scene.objects), exact + e
+    return {"objects": right / max(1, total), "object_precision": right / max(1, named),
+            "exact": exact / max(1, len(scenes))}
+
+
+@torch.no_grad()
+def caption_split(model: Captioner, data: CaptionSet, device: torch.device, method: str = "greedy",
+                  beam_size: int = 3, max_length: int = 20, batch_size: int = 100,
+                  limit: int = 0) -> Generated:
+    """Captions for the first ``limit`` images of ``data`` (0: all)."""
+    count = len(data) if limit <= 0 else min(limit, len(data))
+    words, log_probs, attention = [], [], []
+    for start in range(0, count, batch_size):
+        images = data.load_images(range(start, min(start + batch_size, count))).to(device)
+        out = (greedy(model, images, max_length) if method == "greedy"
+               else beam_search(model, images, beam_size, max_length))
+        words += out.words
+        log_probs += out.log_probs
+        attention += out.attention or []
+    return Generated(words, log_probs, attention or None)
+
+
+def score_captions(words: Sequence[Sequence[str]], data: CaptionSet) -> Dict[str, float]:
+    """BLEU-1..4 against each image's captions and, on the shapes, the object scores."""
+    figures = bleu(data.tokens[:len(words)], words)
+    if data.scenes is not None:
+        figures.update(object_scores(words, data.scenes[:len(words)]))
+    return figures
+
+
+class FeatureCache:
+    """The frozen encoder's features of images held in memory, computed once
+    (decoder training then never runs the CNN); other images are encoded
+    batch by batch."""
+
+    def __init__(self, model: Captioner, data: CaptionSet, device: torch.device, chunk: int = 250):
+        self.model, self.data, self.device = model, data, device
+        self.regions: Optional[Tensor] = None
+        self.pooled: Optional[Tensor] = None
+        if model.freeze_encoder and data.images is not None:
+            parts = [model.encode(data.load_images(range(i, min(i + chunk, len(data)))).to(device))
+                     for i in range(0, len(data), chunk)]
+            self.regions = torch.cat([p[0] for p in parts])
+            self.pooled = torch.cat([p[1] for p in parts])
+
+    def __call__(self, rows: Tensor):
+        if self.regions is not None:
+            rows = rows.to(self.regions.device)
+            return self.regions[rows], self.pooled[rows]
+        return self.model.encode(self.data.load_images(rows).to(self.device))
+
+
+@stage("train_captioner")
+def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float = 0.002,
+                    final_lr_fraction: float = 0.1, clip: float = 5.0, finetune_encoder: bool = False,
+                    encoder_lr: float = 0.0002, eval_every: int = 500, eval_images: int = 500,
+                    max_length: int = 20, checkpoint_every: int = 500) -> None:
+    """Teacher forcing: each step takes ``batch_size`` training images and
+    one of each image's captions at random, and minimises the cross-entropy
+    of every next word. Adam at ``lr``, decayed along a cosine to
+    ``final_lr_fraction * lr``; gradients clipped to norm ``clip``. The
+    encoder stays frozen, or with ``finetune_encoder`` learns at
+    ``encoder_lr``. Every ``eval_every`` steps the first ``eval_images``
+    validation images are captioned greedily; the weights with the best
+    validation BLEU-4 are kept and written to ``captioner.pt`` for
+    ``graphseq caption``. ``checkpoint.pt`` (every ``checkpoint_every``
+    steps) lets ``--resume`` continue a run."""
+    model: Captioner = ctx.require("model", "train_captioner")
+    data: CaptionData = ctx.require("data", "train_captioner")
+    train, val = data.splits["train"], data.splits["val"]
+    model.set_encoder_frozen(not finetune_encoder)
+    features = FeatureCache(model, train, ctx.device)
+
+    def loss_fn(model: Captioner, step: int):
+        generator = _step_generator(ctx.seed, step)
+        rows = torch.randint(len(train), (batch_size,), generator=generator)
+        picks = torch.rand(batch_size, generator=generator)
+        captions = [train.tokens[r][int(p * len(train.tokens[r]))] for r, p in zip(rows.tolist(), picks.tolist())]
+        regions, pooled = features(rows)
+        return model.loss(regions, pooled, captions)
+
+    def evaluate(model: Captioner) -> Dict[str, float]:
+        generated = caption_split(model, val, ctx.device, "greedy", max_length=max_length, limit=eval_images)
+        figures = score_captions(generated.words, val)
+        keep = ["bleu4", "objects"] if "objects" in figures else ["bleu1", "bleu4"]
+        return {f"val_{k}": figures[k] for k in keep}
+
+    groups = [{"params": model.decoder.parameters(), "lr": lr}]
+    if finetune_encoder:
+        groups.append({"params": model.encoder.parameters(), "lr": encoder_lr})
+    optimizer = torch.optim.Adam(groups)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: final_lr_fraction + (1 - final_lr_fraction) * 0.5
+        * (1 + math.cos(math.pi * min(step, steps) / steps)))
+    ctx.log.info(f"training the {model.config['decoder']} decoder for {steps} steps of {batch_size} "
+                 f"captions, encoder {'fine-tuned' if finetune_encoder else 'frozen'}")
+    result = train_steps(ctx, model, optimizer, loss_fn, steps=steps, scheduler=scheduler, clip=clip,
+                         evaluate=evaluate, eval_every=eval_every, select=("val_bleu4", "max"),
+                         checkpoint_every=checkpoint_every, desc=f"train {model.config['decoder']}",
+                         meta={"model_config": dict(model.config), "vocabulary": list(model.vocab.symbols)})
+    save_checkpoint(model.checkpoint(step=result.best.get("step", result.step)), ctx.out / MODEL_FILE)
+    ctx.metrics.update(steps=result.step, train_minutes=result.seconds / 60,
+                       best_step=result.best.get("step", result.step),
+                       **{k: v for k, v in result.best.items() if k.startswith("val_")})
+
+
+# --------------------------------------------------------------------------- #
+# Evaluation
+# --------------------------------------------------------------------------- #
+
+@stage("evaluate_captions")
+def evaluate_captions(ctx, *, splits: list = ["val", "test", "test_unseen"], beam_size: int = 3,
+                      max_length: int = 20, batch_size: int = 100, figure_images: int = 4) -> None:
+    """Captions every image of each split (those the data has) greedily and
+    by beam search of width ``beam_size``, and scores both: BLEU-1..4 and,
+    on the shapes, the objects right. Writes ``captions_SPLIT.json`` (the
+    references and both captions of every image) and, for the attention
+    decoder, ``attention.png``: each word's attention over the regions for
+    the first ``figure_images`` test images."""
+    model: Captioner = ctx.require("model", "evaluate_captions")
+    data: CaptionData = ctx.require("data", "evaluate_captions")
+    model.eval()
+    for name in splits:
+        if name not in data.splits:
+            continue
+        split = data.splits[name]
+        results, figures = {}, {}
+        for method in ("greedy", "beam"):
+            generated = caption_split(model, split, ctx.device, method, beam_size, max_length, batch_size)
+            results[method] = generated
+            figures.update({f"{method}_{k}": v for k, v in score_captions(generated.words, split).items()})
+        ctx.metrics.update({f"{name}_{k}": v for k, v in figures.items()})
+        write_json(ctx.out / f"captions_{name}.json", [
+            {"image": i, "references": split.captions[i], "greedy": " ".join(results["greedy"].words[i]),
+             "beam": " ".join(results["beam"].words[i])} for i in range(len(split))])
+        ctx.log.info(f"{name}: " + ", ".join(f"{k} {v:.4f}" for k, v in figures.items()))
+        if name == "test" and results["beam"].attention is not None and figure_images > 0:
+            count = min(figure_images, len(split))
+            draw_attention(list(split.load_images(range(count))), results["beam"].words[:count],
+                           results["beam"].attention[:count], ctx.out / "attention.png")

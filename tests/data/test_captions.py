@@ -1,0 +1,188 @@
+"""Caption data: tokens and vocabulary, and the COCO and Flickr readers on
+small files written in their layouts (no copy of either set exists here)."""
+import json
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from graphseq.data import captions as cap
+from graphseq.data.captions import (CaptionSet, caption_vocabulary, download_coco, locate_coco,
+                                    read_coco_captions, read_flickr_captions, read_image, tokenize_caption)
+from graphseq.data.shapes import generate_split
+from graphseq.errors import GraphseqError
+
+
+def _write_images(folder, names, size=40):
+    """Generated shapes as image files, so that what is read can be checked pixel by pixel."""
+    folder.mkdir(parents=True, exist_ok=True)
+    images = generate_split("train", len(names), seed=9, image_size=size).images
+    for name, image in zip(names, images):
+        Image.fromarray(image.permute(1, 2, 0).numpy()).save(folder / name, quality=95)
+    return images
+
+
+def test_tokenize_lowers_and_drops_punctuation():
+    assert tokenize_caption("A man's dog, running. In 2 PARKS!") == ["a", "man's", "dog", "running", "in", "2", "parks"]
+
+
+def test_vocabulary_puts_the_special_symbols_first_and_drops_rare_words():
+    vocab = caption_vocabulary([["a", "dog"], ["a", "cat"], ["a", "dog"]], min_count=2)
+    assert vocab.symbols == ["<pad>", "<start>", "<end>", "<unk>", "a", "dog"]
+    assert vocab.encode(["cat", "dog"]).tolist() == [3, 5]
+
+
+def _write_coco(root, split="train2014"):
+    names = [f"COCO_{split}_{i:012d}.png" for i in (7, 3, 5)]
+    images = _write_images(root / split, names)
+    data = {"info": {}, "licenses": [],
+            "images": [{"id": i, "file_name": n, "height": 40, "width": 40} for i, n in zip((7, 3, 5), names)],
+            "annotations": [{"image_id": 7, "id": 1, "caption": "A dog."},
+                            {"image_id": 3, "id": 2, "caption": "A cat on a mat. "},
+                            {"image_id": 7, "id": 3, "caption": "Dog running"}]}
+    (root / "annotations").mkdir(parents=True, exist_ok=True)
+    (root / "annotations" / f"captions_{split}.json").write_text(json.dumps(data))
+    return images
+
+
+def test_coco_reader_groups_captions_by_image_in_id_order(tmp_path):
+    images = _write_coco(tmp_path)
+    data = read_coco_captions(tmp_path / "annotations" / "captions_train2014.json", tmp_path / "train2014",
+                              image_size=40)
+    # Image 5 has no caption and is left out; ids 3 then 7.
+    assert data.captions == [["A cat on a mat."], ["A dog.", "Dog running"]]
+    assert data.tokens[1] == [["a", "dog"], ["dog", "running"]]
+    assert [p.name for p in data.paths] == ["COCO_train2014_000000000003.png", "COCO_train2014_000000000007.png"]
+    loaded = data.load_images([0, 1])
+    assert loaded.shape == (2, 3, 40, 40)
+    assert torch.allclose(loaded[0], images[1].float() / 255)
+    assert torch.allclose(loaded[1], images[0].float() / 255)
+    assert data.labels[1] == ["dog", "running"]  # content words, for pretraining
+
+
+def test_coco_reader_resizes_images(tmp_path):
+    _write_coco(tmp_path)
+    data = read_coco_captions(tmp_path / "annotations" / "captions_train2014.json", tmp_path / "train2014",
+                              image_size=16)
+    assert data.load_images([0]).shape == (1, 3, 16, 16)
+
+
+def test_coco_reader_names_a_damaged_file(tmp_path):
+    path = tmp_path / "captions.json"
+    path.write_text('{"images": [')
+    with pytest.raises(GraphseqError, match="captions.json is not a valid JSON file"):
+        read_coco_captions(path, tmp_path)
+    path.write_text('{"images": []}')
+    with pytest.raises(GraphseqError, match="not in the COCO captions format"):
+        read_coco_captions(path, tmp_path)
+    path.write_text('{"images": [], "annotations": [{"image_id": 4, "caption": "x"}]}')
+    with pytest.raises(GraphseqError, match="image id 4"):
+        read_coco_captions(path, tmp_path)
+    with pytest.raises(GraphseqError, match="not found"):
+        read_coco_captions(tmp_path / "nothing.json", tmp_path)
+
+
+def test_a_missing_or_damaged_image_is_named(tmp_path):
+    with pytest.raises(GraphseqError, match="image not found: .*gone.png"):
+        read_image(tmp_path / "gone.png", 16)
+    (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n-- not really")
+    with pytest.raises(GraphseqError, match="cannot read image .*bad.png"):
+        read_image(tmp_path / "bad.png", 16)
+
+
+def test_locate_coco_reads_the_mirror_in_place(tmp_path):
+    _write_coco(tmp_path / "mirror" / "coco")
+    annotation, images = locate_coco("train2014", tmp_path / "root", tmp_path / "mirror", download=False)
+    assert annotation == tmp_path / "mirror" / "coco" / "annotations" / "captions_train2014.json"
+    assert images == tmp_path / "mirror" / "coco" / "train2014"
+    assert not (tmp_path / "root").exists()
+    with pytest.raises(GraphseqError, match="COCO val2014 not found"):
+        locate_coco("val2014", tmp_path / "root", tmp_path / "mirror", download=False)
+
+
+def test_download_coco_extracts_the_captions_and_the_split_only(tmp_path):
+    served = tmp_path / "served"
+    _write_coco(served)
+    archives = {}
+    annotations = tmp_path / "annotations_trainval2014.zip"
+    with zipfile.ZipFile(annotations, "w") as zf:
+        zf.write(served / "annotations" / "captions_train2014.json", "annotations/captions_train2014.json")
+        zf.writestr("annotations/instances_train2014.json", "{}")
+        zf.writestr("../escape.txt", "outside")
+    archives["annotations/annotations_trainval2014.zip"] = annotations
+    images = tmp_path / "train2014.zip"
+    with zipfile.ZipFile(images, "w") as zf:
+        for path in sorted((served / "train2014").iterdir()):
+            zf.write(path, f"train2014/{path.name}")
+    archives["zips/train2014.zip"] = images
+    fetched = []
+
+    def fetch(url, path):
+        fetched.append(url)
+        path.write_bytes(archives[url.split("cocodataset.org/", 1)[1]].read_bytes())
+
+    annotation, folder = locate_coco("train2014", tmp_path / "root", None, download=True, fetch=fetch)
+    assert len(fetched) == 2
+    coco = tmp_path / "root" / "coco"
+    assert sorted(p.name for p in (coco / "annotations").iterdir()) == ["captions_train2014.json"]
+    assert not (tmp_path / "root" / "escape.txt").exists() and not (coco.parent.parent / "escape.txt").exists()
+    assert len(list(folder.iterdir())) == 3 and not list(coco.glob("*.zip"))
+    assert len(read_coco_captions(annotation, folder)) == 2
+    # Nothing is fetched again once it is there.
+    download_coco(coco, "train2014", fetch)
+    assert len(fetched) == 2
+
+
+def test_a_failed_download_is_one_clear_error(tmp_path):
+    def offline(url, path):
+        raise OSError("network unreachable")
+
+    with pytest.raises(GraphseqError, match="download .* failed: network unreachable"):
+        locate_coco("val2014", tmp_path, None, download=True, fetch=offline)
+
+
+def _write_flickr(root):
+    names = ["1000_a.jpg", "2000_b.jpg", "3000_c.jpg"]
+    images = _write_images(root / "Flicker8k_Dataset", names)
+    lines = [f"{names[1]}#0\tA girl runs .", f"{names[0]}#0\tTwo dogs play .", f"{names[0]}#1\tDogs in snow .",
+             f"{names[2]}#0\tA red bus .", ""]
+    (root / "Flickr8k.token.txt").write_text("\n".join(lines))
+    (root / "Flickr_8k.testImages.txt").write_text(f"{names[2]}\n{names[0]}\n")
+    return names, images
+
+
+def test_flickr_reader_groups_the_numbered_captions_of_each_image(tmp_path):
+    names, images = _write_flickr(tmp_path)
+    data = read_flickr_captions(tmp_path / "Flickr8k.token.txt", tmp_path / "Flicker8k_Dataset", image_size=40)
+    assert data.captions == [["Two dogs play .", "Dogs in snow ."], ["A girl runs ."], ["A red bus ."]]
+    # JPEG is lossy: the pixels come back close, not equal.
+    assert (data.load_images([1])[0] - images[1].float() / 255).abs().mean() < 0.03
+
+
+def test_flickr_split_file_keeps_its_images_in_its_order(tmp_path):
+    _write_flickr(tmp_path)
+    data = read_flickr_captions(tmp_path / "Flickr8k.token.txt", tmp_path / "Flicker8k_Dataset",
+                                split_file=tmp_path / "Flickr_8k.testImages.txt")
+    assert data.captions == [["A red bus ."], ["Two dogs play .", "Dogs in snow ."]]
+
+
+def test_flickr_reader_names_the_bad_line(tmp_path):
+    (tmp_path / "tokens.txt").write_text("a.jpg#0\tfine\nno tab here\n")
+    with pytest.raises(GraphseqError, match="line 2"):
+        read_flickr_captions(tmp_path / "tokens.txt", tmp_path)
+    (tmp_path / "tokens.txt").write_text("a.jpg#0\tfine\n")
+    (tmp_path / "split.txt").write_text("b.jpg\n")
+    with pytest.raises(GraphseqError, match="b.jpg"):
+        read_flickr_captions(tmp_path / "tokens.txt", tmp_path, split_file=tmp_path / "split.txt")
+
+
+def test_caption_set_subset_keeps_everything_aligned():
+    images = torch.arange(4 * 3 * 8 * 8, dtype=torch.uint8).view(4, 3, 8, 8)
+    data = CaptionSet([["a b"], ["c"], ["d e"], ["f"]], images=images, labels=[["x"], ["y"], ["z"], ["w"]])
+    part = data.subset([2, 0])
+    assert part.captions == [["d e"], ["a b"]] and part.labels == [["z"], ["x"]]
+    assert torch.equal(part.images, images[[2, 0]])
+    with pytest.raises(ValueError, match="either images or paths"):
+        CaptionSet([["a"]])

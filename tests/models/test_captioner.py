@@ -1,0 +1,227 @@
+"""The captioner: the three decoders on ChainLSTM, what each does with the
+image, teacher forcing equal to stepping, attention that sums to one over the
+regions, the frozen encoder, and decoding (greedy, beam, sampling)."""
+import pytest
+import torch
+from torch import nn
+
+from graphseq import graphs
+from graphseq.data.captions import caption_vocabulary
+from graphseq.models.caption_search import beam_search, greedy, sample
+from graphseq.models.captioner import (AttentionDecoder, Captioner, ConvEncoder, InitDecoder, InputDecoder,
+                                       grid_positions)
+from graphseq.nn import ChainLSTM
+
+WORDS = [["a", "red", "circle"], ["a", "blue", "square", "left", "of", "a", "red", "circle"], ["a", "green", "diamond"]]
+VOCAB = caption_vocabulary(WORDS)
+F_DIM, R = 12, 16  # feature size, regions (a 4x4 grid)
+
+
+def _features(batch=3, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    regions = torch.randn(batch, R, F_DIM, generator=generator)
+    return regions, regions.mean(dim=1)
+
+
+def _nodes(captions):
+    model = Captioner(VOCAB, "init", channels=(4, 4, 4, F_DIM), hidden_size=8, embedding_dim=6)
+    return model.caption_nodes(captions)
+
+
+@pytest.mark.parametrize("cls, extra", [(InitDecoder, {}), (InputDecoder, {}), (AttentionDecoder, {}),
+                                        (AttentionDecoder, {"layers": 1, "heads": 2}),
+                                        (AttentionDecoder, {"layers": 3, "num_layers": 2})])
+def test_teacher_forcing_equals_stepping_word_by_word(cls, extra):
+    torch.manual_seed(0)
+    decoder = cls(len(VOCAB), F_DIM, embedding_dim=6, hidden_size=8, **extra).eval()
+    regions, pooled = _features()
+    inputs, _, lengths = _nodes(WORDS)
+    forced = decoder(regions, pooled, inputs, lengths)  # [num_nodes, vocab]
+    assert forced.shape == (int(lengths.sum()), len(VOCAB))
+    offset = 0
+    for image, length in enumerate(lengths.tolist()):
+        state = None
+        for t in range(length):
+            logits, state, _ = decoder.step(inputs[offset + t:offset + t + 1], state, regions, pooled,
+                                            torch.tensor([image]))
+            assert torch.allclose(logits[0], forced[offset + t], atol=1e-5), (image, t)
+        offset += length
+
+
+def test_input_decoder_with_zero_image_weights_is_a_chain_lstm_language_model():
+    torch.manual_seed(1)
+    decoder = InputDecoder(len(VOCAB), F_DIM, embedding_dim=6, hidden_size=8).eval()
+    with torch.no_grad():
+        decoder.rnn.weight_ih_l0[:, 6:] = 0.0  # the columns that read the image
+    # A plain language model: the same embedding, a ChainLSTM that reads the
+    # words alone, the same read-out.
+    lm_rnn = ChainLSTM(6, 8)
+    state = {k: v for k, v in decoder.rnn.state_dict().items()}
+    state["weight_ih_l0"] = state["weight_ih_l0"][:, :6]
+    lm_rnn.load_state_dict(state)
+    inputs, _, lengths = _nodes(WORDS)
+    hidden, _ = lm_rnn(decoder.embedding(inputs), graphs.chain(lengths), graphs.lengths_to_batch(lengths))
+    language_model = decoder.readout(hidden)
+    regions, pooled = _features(seed=2)
+    assert torch.allclose(decoder(regions, pooled, inputs, lengths), language_model, atol=1e-6)
+    # With its image weights back, the image changes what it predicts.
+    torch.manual_seed(1)
+    seeing = InputDecoder(len(VOCAB), F_DIM, embedding_dim=6, hidden_size=8).eval()
+    assert not torch.allclose(seeing(regions, pooled, inputs, lengths), language_model, atol=1e-3)
+
+
+def test_init_decoder_starts_each_chain_from_its_image():
+    torch.manual_seed(2)
+    decoder = InitDecoder(len(VOCAB), F_DIM, embedding_dim=6, hidden_size=8)
+    _, pooled = _features()
+    h, c = decoder.initial_state(pooled)
+    assert h.shape == c.shape == (1, 3, 8)
+    assert torch.allclose(h[0], torch.tanh(decoder.init_h(pooled)))
+    # The same words on two images give two different predictions.
+    inputs, _, lengths = _nodes([WORDS[0], WORDS[0]])
+    logits = decoder(*_features(batch=2), inputs, lengths)
+    assert not torch.allclose(logits[:4], logits[4:])
+
+
+def test_attention_of_each_word_sums_to_one_over_its_images_regions():
+    torch.manual_seed(3)
+    decoder = AttentionDecoder(len(VOCAB), F_DIM, embedding_dim=6, hidden_size=8, heads=2)
+    regions, pooled = _features()
+    query = torch.randn(5, 8)
+    rows = torch.tensor([0, 2, 2, 1, 0])
+    context, alpha = decoder.attend(regions, query, rows)
+    assert context.shape == (5, 8) and alpha.shape == (5, R, 2)
+    assert torch.allclose(alpha.sum(dim=1), torch.ones(5, 2), atol=1e-6)
+    assert (alpha >= 0).all()
+    # Words of the same image with the same query attend alike; the context
+    # depends only on that image's regions.
+    same, _ = decoder.attend(regions, query[[1, 1]], torch.tensor([2, 2]))
+    assert torch.allclose(same[0], same[1])
+    changed = regions.clone()
+    changed[0] += 1.0
+    moved, _ = decoder.attend(changed, query, rows)
+    assert torch.allclose(moved[[1, 2, 3]], context[[1, 2, 3]], atol=1e-6)
+    assert not torch.allclose(moved[0], context[0])
+    # Stepping reports the same attention for every word.
+    # Every round of attention, and stepping, gives such weights.
+    _, alpha_first = decoder.attend(regions, query, rows, layer=0)
+    assert torch.allclose(alpha_first.sum(dim=1), torch.ones(5, 2), atol=1e-6)
+    _, _, step_alpha = decoder.step(torch.tensor([1, 1]), None, regions, pooled, torch.tensor([0, 1]))
+    assert step_alpha.shape == (2, R, 2)
+    assert torch.allclose(step_alpha.sum(dim=1), torch.ones(2, 2), atol=1e-6)
+
+
+def test_attention_is_multihead_attention_of_the_query_over_the_placed_regions():
+    torch.manual_seed(4)
+    decoder = AttentionDecoder(len(VOCAB), F_DIM, embedding_dim=6, hidden_size=8, heads=2)
+    reference = nn.MultiheadAttention(8, 2, kdim=F_DIM, vdim=F_DIM, batch_first=True)
+    reference.load_state_dict(decoder.attentions[-1].state_dict())
+    regions, _ = _features()
+    query = torch.randn(3, 8)
+    context, alpha = decoder.attend(regions, query, torch.arange(3))
+    placed = regions + grid_positions(R, F_DIM)
+    expected, weights = reference(query[:, None], placed, placed, average_attn_weights=False)
+    assert torch.allclose(context, expected[:, 0], atol=1e-5)
+    assert torch.allclose(alpha, weights[:, :, 0].transpose(1, 2), atol=1e-6)
+
+
+def test_grid_positions_tell_every_cell_apart():
+    encoding = grid_positions(16, 10)
+    assert encoding.shape == (16, 10)
+    assert torch.equal(encoding[:, 8:], torch.zeros(16, 2))  # channels beyond a multiple of 4
+    assert torch.cdist(encoding, encoding).add(torch.eye(16)).min() > 0.1
+    # Cells of one row share the row half, cells of one column the column half.
+    assert torch.equal(encoding[0, :4], encoding[3, :4]) and torch.equal(encoding[0, 4:8], encoding[12, 4:8])
+    with pytest.raises(ValueError, match="square"):
+        grid_positions(15, 8)
+
+
+def test_encoder_gives_a_grid_of_regions_and_their_mean():
+    encoder = ConvEncoder((4, 8, 8, 16)).eval()
+    regions, pooled = encoder(torch.rand(2, 3, 64, 64))
+    assert regions.shape == (2, 64, 16) and pooled.shape == (2, 16)
+    assert torch.allclose(pooled, regions.mean(dim=1))
+    with pytest.raises(ValueError, match="multiples of 8"):
+        encoder(torch.rand(2, 3, 60, 60))
+
+
+def _captioner(decoder="attention", freeze=True):
+    torch.manual_seed(5)
+    return Captioner(VOCAB, decoder, channels=(4, 8, 8, F_DIM), image_size=32, freeze_encoder=freeze,
+                     embedding_dim=6, hidden_size=8)
+
+
+def test_a_frozen_encoder_keeps_its_weights_and_statistics():
+    model = _captioner(freeze=True).train()
+    before = {k: v.clone() for k, v in model.encoder.state_dict().items()}
+    regions, pooled = model.encode(torch.rand(2, 3, 32, 32))
+    loss = model.loss(regions, pooled, WORDS[:2])
+    loss.backward()
+    assert not model.encoder.training
+    assert all(p.grad is None for p in model.encoder.parameters())
+    assert all(torch.equal(v, model.encoder.state_dict()[k]) for k, v in before.items())
+    tuned = _captioner(freeze=False).train()
+    tuned.loss(*tuned.encode(torch.rand(2, 3, 32, 32)), WORDS[:2]).backward()
+    assert tuned.encoder.training and all(p.grad is not None for p in tuned.encoder.parameters())
+
+
+def test_caption_nodes_shift_the_words_by_one():
+    model = _captioner()
+    inputs, targets, lengths = model.caption_nodes([["a", "red", "circle"]])
+    assert lengths.tolist() == [4]
+    assert [VOCAB.symbols[i] for i in inputs] == ["<start>", "a", "red", "circle"]
+    assert [VOCAB.symbols[i] for i in targets] == ["a", "red", "circle", "<end>"]
+
+
+@pytest.mark.parametrize("decoder", ["init", "input", "attention"])
+def test_beam_of_width_one_is_greedy_and_sampling_at_zero_temperature_too(decoder):
+    model = _captioner(decoder).eval()
+    images = torch.rand(3, 3, 32, 32)
+    first = greedy(model, images, max_length=6)
+    one = beam_search(model, images, beam_size=1, max_length=6)
+    assert one.words == first.words
+    assert one.log_probs == pytest.approx(first.log_probs, abs=1e-5)
+    assert sample(model, images, temperature=0.0, max_length=6).words == first.words
+    assert all(len(w) <= 6 for w in first.words)
+
+
+def test_beam_search_finds_the_likelier_caption_greedy_misses():
+    # A made-up model whose first word is "a" (0.6) or "red" (0.4); after
+    # "a" every word is equally likely, after "red" the end is certain. Greedy
+    # takes "a"; a beam of two finds "red" (log 0.4 > log 0.6 / (vocab - 4)).
+    model = _captioner("init").eval()
+    a, red, end = (VOCAB.index[w] for w in ("a", "red", "<end>"))
+
+    def step(words, state, regions, pooled, rows):
+        logits = torch.full((words.numel(), len(VOCAB)), -1e9)
+        first = words == VOCAB.index["<start>"]
+        logits[first, a], logits[first, red] = 0.6, 0.4
+        logits[first] = torch.log(torch.softmax(logits[first], dim=-1))
+        after_a = words == a
+        logits[after_a, 4:] = 0.0
+        logits[words == red, end] = 0.0
+        logits[~(first | after_a | (words == red)), end] = 0.0
+        return logits, (torch.zeros(1, words.numel(), 1),), None
+
+    model.decoder.step = step
+    images = torch.rand(1, 3, 32, 32)
+    assert greedy(model, images, max_length=4).words[0][0] == "a"
+    best = beam_search(model, images, beam_size=2, max_length=4)
+    assert best.words == [["red"]]
+    assert best.log_probs[0] == pytest.approx(torch.log(torch.softmax(torch.tensor([0.6, 0.4]), 0))[1].item(), abs=1e-4)
+
+
+def test_sampling_follows_its_generator():
+    model = _captioner("input").eval()
+    images = torch.rand(2, 3, 32, 32)
+    draws = [sample(model, images, 1.0, 8, torch.Generator().manual_seed(7)).words for _ in range(2)]
+    assert draws[0] == draws[1]
+
+
+def test_greedy_attention_has_a_row_per_word_and_the_end():
+    model = _captioner("attention").eval()
+    out = greedy(model, torch.rand(2, 3, 32, 32), max_length=5)
+    for words, alpha in zip(out.words, out.attention):
+        assert alpha.shape == (len(words) + 1, R)
+        assert torch.allclose(alpha.sum(dim=1), torch.ones(len(words) + 1), atol=1e-5)
+    assert greedy(_captioner("init").eval(), torch.rand(2, 3, 32, 32), max_length=5).attention is None

@@ -1,0 +1,180 @@
+"""Smoke runs of the captioning pipelines (the three shapes decoders, and
+caption-coco on small files in COCO's layout), resuming, and ``graphseq
+caption`` on an image file."""
+import json
+import math
+
+import pytest
+import torch
+from PIL import Image
+
+from graphseq import GraphseqError, run
+from graphseq.cli import main
+from graphseq.data.shapes import generate_split
+from graphseq.io import load_checkpoint
+
+# Data, model and budget small enough for seconds on a CPU.
+TINY = {"data.train": 64, "data.val": 12, "data.test": 12, "data.test_unseen": 12,
+        "encoder.channels": [4, 8, 8, 16], "encoder.pretrain_steps": 4, "encoder.eval_every": 2,
+        "encoder.batch_size": 8, "model.embedding_dim": 8, "model.hidden_size": 16,
+        "train.steps": 4, "train.eval_every": 2, "train.eval_images": 6, "train.batch_size": 8,
+        "train.checkpoint_every": 2, "train.max_length": 8, "evaluate.beam_size": 2,
+        "evaluate.max_length": 8, "evaluate.figure_images": 2,
+        # A constant rate (the cosine schedule depends on the whole budget, so
+        # a resumed run with a larger one would differ) and some dropout, so
+        # that resuming must restore its random state.
+        "train.final_lr_fraction": 1.0, "model.dropout": 0.3}
+
+
+def _run(name, out, resume=False, **overrides):
+    return run(name, overrides={**TINY, **overrides}, out=out, quiet=True, resume=resume)["runs"][0]
+
+
+@pytest.fixture(scope="module")
+def attention_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("caption-attention")
+    return out, _run("caption-shapes-attention", out)
+
+
+def test_attention_pipeline_writes_its_results(attention_run):
+    out, figures = attention_run
+    assert figures["steps"] == 4 and figures["encoder_steps"] == 4
+    for split in ("val", "test", "test_unseen"):
+        for method in ("greedy", "beam"):
+            for key in ("bleu1", "bleu4", "objects", "object_precision", "exact"):
+                value = figures[f"{split}_{method}_{key}"]
+                assert 0.0 <= value <= 1.0, (split, method, key)
+    for name in ("captioner.pt", "checkpoint.pt", "encoder_checkpoint.pt", "curves.png",
+                 "encoder_curves.png", "attention.png", "captions_test.json", "captions_test_unseen.json"):
+        assert (out / name).is_file(), name
+    assert (out / "attention.png").read_bytes()[:4] == b"\x89PNG"
+    captions = json.loads((out / "captions_test.json").read_text())
+    assert len(captions) == 12 and set(captions[0]) == {"image", "references", "greedy", "beam"}
+
+
+@pytest.fixture(scope="module")
+def init_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("caption-init")
+    return out, _run("caption-shapes-init", out)
+
+
+def test_init_pipeline_runs_a_few_steps(init_run):
+    out, figures = init_run
+    assert figures["steps"] == 4 and math.isfinite(figures["test_beam_bleu1"])
+    assert not (out / "attention.png").exists()  # no attention to draw
+
+
+def test_input_pipeline_reuses_a_pretrained_encoder_and_fine_tunes_it(attention_run, tmp_path):
+    attention_out, _ = attention_run
+    figures = _run("caption-shapes-input", tmp_path, **{
+        "encoder.from_run": str(attention_out), "train.finetune_encoder": True, "train.encoder_lr": 0.01})
+    assert figures["steps"] == 4 and math.isfinite(figures["test_beam_bleu1"])
+    assert not (tmp_path / "encoder_checkpoint.pt").exists()  # nothing pretrained here
+    weight = "encoder.net.0.weight"
+    pretrained = load_checkpoint(attention_out / "encoder_checkpoint.pt")["best_model"][weight]
+    assert not torch.equal(load_checkpoint(tmp_path / "captioner.pt")["model"][weight], pretrained)
+    # By default the pretrained encoder stays as it is.
+    assert torch.equal(load_checkpoint(attention_out / "captioner.pt")["model"][weight], pretrained)
+
+
+def test_an_encoder_from_a_run_of_other_data_is_refused(attention_run, tmp_path):
+    attention_out, _ = attention_run
+    with pytest.raises(GraphseqError, match="other attributes"):
+        _run("caption-shapes-init", tmp_path, **{"encoder.from_run": str(attention_out), "data.max_objects": 1})
+    with pytest.raises(GraphseqError, match="no encoder_checkpoint.pt"):
+        _run("caption-shapes-init", tmp_path, **{"encoder.from_run": str(tmp_path)})
+
+
+def test_resume_continues_from_the_checkpoint(init_run, tmp_path):
+    straight_out, straight = init_run
+    _run("caption-shapes-init", tmp_path, **{"train.steps": 2})
+    resumed = _run("caption-shapes-init", tmp_path, resume=True)
+    assert resumed["steps"] == 4
+    one = load_checkpoint(straight_out / "checkpoint.pt")["model"]
+    two = load_checkpoint(tmp_path / "checkpoint.pt")["model"]
+    for key, weight in one.items():
+        assert torch.allclose(weight, two[key], atol=1e-6), key
+    assert resumed["test_greedy_bleu1"] == pytest.approx(straight["test_greedy_bleu1"])
+
+
+def _write_coco(root, split, count, offset):
+    data = generate_split("train", count, seed=offset, image_size=32)
+    (root / split).mkdir(parents=True)
+    images, notes = [], []
+    for i, (image, texts) in enumerate(zip(data.images, data.captions)):
+        name = f"COCO_{split}_{offset + i:012d}.jpg"
+        Image.fromarray(image.permute(1, 2, 0).numpy()).save(root / split / name, quality=95)
+        images.append({"id": offset + i, "file_name": name, "height": 32, "width": 32})
+        notes += [{"image_id": offset + i, "id": len(notes), "caption": t.capitalize() + "."} for t in texts]
+    (root / "annotations").mkdir(exist_ok=True)
+    (root / "annotations" / f"captions_{split}.json").write_text(json.dumps({"images": images, "annotations": notes}))
+
+
+def test_caption_coco_runs_on_files_in_cocos_layout(tmp_path):
+    mirror = tmp_path / "mirror"
+    _write_coco(mirror / "coco", "train2014", 24, 0)
+    _write_coco(mirror / "coco", "val2014", 8, 100)
+    overrides = {"data.val": 4, "data.test": 4, "data.image_size": 32, "data.min_count": 1,
+                 "data.download": False, "encoder.channels": [4, 8, 8, 16], "encoder.pretrain_steps": 2,
+                 "encoder.eval_every": 1, "encoder.batch_size": 4, "model.embedding_dim": 8,
+                 "model.hidden_size": 16, "train.steps": 2, "train.eval_every": 1, "train.eval_images": 4,
+                 "train.batch_size": 4, "evaluate.max_length": 6, "train.max_length": 6}
+    summary = run("caption-coco", overrides=overrides, out=tmp_path / "out", data_root=tmp_path / "root",
+                  data_mirror=mirror, quiet=True)
+    figures = summary["runs"][0]
+    assert figures["steps"] == 2 and 0.0 <= figures["test_beam_bleu4"] <= 1.0
+    assert "test_beam_objects" not in figures  # COCO has no scenes to check objects against
+    assert (tmp_path / "out" / "attention.png").is_file()
+
+
+def test_caption_coco_without_coco_offline_says_where_it_looked(tmp_path):
+    with pytest.raises(GraphseqError, match="COCO train2014 not found"):
+        run("caption-coco", overrides={"data.download": False}, out=tmp_path / "out",
+            data_root=tmp_path / "root", data_mirror=tmp_path / "nothing", quiet=True)
+
+
+@pytest.fixture(scope="module")
+def picture(tmp_path_factory):
+    path = tmp_path_factory.mktemp("images") / "shapes.png"
+    image = generate_split("test", 1, seed=0, image_size=96).images[0]
+    Image.fromarray(image.permute(1, 2, 0).numpy()).save(path)  # resized to 64 when read
+    return path
+
+
+def test_caption_prints_a_caption_of_an_image_file(attention_run, picture, capsys):
+    out, _ = attention_run
+    assert main(["caption", str(out), str(picture)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and len(lines[0].split()) <= 20
+
+
+def test_caption_draws_the_attention_of_each_word(attention_run, picture, tmp_path, capsys):
+    out, _ = attention_run
+    figure = tmp_path / "attention.png"
+    assert main(["caption", str(out), str(picture), "--beam", "2", "--attention", str(figure)]) == 0
+    assert figure.read_bytes()[:4] == b"\x89PNG"
+    assert "wrote" in capsys.readouterr().err
+
+
+def test_caption_samples_several_captions_from_a_seed(attention_run, picture, capsys):
+    out, _ = attention_run
+    args = ["caption", str(out), str(picture), "--sample", "3", "--temperature", "0.8", "--seed", "1",
+            "--max-length", "6"]
+    assert main(args) == 0
+    first = capsys.readouterr().out.splitlines()
+    assert len(first) == 3 and all(len(line.split()) <= 6 for line in first)
+    assert main(args) == 0
+    assert capsys.readouterr().out.splitlines() == first
+
+
+def test_caption_refuses_bad_requests_before_writing_anything(init_run, tmp_path, picture, capsys):
+    init_run, _ = init_run
+    figure = tmp_path / "attention.png"
+    assert main(["caption", str(init_run), str(picture), "--attention", str(figure)]) == 2
+    assert "'init' decoder" in capsys.readouterr().err and not figure.exists()
+    assert main(["caption", str(tmp_path / "nowhere"), str(picture)]) == 2
+    assert "no captioner.pt" in capsys.readouterr().err
+    assert main(["caption", str(init_run), str(tmp_path / "missing.png")]) == 2
+    assert "image not found" in capsys.readouterr().err
+    assert main(["caption", str(init_run), str(picture), "--beam", "0"]) == 2
+    assert "beam_size >= 1" in capsys.readouterr().err
