@@ -245,7 +245,9 @@ def bleu(references: Sequence[Sequence[Sequence[str]]], hypotheses: Sequence[Seq
         warnings.simplefilter("ignore")
         scores = corpus_bleu([list(map(list, r)) for r in references], [list(h) for h in hypotheses],
                              weights=BLEU_WEIGHTS)
-    return {f"bleu{n}": float(s) for n, s in enumerate(scores, 1)}
+    # Without a single matching n-gram NLTK returns a denormal stand-in for
+    # zero (about 1e-231) to keep its logarithms finite; report it as 0.
+    return {f"bleu{n}": float(s) if s > 1e-100 else 0.0 for n, s in enumerate(scores, 1)}
 
 
 def object_scores(hypotheses: Sequence[Sequence[str]], scenes: Sequence) -> Dict[str, float]:
