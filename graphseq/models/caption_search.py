@@ -29,6 +29,13 @@ class Generated:
     attention: Optional[List[Tensor]] = field(default=None)
 
 
+def _next_word_log_probs(model: Captioner, logits: Tensor) -> Tensor:
+    """Log-probabilities of the next word; padding and the start symbol are
+    never written."""
+    banned = torch.tensor([model.pad_id, model.start_id], device=logits.device)
+    return logits.index_fill(1, banned, float("-inf")).log_softmax(dim=-1)
+
+
 def _finish(model: Captioner, tokens: Tensor, scores: Tensor, alphas: Optional[Tensor]) -> Generated:
     words, attention = [], []
     for b in range(tokens.size(0)):
@@ -63,11 +70,11 @@ def sample(model: Captioner, images: Tensor, temperature: float = 1.0, max_lengt
     alphas, state = [], None
     for t in range(max_length + 1):
         logits, state, alpha = model.decoder.step(words, state, regions, pooled, rows)
-        log_probs = logits.log_softmax(dim=-1)
+        log_probs = _next_word_log_probs(model, logits)
         if t == max_length:  # Out of room: the caption ends here.
             words = torch.full_like(words, model.end_id)
         elif temperature > 0:
-            probs = (logits / temperature).softmax(dim=-1)
+            probs = (log_probs / temperature).softmax(dim=-1)
             words = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         else:
             words = log_probs.argmax(dim=-1)
@@ -109,7 +116,7 @@ def beam_search(model: Captioner, images: Tensor, beam_size: int = 3, max_length
     state = None
     for t in range(max_length + 1):
         logits, state, alpha = model.decoder.step(words, state, regions, pooled, rows)
-        log_probs = logits.log_softmax(dim=-1)  # [n * k, vocab]
+        log_probs = _next_word_log_probs(model, logits)  # [n * k, vocab]
         if t == max_length:  # Out of room: every caption ends here.
             others = torch.arange(log_probs.size(1), device=device) != model.end_id
             log_probs = log_probs.masked_fill(others, float("-inf"))

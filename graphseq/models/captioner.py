@@ -54,7 +54,7 @@ class ConvEncoder(nn.Module):
 
     Args:
         channels (sequence of int): output channels of the four convolutions;
-            the last is the feature size. (default: :obj:`(32, 64, 128, 128)`)
+            the last is the feature size. (default: :obj:`(16, 32, 64, 128)`)
 
     Shapes:
         - **input:** images :math:`(B, 3, S, S)` in :math:`[0, 1]`
@@ -62,7 +62,7 @@ class ConvEncoder(nn.Module):
           features :math:`(B, F)`
     """
 
-    def __init__(self, channels: Sequence[int] = (32, 64, 128, 128)):
+    def __init__(self, channels: Sequence[int] = (16, 32, 64, 128)):
         super().__init__()
         if len(channels) != 4:
             raise ValueError(f"ConvEncoder takes four channel counts, got {list(channels)}")
@@ -98,7 +98,7 @@ class CaptionDecoder(nn.Module):
         vocab_size (int): number of words, the special symbols included.
         feature_dim (int): size of the image's region and global features.
         embedding_dim (int): size of a word embedding. (default: :obj:`64`)
-        hidden_size (int): size of the recurrent state. (default: :obj:`256`)
+        hidden_size (int): size of the recurrent state. (default: :obj:`128`)
         num_layers (int): stacked recurrent layers. (default: :obj:`1`)
         dropout (float): dropout before the read-out (and between layers).
             (default: :obj:`0.`)
@@ -107,7 +107,7 @@ class CaptionDecoder(nn.Module):
     kind: str = ""
 
     def __init__(self, vocab_size: int, feature_dim: int, embedding_dim: int = 64,
-                 hidden_size: int = 256, num_layers: int = 1, dropout: float = 0.0):
+                 hidden_size: int = 128, num_layers: int = 1, dropout: float = 0.0):
         super().__init__()
         self.vocab_size = vocab_size
         self.feature_dim = feature_dim
@@ -268,7 +268,7 @@ class AttentionDecoder(InitDecoder):
     kind = "attention"
 
     def __init__(self, vocab_size: int, feature_dim: int, embedding_dim: int = 64,
-                 hidden_size: int = 256, num_layers: int = 1, dropout: float = 0.0, heads: int = 1,
+                 hidden_size: int = 128, num_layers: int = 1, dropout: float = 0.0, heads: int = 1,
                  layers: int = 2):
         if layers < 1:
             raise ValueError(f"AttentionDecoder needs layers >= 1, got {layers}")
@@ -348,7 +348,7 @@ class Captioner(nn.Module):
     """
 
     def __init__(self, vocab: Vocabulary, decoder: str = "attention",
-                 channels: Sequence[int] = (32, 64, 128, 128), image_size: int = 64,
+                 channels: Sequence[int] = (16, 32, 64, 128), image_size: int = 64,
                  freeze_encoder: bool = True, **decoder_args: Any):
         super().__init__()
         if decoder not in DECODER_CLASSES:

@@ -209,7 +209,7 @@ def _copy_encoder(ctx, encoder: ConvEncoder, run_dir: Path, names: List[str]) ->
 # --------------------------------------------------------------------------- #
 
 @stage("captioner")
-def captioner(ctx, *, decoder: str = "attention", embedding_dim: int = 64, hidden_size: int = 256,
+def captioner(ctx, *, decoder: str = "attention", embedding_dim: int = 64, hidden_size: int = 128,
               num_layers: int = 1, heads: int = 1, attention_layers: int = 2,
               dropout: float = 0.0) -> None:
     """A :class:`~graphseq.models.captioner.Captioner`: the pretrained
