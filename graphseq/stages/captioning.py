@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -24,7 +24,7 @@ from ..errors import GraphseqError
 from ..io import load_checkpoint, save_checkpoint, write_json
 from ..models.caption_search import Generated, beam_search, greedy
 from ..models.captioner import DECODERS, MODEL_FILE, Captioner, ConvEncoder
-from ..training import train_steps
+from ..training import CHECKPOINT, train_steps
 from ..views import draw_attention
 from .registry import stage
 
@@ -38,6 +38,13 @@ class CaptionData:
     splits: Dict[str, CaptionSet]
     vocab: Vocabulary
     image_size: int
+
+
+def cosine_schedule(optimizer: torch.optim.Optimizer, steps: int, final_fraction: float):
+    """Every learning rate falls along half a cosine to ``final_fraction`` of
+    itself over ``steps`` steps."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: final_fraction + (
+        1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * min(step, steps) / steps)))
 
 
 def _step_generator(seed: int, step: int) -> torch.Generator:
@@ -143,8 +150,9 @@ def caption_encoder(ctx, *, channels: list = [16, 32, 64, 128], pretrain_steps: 
     which attributes an image has (multi-label, binary cross-entropy): for
     the shapes, each shape, colour and size present, each colour-shape pair
     and the number of objects; for other sets, the ``max_attributes`` most
-    frequent content words of the training captions. Adam at ``lr`` for
-    ``pretrain_steps`` steps of ``batch_size`` images (0: no pretraining,
+    frequent content words of the training captions. Adam at ``lr``
+    (decayed along a cosine to a tenth) for ``pretrain_steps`` steps of
+    ``batch_size`` images (0: no pretraining,
     the encoder starts from random weights); the weights with the best
     validation F1 are kept. Writes ``encoder_checkpoint.pt`` (resumable) and
     ``encoder_curves.png``. With ``from_run`` (the ``--out`` folder of an
@@ -174,6 +182,7 @@ def caption_encoder(ctx, *, channels: list = [16, 32, 64, 128], pretrain_steps: 
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     ctx.log.info(f"encoder: pretraining on {len(names)} attributes of {len(train)} images")
     result = train_steps(ctx, model, optimizer, loss_fn, steps=pretrain_steps,
+                         scheduler=cosine_schedule(optimizer, pretrain_steps, 0.1),
                          evaluate=lambda m: attribute_scores(m, val, val_targets, ctx.device),
                          eval_every=eval_every, select=("val_attribute_f1", "max"),
                          checkpoint_every=eval_every, checkpoint="encoder_checkpoint.pt",
@@ -349,13 +358,15 @@ def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float =
     if finetune_encoder:
         groups.append({"params": model.encoder.parameters(), "lr": encoder_lr})
     optimizer = torch.optim.Adam(groups)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: final_lr_fraction + (1 - final_lr_fraction) * 0.5
-        * (1 + math.cos(math.pi * min(step, steps) / steps)))
+    scheduler = cosine_schedule(optimizer, steps, final_lr_fraction)
     ctx.log.info(f"training the {model.config['decoder']} decoder for {steps} steps of {batch_size} "
                  f"captions, encoder {'fine-tuned' if finetune_encoder else 'frozen'}")
-    result = train_steps(ctx, model, optimizer, loss_fn, steps=steps, scheduler=scheduler, clip=clip,
-                         evaluate=evaluate, eval_every=eval_every, select=("val_bleu4", "max"),
+    # A run stopped before the decoder's first checkpoint (while pretraining,
+    # say) resumes the earlier stages and starts the decoder afresh.
+    started = (ctx.out / CHECKPOINT).is_file()
+    result = train_steps(replace(ctx, resume=ctx.resume and started), model, optimizer, loss_fn,
+                         steps=steps, scheduler=scheduler, clip=clip, evaluate=evaluate,
+                         eval_every=eval_every, select=("val_bleu4", "max"),
                          checkpoint_every=checkpoint_every, desc=f"train {model.config['decoder']}",
                          meta={"model_config": dict(model.config), "vocabulary": list(model.vocab.symbols)})
     save_checkpoint(model.checkpoint(step=result.best.get("step", result.step)), ctx.out / MODEL_FILE)

@@ -97,6 +97,14 @@ def test_resume_continues_from_the_checkpoint(init_run, tmp_path):
     assert resumed["test_greedy_bleu1"] == pytest.approx(straight["test_greedy_bleu1"])
 
 
+def test_a_run_stopped_before_the_decoders_first_checkpoint_resumes(tmp_path):
+    _run("caption-shapes-init", tmp_path, **{"train.steps": 2})
+    (tmp_path / "checkpoint.pt").unlink()  # as if stopped right after pretraining
+    resumed = _run("caption-shapes-init", tmp_path, resume=True)
+    assert resumed["steps"] == 4 and resumed["encoder_steps"] == 4
+    assert "resumed from" in (tmp_path / "log.txt").read_text()  # the encoder's checkpoint
+
+
 def _write_coco(root, split, count, offset):
     data = generate_split("train", count, seed=offset, image_size=32)
     (root / split).mkdir(parents=True)
