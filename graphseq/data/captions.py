@@ -29,6 +29,7 @@ PAD, START, END, UNKNOWN = "<pad>", "<start>", "<end>", "<unk>"
 SPECIALS = (PAD, START, END, UNKNOWN)
 
 COCO_URL = "http://images.cocodataset.org"
+COCO_SPLITS = ("train2014", "val2014", "train2017", "val2017")
 COCO_ANNOTATIONS = {"2014": "annotations/annotations_trainval2014.zip",
                     "2017": "annotations/annotations_trainval2017.zip"}
 

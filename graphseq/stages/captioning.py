@@ -17,17 +17,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data.captions import CaptionSet, caption_vocabulary, locate_coco, read_coco_captions
-from ..data.shapes import load_shapes, score_objects
+from ..checks import Domain, at_least, between, each, is_number, non_negative, one_of, positive, probability
+from ..data.captions import COCO_SPLITS, CaptionSet, caption_vocabulary, locate_coco, read_coco_captions
+from ..data.shapes import MAX_OBJECTS, SPLITS, load_shapes, score_objects
 from ..data.text import Vocabulary
 from ..errors import GraphseqError
 from ..io import load_checkpoint, save_checkpoint, write_json
 from ..models.caption_search import Generated, beam_search, greedy
 from ..models.captioner import DECODERS, MODEL_FILE, Captioner, ConvEncoder
+from ..seeding import MAX_SEED
 from ..training import CHECKPOINT, train_steps
 from ..views import draw_attention
 from .registry import stage
 
+ENCODER_CHECKPOINT = "encoder_checkpoint.pt"
+# The encoder halves an image three times, so its side is a multiple of 8.
+IMAGE_SIZE = Domain("a multiple of 8, at least 16", lambda v: is_number(v) and v >= 16 and v % 8 == 0)
+CHANNELS = Domain("a list of 4 whole numbers >= 1 (the encoder's four convolutions)",
+                  lambda v: isinstance(v, list) and len(v) == 4
+                  and all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in v))
 BLEU_WEIGHTS = [(1.0, 0, 0, 0), (0.5, 0.5, 0, 0), (1 / 3, 1 / 3, 1 / 3, 0), (0.25, 0.25, 0.25, 0.25)]
 
 
@@ -56,7 +64,9 @@ def _step_generator(seed: int, step: int) -> torch.Generator:
 # Data
 # --------------------------------------------------------------------------- #
 
-@stage("shapes_captions")
+@stage("shapes_captions", checks={
+    "seed": between(0, MAX_SEED), "train": at_least(1), "val": at_least(1), "test": non_negative,
+    "test_unseen": non_negative, "image_size": IMAGE_SIZE, "max_objects": between(1, MAX_OBJECTS)})
 def shapes_captions(ctx, *, seed: int = 0, train: int = 8000, val: int = 500, test: int = 1000,
                     test_unseen: int = 1000, image_size: int = 64, max_objects: int = 3) -> None:
     """The generated shapes set (:mod:`graphseq.data.shapes`): ``train``,
@@ -64,8 +74,6 @@ def shapes_captions(ctx, *, seed: int = 0, train: int = 8000, val: int = 500, te
     ``test_unseen`` images with at least one pair never seen in training,
     all drawn from ``seed`` (the data's own seed, fixed whatever the run's)."""
     sizes = {"train": train, "val": val, "test": test, "test_unseen": test_unseen}
-    if train < 1 or val < 1:
-        raise GraphseqError("shapes_captions needs train >= 1 and val >= 1 images")
     splits = {name: load_shapes(name, count, seed, image_size, max_objects)
               for name, count in sizes.items() if count > 0}
     vocab = caption_vocabulary(t for caps in splits["train"].tokens for t in caps)
@@ -74,7 +82,9 @@ def shapes_captions(ctx, *, seed: int = 0, train: int = 8000, val: int = 500, te
                  + f" images of {image_size}x{image_size}; {len(vocab)} words")
 
 
-@stage("coco_captions")
+@stage("coco_captions", checks={
+    "train_split": one_of(*COCO_SPLITS), "eval_split": one_of(*COCO_SPLITS), "val": at_least(1),
+    "test": non_negative, "max_train": non_negative, "image_size": IMAGE_SIZE, "min_count": at_least(1)})
 def coco_captions(ctx, *, train_split: str = "train2014", eval_split: str = "val2014",
                   val: int = 5000, test: int = 5000, max_train: int = 0, image_size: int = 128,
                   min_count: int = 5, download: bool = True) -> None:
@@ -142,7 +152,9 @@ def attribute_scores(model: AttributeClassifier, data: CaptionSet, targets: Tens
     return {"val_attribute_f1": f1, "val_attributes_exact": exact}
 
 
-@stage("caption_encoder")
+@stage("caption_encoder", checks={
+    "channels": CHANNELS, "pretrain_steps": non_negative, "batch_size": at_least(1), "lr": positive,
+    "max_attributes": at_least(1), "eval_every": at_least(1)}, resumes=ENCODER_CHECKPOINT)
 def caption_encoder(ctx, *, channels: list = [16, 32, 64, 128], pretrain_steps: int = 1500,
                     batch_size: int = 64, lr: float = 0.002, max_attributes: int = 1000,
                     eval_every: int = 250, from_run: str = "") -> None:
@@ -168,6 +180,9 @@ def caption_encoder(ctx, *, channels: list = [16, 32, 64, 128], pretrain_steps: 
         _copy_encoder(ctx, encoder, Path(from_run), names)
         return
     if pretrain_steps <= 0:
+        # Kept all the same, so that the run resumes and other runs can copy it.
+        save_checkpoint({"model": {f"encoder.{k}": v for k, v in encoder.state_dict().items()},
+                         "best_model": None, "step": 0, "attributes": names}, ctx.out / ENCODER_CHECKPOINT)
         ctx.log.info("encoder: not pretrained (random weights)")
         return
     model = AttributeClassifier(encoder, len(names)).to(ctx.device)
@@ -185,7 +200,7 @@ def caption_encoder(ctx, *, channels: list = [16, 32, 64, 128], pretrain_steps: 
                          scheduler=cosine_schedule(optimizer, pretrain_steps, 0.1),
                          evaluate=lambda m: attribute_scores(m, val, val_targets, ctx.device),
                          eval_every=eval_every, select=("val_attribute_f1", "max"),
-                         checkpoint_every=eval_every, checkpoint="encoder_checkpoint.pt",
+                         checkpoint_every=eval_every, checkpoint=ENCODER_CHECKPOINT,
                          curves="encoder_curves.png", desc="pretrain encoder",
                          meta={"attributes": names})
     ctx.metrics.update(encoder_steps=result.step, encoder_minutes=result.seconds / 60,
@@ -194,11 +209,14 @@ def caption_encoder(ctx, *, channels: list = [16, 32, 64, 128], pretrain_steps: 
 
 
 def _copy_encoder(ctx, encoder: ConvEncoder, run_dir: Path, names: List[str]) -> None:
-    path = run_dir / "encoder_checkpoint.pt"
+    """Loads the pretrained encoder of another run, and keeps a copy of its
+    checkpoint in this run's folder, which a resumed run reads instead."""
+    own = ctx.out / ENCODER_CHECKPOINT
+    path = own if ctx.resume and own.is_file() else run_dir / ENCODER_CHECKPOINT
     if not path.is_file():
-        raise GraphseqError(f"encoder.from_run: no encoder_checkpoint.pt in {run_dir}")
+        raise GraphseqError(f"encoder.from_run: no {ENCODER_CHECKPOINT} in {run_dir}")
     try:
-        checkpoint = load_checkpoint(path, map_location=ctx.device)
+        checkpoint = load_checkpoint(path, map_location="cpu")
         weights = checkpoint["best_model"] or checkpoint["model"]
         state = {k[len("encoder."):]: v for k, v in weights.items() if k.startswith("encoder.")}
         if sorted(checkpoint.get("attributes") or []) != sorted(names):
@@ -209,15 +227,19 @@ def _copy_encoder(ctx, encoder: ConvEncoder, run_dir: Path, names: List[str]) ->
         raise
     except Exception as error:  # A torn file, or an encoder of other channels.
         raise GraphseqError(f"encoder.from_run: cannot use {path}: {str(error).splitlines()[0]}") from None
+    if path != own:
+        save_checkpoint(checkpoint, own)
     ctx.log.info(f"encoder: copied from {path} (step {checkpoint['step']})")
-    ctx.metrics.update(encoder_steps=checkpoint["step"], encoder_from_run=str(run_dir))
+    ctx.metrics.update(encoder_steps=checkpoint["step"])
 
 
 # --------------------------------------------------------------------------- #
 # The captioner and its training
 # --------------------------------------------------------------------------- #
 
-@stage("captioner")
+@stage("captioner", checks={
+    "decoder": one_of(*DECODERS), "embedding_dim": at_least(1), "hidden_size": at_least(1),
+    "num_layers": at_least(1), "heads": at_least(1), "attention_layers": at_least(1), "dropout": probability})
 def captioner(ctx, *, decoder: str = "attention", embedding_dim: int = 64, hidden_size: int = 128,
               num_layers: int = 1, heads: int = 1, attention_layers: int = 2,
               dropout: float = 0.0) -> None:
@@ -227,8 +249,8 @@ def captioner(ctx, *, decoder: str = "attention", embedding_dim: int = 64, hidde
     attention, apply to ``attention`` only)."""
     data: CaptionData = ctx.require("data", "captioner")
     encoder: ConvEncoder = ctx.require("encoder", "captioner")
-    if decoder not in DECODERS:
-        raise GraphseqError(f"unknown decoder {decoder!r}; known decoders: {', '.join(DECODERS)}")
+    if decoder == "attention" and hidden_size % heads:
+        raise GraphseqError(f"model.heads = {heads} must divide model.hidden_size = {hidden_size}")
     args: Dict[str, Any] = dict(embedding_dim=embedding_dim, hidden_size=hidden_size,
                                 num_layers=num_layers, dropout=dropout)
     if decoder == "attention":
@@ -319,7 +341,10 @@ class FeatureCache:
         return self.model.encode(self.data.load_images(rows).to(self.device))
 
 
-@stage("train_captioner")
+@stage("train_captioner", checks={
+    "steps": at_least(1), "batch_size": at_least(1), "lr": positive, "final_lr_fraction": probability,
+    "clip": non_negative, "encoder_lr": positive, "eval_every": at_least(1), "eval_images": at_least(1),
+    "max_length": at_least(1), "checkpoint_every": at_least(1)}, resume_may_change=("steps",))
 def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float = 0.002,
                     final_lr_fraction: float = 0.1, clip: float = 5.0, finetune_encoder: bool = False,
                     encoder_lr: float = 0.0002, eval_every: int = 500, eval_images: int = 500,
@@ -379,7 +404,9 @@ def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float =
 # Evaluation
 # --------------------------------------------------------------------------- #
 
-@stage("evaluate_captions")
+@stage("evaluate_captions", checks={
+    "splits": each(one_of(*SPLITS)), "beam_size": at_least(1), "max_length": at_least(1),
+    "batch_size": at_least(1), "figure_images": non_negative})
 def evaluate_captions(ctx, *, splits: list = ["val", "test", "test_unseen"], beam_size: int = 3,
                       max_length: int = 20, batch_size: int = 100, figure_images: int = 4) -> None:
     """Captions every image of each split (those the data has) greedily and

@@ -69,9 +69,10 @@ def test_input_pipeline_reuses_a_pretrained_encoder_and_fine_tunes_it(attention_
     figures = _run("caption-shapes-input", tmp_path, **{
         "encoder.from_run": str(attention_out), "train.finetune_encoder": True, "train.encoder_lr": 0.01})
     assert figures["steps"] == 4 and math.isfinite(figures["test_beam_bleu1"])
-    assert not (tmp_path / "encoder_checkpoint.pt").exists()  # nothing pretrained here
     weight = "encoder.net.0.weight"
     pretrained = load_checkpoint(attention_out / "encoder_checkpoint.pt")["best_model"][weight]
+    # The run keeps its own copy of the encoder it started from.
+    assert torch.equal(load_checkpoint(tmp_path / "encoder_checkpoint.pt")["best_model"][weight], pretrained)
     assert not torch.equal(load_checkpoint(tmp_path / "captioner.pt")["model"][weight], pretrained)
     # By default the pretrained encoder stays as it is.
     assert torch.equal(load_checkpoint(attention_out / "captioner.pt")["model"][weight], pretrained)
