@@ -214,7 +214,8 @@ def draw_attention(images: Sequence[Tensor], captions: Sequence[Sequence[str]],
                              f"got {alpha.size(0)}")
         blocks.append(math.ceil((len(words) + 2) / columns))
     rows = sum(blocks)
-    figure = Figure(figsize=(1.6 * columns, 1.9 * rows), dpi=100)
+    # The constrained layout makes room for each panel's title.
+    figure = Figure(figsize=(1.6 * columns, 2.0 * rows), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     row = 0
     for image, words, alpha, height in zip(images, captions, attention, blocks):
@@ -227,7 +228,7 @@ def draw_attention(images: Sequence[Tensor], captions: Sequence[Sequence[str]],
             axes.set_yticks([])
             if weights is None:
                 axes.imshow(picture.numpy(), interpolation="nearest")
-                axes.set_title("\n".join(_wrap(title, 22)), fontsize=7, loc="left")
+                axes.set_title("\n".join(_wrap(title, 26)), fontsize=7, loc="left")
                 continue
             heat = attention_map(weights, size)
             heat = heat / heat.max().clamp_min(1e-12)
