@@ -182,11 +182,11 @@ class AttentionConv(MessagePassing):
             return self._sparse_graph(edge_index, size, self_loops, num_loops)
         if isinstance(edge_index, EdgeIndex):
             edge_index = edge_index.as_tensor()
-        checks.check_edge_index(self, edge_index, size)
         key = (edge_index._version, size, self_loops, num_loops)
         cache = self._graph_cache
         if cache is not None and cache[0]() is edge_index and cache[1] == key:
-            return cache[2]
+            return cache[2]  # Checked when it was made.
+        checks.check_edge_index(self, edge_index, size)
         graph = self._make_graph(edge_index, size, self_loops, num_loops)
         self._graph_cache = (weakref.ref(edge_index), key, graph)
         return graph
@@ -271,6 +271,18 @@ def transform(lin: Linear, x: Tensor) -> Tensor:
     if x.layout == torch.strided:
         return lin(x)
     return sparse_dense_mm(x, lin.weight.t())
+
+
+def head_dot(h: Tensor, att: Tensor) -> Tensor:
+    """``(h * att[k]).sum(-1)`` for each of the ``k`` vectors of ``att``
+    ``[k, heads, channels]`` and nodes ``h`` ``[num_nodes, heads, channels]``:
+    ``[num_nodes, k, heads]``. Computed as one matrix product with a
+    block-diagonal ``[heads * channels, k * heads]`` matrix, which on CPU is
+    faster, forward and backward, than the broadcast products."""
+    k, heads, channels = att.shape
+    eye = torch.eye(heads, dtype=att.dtype, device=att.device)
+    blocks = (att.permute(1, 2, 0).unsqueeze(-1) * eye.view(heads, 1, 1, heads)).reshape(heads * channels, k * heads)
+    return (h.reshape(-1, heads * channels) @ blocks).view(-1, k, heads)
 
 
 def num_rows(x: Optional[Tensor]) -> Optional[int]:
@@ -418,9 +430,13 @@ class GATConv(AttentionConv):
             h_src = transform(lin_src, x_src).view(-1, H, C)
             h_dst = None if x_dst is None else transform(lin_dst, x_dst).view(-1, H, C)
 
-        # Each node's share of the score, as a source and as a target.
-        alpha_src = (h_src * self.att_src).sum(dim=-1)  # [num_source_nodes, heads]
-        alpha_dst = None if h_dst is None else (h_dst * self.att_dst).sum(dim=-1)
+        # Each node's share of the score, as a source and as a target (in
+        # one product when both come from the same features).
+        if h_dst is h_src:
+            alpha_src, alpha_dst = head_dot(h_src, torch.cat([self.att_src, self.att_dst])).unbind(1)
+        else:
+            alpha_src = head_dot(h_src, self.att_src)[:, 0]  # [num_source_nodes, heads]
+            alpha_dst = None if h_dst is None else head_dot(h_dst, self.att_dst)[:, 0]
 
         size = self.edge_size(edge_index, size, h_src.size(0), num_rows(h_dst) if bipartite else h_src.size(0))
         if alpha_dst is None:
@@ -437,7 +453,7 @@ class GATConv(AttentionConv):
                 edge_attr = None  # As PyG's layer does, edge features without edge_dim are ignored.
         edge_attr = graph.edge_features(edge_attr, self.fill_value)
 
-        value = F.dropout(h_src, p=self.value_dropout, training=self.training)
+        value = F.dropout(h_src, p=self.value_dropout, training=self.training) if self.value_dropout else h_src
         out, alpha = self.attend(graph, value, edge_attr=edge_attr, alpha=(alpha_src, alpha_dst),
                                  need_weights=bool(return_attention_weights))
 
