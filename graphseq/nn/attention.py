@@ -130,8 +130,8 @@ class AttentionConv(MessagePassing):
 
     A subclass gives the score :math:`e_{ij}` in :meth:`edge_update`, which
     takes the tensors it needs (``x_i``/``x_j`` suffixes gather them per edge,
-    as in PyG) and ends in ``return self.normalize(score, index, ptr,
-    dim_size)``; its ``forward`` prepares values and score inputs and calls
+    as in PyG, or :meth:`edge_ends` gives the indices to gather with) and
+    ends in ``return self.normalize(score, index, ptr, num_targets)``; its ``forward`` prepares values and score inputs and calls
     :meth:`attend`. GAT's additive score and the Transformer's dot product
     are two such subclasses; a third score is a third ``edge_update``. A
     node with no incoming edge receives a zero vector.
@@ -248,12 +248,23 @@ class AttentionConv(MessagePassing):
         out = self.propagate(edges, x=value, alpha=alpha)
         return out, graph.to_user_order(alpha) if need_weights else None
 
+    @staticmethod
+    def edge_ends(edge_index: Tensor) -> Tuple[Tensor, Tensor]:
+        """The source and the target of each edge, as plain tensors to gather
+        node tensors with in :meth:`edge_update` (either path)."""
+        pattern = getattr(edge_index, "pattern", None)
+        if pattern is not None:
+            return pattern.index, pattern.target
+        return edge_index[0], edge_index[1]
+
     def normalize(self, score: Tensor, index: Tensor, ptr: Optional[Tensor],
                   dim_size: Optional[int]) -> Tensor:
         """The softmax of ``score`` ``[num_edges, heads]`` over each target's
         edges (segment reductions when the edges come grouped by target)."""
+        if isinstance(index, Index):
+            index = index.as_tensor()
         if ptr is not None:
-            return segment_softmax(score, ptr, index.as_tensor() if isinstance(index, Index) else index)
+            return segment_softmax(score, ptr, index)
         return softmax(score, index, ptr, dim_size)
 
     def message(self, x_j: Tensor, alpha: Tensor) -> Tensor:
@@ -474,17 +485,19 @@ class GATConv(AttentionConv):
             size = edge_index.sparse_size()
         return checks.check_size(self, size, (num_sources, num_targets))
 
-    def edge_update(self, alpha_j: Tensor, alpha_i: Optional[Tensor], edge_attr: Optional[Tensor],
-                    index: Tensor, ptr: Optional[Tensor], dim_size: Optional[int]) -> Tensor:
+    def edge_update(self, alpha: PairTensor, edge_attr: Optional[Tensor], edge_index: Tensor,
+                    index: Tensor, ptr: Optional[Tensor]) -> Tensor:
         # The additive score: each end's share, plus the edge's when it has features.
-        score = alpha_j if alpha_i is None else alpha_j + alpha_i  # [num_edges, heads]
-        if edge_attr is not None and self.lin_edge is not None and index.numel() > 0:
+        alpha_src, alpha_dst = alpha
+        source, target = self.edge_ends(edge_index)
+        score = alpha_src.index_select(0, source) + alpha_dst.index_select(0, target)  # [num_edges, heads]
+        if edge_attr is not None and self.lin_edge is not None and score.size(0) > 0:
             if edge_attr.dim() == 1:
                 edge_attr = edge_attr.view(-1, 1)
             edge_attr = self.lin_edge(edge_attr).view(-1, self.heads, self.out_channels)
             score = score + (edge_attr * self.att_edge).sum(dim=-1)
         score = F.leaky_relu(score, self.negative_slope)
-        return self.normalize(score, index, ptr, dim_size)
+        return self.normalize(score, index, ptr, alpha_dst.size(0))
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
@@ -678,14 +691,15 @@ class SelfAttentionConv(AttentionConv):
                     or self._aggregate_forward_pre_hooks or self._aggregate_forward_hooks
                     or self._edge_update_forward_pre_hooks or self._edge_update_forward_hooks)
 
-    def edge_update(self, query: Tensor, key: Tensor, edge_index, edge_index_i: Tensor,
-                    edge_index_j: Tensor, index: Tensor, ptr: Optional[Tensor]) -> Tensor:
+    def edge_update(self, query: Tensor, key: Tensor, edge_index: Tensor, index: Tensor,
+                    ptr: Optional[Tensor]) -> Tensor:
         # The scaled dot product of each edge's query (target) and key (source).
         pattern = getattr(edge_index, "pattern", None)
         if pattern is not None:  # Fused: no [num_edges, heads, head_dim] tensor.
             score = SampledDot.apply(pattern, query, key)
         else:
-            score = (query.index_select(0, edge_index_i) * key.index_select(0, edge_index_j)).sum(dim=-1)
+            source, target = self.edge_ends(edge_index)
+            score = (query.index_select(0, target) * key.index_select(0, source)).sum(dim=-1)
         return self.normalize(score / math.sqrt(self.head_dim), index, ptr, query.size(0))  # [num_edges, heads]
 
     @staticmethod

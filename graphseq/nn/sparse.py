@@ -94,7 +94,15 @@ class EdgePattern:
         self.num_targets = ptr.numel() - 1
         self._transposed: Optional[EdgePattern] = None
         self._perm: Optional[Tensor] = None
+        self._target: Optional[Tensor] = None
         self._heads: dict = {}
+
+    @property
+    def target(self) -> Tensor:
+        """``[num_edges]`` the target of each edge."""
+        if self._target is None:
+            self._target = ptr2index(self.ptr, output_size=self.index.numel())
+        return self._target
 
     @property
     def perm(self) -> Tensor:
@@ -109,9 +117,9 @@ class EdgePattern:
     def transposed(self) -> "EdgePattern":
         """The same edges grouped by source (rows = sources)."""
         if self._transposed is None:
-            target = ptr2index(self.ptr, output_size=self.index.numel())
             source, perm = torch.sort(self.index, stable=True)
-            transposed = EdgePattern(index2ptr(source, self.num_sources), target[perm], self.num_targets)
+            transposed = EdgePattern(index2ptr(source, self.num_sources), self.target[perm], self.num_targets)
+            transposed._target = source
             transposed._perm, transposed._transposed = perm, self
             self._transposed = transposed
         return self._transposed
@@ -219,15 +227,34 @@ class SegmentSum(torch.autograd.Function):
         return grad_out.index_select(0, index), None, None
 
 
-def segment_softmax(score: Tensor, ptr: Tensor, index: Tensor) -> Tensor:
+class SegmentSoftmax(torch.autograd.Function):
     """The softmax of ``score`` ``[num_edges, ...]`` over each target's edges,
-    given grouped by target (``ptr`` offsets, ``index`` target of each edge):
-    PyG's :func:`~torch_geometric.utils.softmax` on segments, differentiable
-    twice."""
-    high = torch.segment_reduce(score.detach(), "max", offsets=ptr, initial=float("-inf"))
-    high = torch.where(high.isinf(), 0.0, high).index_select(0, index)
-    out = (score - high).exp()
-    return out / (SegmentSum.apply(out, ptr, index).index_select(0, index) + 1e-16)
+    given grouped by target (``ptr`` offsets, ``index`` the target of each
+    edge): PyG's :func:`~torch_geometric.utils.softmax` on segments, with the
+    softmax's own backward (``alpha * (g - sum(alpha * g))`` per target)
+    instead of one through every step, written in differentiable operations
+    so that second derivatives follow."""
+
+    @staticmethod
+    def forward(ctx, score: Tensor, ptr: Tensor, index: Tensor) -> Tensor:
+        high = torch.segment_reduce(score, "max", offsets=ptr, initial=float("-inf"))
+        high = torch.where(high.isinf(), 0.0, high).index_select(0, index)
+        out = (score - high).exp_()
+        total = torch.segment_reduce(out, "sum", offsets=ptr).index_select(0, index)
+        alpha = out.div_(total.add_(1e-16))
+        ctx.save_for_backward(alpha, ptr, index)
+        return alpha
+
+    @staticmethod
+    def backward(ctx, grad_alpha: Tensor):
+        alpha, ptr, index = ctx.saved_tensors
+        weighted = alpha * grad_alpha
+        return weighted - alpha * SegmentSum.apply(weighted, ptr, index).index_select(0, index), None, None
+
+
+def segment_softmax(score: Tensor, ptr: Tensor, index: Tensor) -> Tensor:
+    """See :class:`SegmentSoftmax`."""
+    return SegmentSoftmax.apply(score, ptr, index)
 
 
 def fused_kernels_apply(tensor: Tensor) -> bool:

@@ -77,3 +77,14 @@ def test_importing_graphseq_nn_adds_no_warning_filter():
             "assert warnings.filters == before, [f for f in warnings.filters if f not in before]; "
             "import graphseq.models; assert not any('CSR' in str(f[1]) for f in warnings.filters)")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_segment_softmax_equals_pyg_with_two_derivatives():
+    from torch_geometric.utils import softmax
+    from graphseq.nn.sparse import segment_softmax
+    index = torch.tensor([0, 0, 0, 1, 1, 3, 3, 3, 3])  # Targets 2 and 4 receive nothing.
+    ptr = index2ptr(index, 5)
+    (score,) = inputs((9, 2))
+    assert torch.allclose(segment_softmax(score, ptr, index), softmax(score, index, num_nodes=5))
+    assert torch.autograd.gradcheck(lambda s: segment_softmax(s, ptr, index), (score,))
+    assert torch.autograd.gradgradcheck(lambda s: segment_softmax(s, ptr, index), (score,))
