@@ -58,8 +58,8 @@ class AttentionGraph:
         size (tuple): ``(num_sources, num_targets)``.
         adjacency (Tensor, optional): the sparse adjacency the edges came
             from (rows = targets); attention weights are returned in it.
-        kept (Tensor, optional): which given edges remain (loops removed),
-            to carry edge features along.
+        kept (Tensor, optional): the indices of the given edges that remain
+            (loops removed), to carry edge features along.
         num_loops (int): how many self-loops were appended.
     """
 
@@ -97,7 +97,7 @@ class AttentionGraph:
         if self._inverse is None:
             self._inverse = torch.empty_like(perm)
             self._inverse[perm] = torch.arange(perm.numel(), device=perm.device)
-        return values[self._inverse]
+        return values.index_select(0, self._inverse)
 
     def edge_features(self, edge_attr: Optional[Tensor], fill_value) -> Optional[Tensor]:
         """``edge_attr`` of the given edges, for the edges of this graph: the
@@ -105,7 +105,7 @@ class AttentionGraph:
         from ``fill_value`` as :func:`~torch_geometric.utils.add_self_loops` does."""
         if edge_attr is None or self.kept is None:
             return edge_attr
-        edge_attr = edge_attr[self.kept]
+        edge_attr = edge_attr.index_select(0, self.kept)
         without_loops = self.edge_index[:, :self.num_edges - self.num_loops]
         _, edge_attr = add_self_loops(without_loops, edge_attr, fill_value=fill_value,
                                       num_nodes=self.num_loops)
@@ -131,10 +131,28 @@ class AttentionConv(MessagePassing):
     A subclass gives the score :math:`e_{ij}` in :meth:`edge_update`, which
     takes the tensors it needs (``x_i``/``x_j`` suffixes gather them per edge,
     as in PyG, or :meth:`edge_ends` gives the indices to gather with) and
-    ends in ``return self.normalize(score, index, ptr, num_targets)``; its ``forward`` prepares values and score inputs and calls
-    :meth:`attend`. GAT's additive score and the Transformer's dot product
-    are two such subclasses; a third score is a third ``edge_update``. A
-    node with no incoming edge receives a zero vector.
+    ends in ``return self.normalize(score, index, ptr, num_targets)``; its
+    ``forward`` prepares values and score inputs and calls :meth:`attend`.
+    GAT's additive score and the Transformer's dot product are two such
+    subclasses; a third score is a third ``edge_update``, for instance a
+    learned metric of the two ends::
+
+        class MetricAttentionConv(AttentionConv):
+            def __init__(self, channels, heads=1):
+                super().__init__(heads)
+                self.metric = torch.nn.Linear(channels, heads)
+
+            def forward(self, x, edge_index):
+                graph = self.attention_graph(edge_index, (x.size(0), x.size(0)))
+                value = x.unsqueeze(1).expand(-1, self.heads, -1)  # [num_nodes, heads, channels]
+                out, _ = self.attend(graph, value, x=x)
+                return out.mean(dim=1)
+
+            def edge_update(self, x_i, x_j, index, ptr, dim_size):
+                score = self.metric((x_i - x_j).abs())  # [num_edges, heads]
+                return self.normalize(score, index, ptr, dim_size)
+
+    A node with no incoming edge receives a zero vector.
 
     Args:
         heads (int): number of attention heads.
@@ -196,7 +214,7 @@ class AttentionConv(MessagePassing):
                     num_loops: int) -> AttentionGraph:
         if not self_loops:
             return AttentionGraph(edge_index, size)
-        kept = edge_index[0] != edge_index[1]
+        kept = (edge_index[0] != edge_index[1]).nonzero().view(-1)
         edge_index = graphs.with_self_loops(edge_index, num_loops)
         return AttentionGraph(edge_index, size, kept=kept, num_loops=num_loops)
 
@@ -238,13 +256,13 @@ class AttentionConv(MessagePassing):
 
         edges, perm = graph.by_target()
         if edge_attr is not None and perm is not None:
-            edge_attr = edge_attr[perm]
+            edge_attr = edge_attr.index_select(0, perm)
         alpha = self.edge_updater(edges, edge_attr=edge_attr, **score_inputs)  # [num_edges, heads], by target
         if self.training and self.dropout > 0:
             # The mask is drawn in the user's edge order, so that both paths
             # (and PyG's layers) drop the same edges for the same seed.
             mask = F.dropout(alpha.new_ones(graph.num_edges, alpha.size(1)), p=self.dropout)
-            alpha = alpha * (mask if perm is None else mask[perm])
+            alpha = alpha * (mask if perm is None else mask.index_select(0, perm))
         out = self.propagate(edges, x=value, alpha=alpha)
         return out, graph.to_user_order(alpha) if need_weights else None
 

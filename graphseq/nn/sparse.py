@@ -24,13 +24,23 @@ from torch import Tensor
 from torch_geometric.index import index2ptr, ptr2index
 
 
+_BETA_NOTICE = "Sparse CSR tensor support is in beta state"
+_beta_notice_spent = False
+
+
 def csr_tensor(crow: Tensor, col: Tensor, values: Tensor, size) -> Tensor:
     """A sparse CSR tensor from trusted parts (no invariant checks), without
     torch's "CSR support is in beta" notice. The notice is silenced only
-    around this call: the user's own warning filters stay as they were."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+    around our first such call (torch prints it once per process, so it is
+    then spent): the user's own warning filters stay as they were."""
+    global _beta_notice_spent
+    if _beta_notice_spent:
         return torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_BETA_NOTICE)
+        out = torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
+    _beta_notice_spent = True
+    return out
 
 
 class _SparseDenseMM(torch.autograd.Function):
@@ -260,4 +270,4 @@ def segment_softmax(score: Tensor, ptr: Tensor, index: Tensor) -> Tensor:
 def fused_kernels_apply(tensor: Tensor) -> bool:
     """Whether the sparse kernels above serve ``tensor``'s device and dtype
     (torch's CSR products on CPU in single and double precision)."""
-    return tensor.device.type == "cpu" and tensor.dtype in (torch.float32, torch.float64)
+    return tensor.is_cpu and tensor.dtype in (torch.float32, torch.float64)

@@ -282,12 +282,14 @@ def test_second_derivatives_equal_pyg(fused, monkeypatch):
 def test_compiles_with_no_more_graph_breaks_than_pyg():
     torch.manual_seed(0)
     x, edge_index = torch.randn(30, 5), torch.randint(0, 30, (2, 120))
-    counts = {}
-    for name, layer in (("ours", GATConv(5, 4, heads=3)), ("theirs", pyg_nn.GATConv(5, 4, heads=3))):
-        torch._dynamo.reset()
-        counts[name] = torch._dynamo.explain(layer)(x, edge_index).graph_break_count
-    assert counts["ours"] <= counts["theirs"], counts
-    assert counts["ours"] == 1  # Only around the graph preparation (self-loops).
+    edge_attr = torch.randn(120, 2)
+    for options, inputs in ((dict(), (x, edge_index)), (dict(edge_dim=2), (x, edge_index, edge_attr))):
+        counts = {}
+        for name, conv in (("ours", GATConv), ("theirs", pyg_nn.GATConv)):
+            torch._dynamo.reset()
+            counts[name] = torch._dynamo.explain(conv(5, 4, heads=3, **options))(*inputs).graph_break_count
+        assert counts["ours"] <= counts["theirs"], (options, counts)
+        assert counts["ours"] == 1  # Only around the graph preparation (self-loops), kept out of the graph.
     torch._dynamo.reset()
     layer = GATConv(5, 4, heads=3)
     out = torch.compile(layer)(x, edge_index)
@@ -385,3 +387,41 @@ def test_value_dropout_acts_only_in_training():
     x = torch.randn(6, 5)
     assert torch.allclose(conv.eval()(x, EDGE_INDEX), reference.eval()(x, EDGE_INDEX))
     assert not torch.allclose(conv.train()(x, EDGE_INDEX), reference.train()(x, EDGE_INDEX))
+
+
+class MetricAttentionConv(AttentionConv):
+    """The example of AttentionConv's docstring: a third score."""
+
+    def __init__(self, channels, heads=1):
+        super().__init__(heads)
+        self.metric = torch.nn.Linear(channels, heads)
+
+    def forward(self, x, edge_index):
+        graph = self.attention_graph(edge_index, (x.size(0), x.size(0)))
+        value = x.unsqueeze(1).expand(-1, self.heads, -1)  # [num_nodes, heads, channels]
+        out, _ = self.attend(graph, value, x=x)
+        return out.mean(dim=1)
+
+    def edge_update(self, x_i, x_j, index, ptr, dim_size):
+        score = self.metric((x_i - x_j).abs())  # [num_edges, heads]
+        return self.normalize(score, index, ptr, dim_size)
+
+
+def test_a_third_score_is_one_edge_update(monkeypatch):
+    torch.manual_seed(0)
+    conv = MetricAttentionConv(5, heads=2)
+    x = torch.randn(6, 5)
+    # By hand: softmax over each target's incoming edges of the metric score, then the weighted sum.
+    score = conv.metric((x[EDGE_INDEX[1]] - x[EDGE_INDEX[0]]).abs())
+    expected = torch.zeros(6, 2, 5)
+    for target in range(6):
+        edges = (EDGE_INDEX[1] == target).nonzero().view(-1)
+        if edges.numel():
+            alpha = score[edges].softmax(dim=0)  # [edges, heads]
+            expected[target] = (alpha.unsqueeze(-1) * x[EDGE_INDEX[0, edges]].unsqueeze(1)).sum(0)
+    fused = conv(x, EDGE_INDEX)
+    assert torch.allclose(fused, expected.mean(dim=1), atol=1e-6)
+    messages = []
+    conv.register_message_forward_hook(lambda module, inputs, out: messages.append(out))
+    assert torch.allclose(conv(x, EDGE_INDEX), fused, atol=1e-6)
+    assert messages[0].shape == (EDGE_INDEX.size(1), 2, 5)
