@@ -10,9 +10,10 @@ graph for self-attention.
 
 Each layer runs one of two paths with the same numbers. The message path is
 PyG's: ``message`` makes every edge's message in the user's edge order, so
-message hooks, :mod:`torch_geometric.explain` and ``decomposed_layers`` see
-and change them. When nothing asks for the messages (no such hook, no
-explanation, no decomposition, not compiling) and torch's sparse CPU kernels
+hooks, :mod:`torch_geometric.explain` and ``decomposed_layers`` see and
+change them. When nothing looks at the edges (no propagate, message,
+aggregate or edge_update hook, no explanation, no decomposition, not
+compiling) and torch's sparse CPU kernels
 serve the dtype, the fused path groups the edges by target once per graph
 (kept while the same ``edge_index`` comes back) and fuses ``message`` and the
 sum into sparse products (:mod:`graphseq.nn.sparse`); attention weights and
@@ -233,13 +234,21 @@ class AttentionConv(MessagePassing):
         (target, source), _ = to_edge_index(adj)
         return AttentionGraph(torch.stack([source, target]), size, adjacency=adj)
 
+    def edges_observed(self) -> bool:
+        """Whether anything looks at the edges one by one in the user's order:
+        an explainer, a decomposition, or any propagate, message, aggregate
+        or edge_update hook."""
+        return bool(self.explain or self.decomposed_layers > 1
+                    or self._propagate_forward_pre_hooks or self._propagate_forward_hooks
+                    or self._message_forward_pre_hooks or self._message_forward_hooks
+                    or self._aggregate_forward_pre_hooks or self._aggregate_forward_hooks
+                    or self._edge_update_forward_pre_hooks or self._edge_update_forward_hooks)
+
     def use_fused_path(self, value: Tensor, graph: AttentionGraph) -> bool:
-        """Whether the fused sparse path may run: nothing needs per-edge
-        messages and the kernels serve ``value``'s device and dtype."""
-        return (fused_kernels_apply(value) and graph.num_edges > 0 and not self.explain
-                and self.decomposed_layers == 1 and not torch.compiler.is_compiling()
-                and not (self._message_forward_pre_hooks or self._message_forward_hooks
-                         or self._aggregate_forward_pre_hooks or self._aggregate_forward_hooks))
+        """Whether the fused sparse path may run: nothing observes the edges,
+        we are not compiling and the kernels serve ``value``'s device and dtype."""
+        return (fused_kernels_apply(value) and graph.num_edges > 0 and not self.edges_observed()
+                and not torch.compiler.is_compiling())
 
     def attend(self, graph: AttentionGraph, value: Tensor, edge_attr: Optional[Tensor] = None,
                need_weights: bool = False, **score_inputs) -> Tuple[Tensor, Optional[Tensor]]:
@@ -290,7 +299,7 @@ class AttentionConv(MessagePassing):
 
     def message_and_aggregate(self, edge_index: EdgeIndex, x: Tensor, alpha: Tensor) -> Tensor:
         # The sum over each target's edges of message(x_j, alpha), as one
-        # sparse-dense product per head: no [num_edges, heads, channels]
+        # sparse-dense product for all heads: no [num_edges, heads, channels]
         # tensor is built.
         return SparseAggregate.apply(edge_index.pattern, alpha, x)  # [num_targets, heads, channels]
 
@@ -644,7 +653,7 @@ class SelfAttentionConv(AttentionConv):
         query, key, value, batch_src, batch_dst = self.project(x, batch)  # [num_nodes, heads, head_dim] each
         num_sources, num_targets = key.size(0), query.size(0)
 
-        if edge_index is None and not return_attention_weights and self.dense_path_allowed():
+        if edge_index is None and not return_attention_weights and not self.edges_observed():
             out = self.attend_fully_connected(query, key, value, batch_src, batch_dst)
         else:
             if edge_index is None:  # The edges are wanted: build them.
@@ -702,12 +711,6 @@ class SelfAttentionConv(AttentionConv):
         value = F.linear(x_value, w_v, b_v).view(-1, H, D)
         return query, key, value, batch_src, batch_dst
 
-    def dense_path_allowed(self) -> bool:
-        """Fully connected graphs run densely unless something needs their edges."""
-        return not (self.explain or self.decomposed_layers > 1
-                    or self._message_forward_pre_hooks or self._message_forward_hooks
-                    or self._aggregate_forward_pre_hooks or self._aggregate_forward_hooks
-                    or self._edge_update_forward_pre_hooks or self._edge_update_forward_hooks)
 
     def edge_update(self, query: Tensor, key: Tensor, edge_index: Tensor, index: Tensor,
                     ptr: Optional[Tensor]) -> Tensor:
