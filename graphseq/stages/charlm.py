@@ -85,24 +85,39 @@ def evaluate(model: CharLM, ids: Tensor, batch_size: int, window: int, device: t
     return total / count
 
 
+def cosine_rate(step: int, steps: int, end: float) -> float:
+    """The learning rate at ``step`` as a fraction of the initial one: a
+    half cosine from 1 at step 0 to ``end`` at step ``steps`` (and ``end``
+    after it); 1 throughout when there is no step budget (``steps = 0``).
+    Tied to the budget, the rate ends where the run does, whatever its
+    length, instead of decaying by the clock."""
+    if steps <= 0:
+        return 1.0
+    progress = min(step, steps) / steps
+    return end + (1.0 - end) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 @stage("tbptt", checks={
-    "batch_size": at_least(1), "window": at_least(1), "lr": positive, "lr_decay": positive,
-    "decay_steps": at_least(1), "clip": positive, "steps": non_negative, "minutes": non_negative,
+    "batch_size": at_least(1), "window": at_least(1), "lr": positive, "lr_end": probability,
+    "clip": positive, "steps": non_negative, "minutes": non_negative,
     "eval_every": at_least(1), "eval_chars": non_negative, "eval_batch_size": at_least(1),
     "eval_window": at_least(1), "checkpoint_every": at_least(1)},
     resumes=CHECKPOINT, resume_may_change=("steps", "minutes"), data_parallel=True)
 def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
-          lr_decay: float = 0.5, decay_steps: int = 2000, clip: float = 5.0,
+          lr_end: float = 0.1, clip: float = 5.0,
           steps: int = 10000, minutes: float = 0.0, eval_every: int = 250, eval_chars: int = 30000,
           eval_batch_size: int = 32, eval_window: int = 256, checkpoint_every: int = 250) -> None:
     """Trains the language model on ``batch_size`` contiguous streams of the
     training text, ``window`` characters at a time, carrying the recurrent
     state across windows and cutting the gradient between them.
 
-    Adam at ``lr``, multiplied by ``lr_decay`` every ``decay_steps`` steps
-    (smoothly), gradients clipped to norm ``clip``. Stops after ``steps``
-    steps (0: no step limit), or earlier after ``minutes`` minutes of
-    training (0: no time limit). Every ``eval_every`` steps about
+    Adam at ``lr``, lowered along a half cosine to ``lr_end * lr`` at the
+    last of the ``steps`` steps (see :func:`cosine_rate`), gradients clipped
+    to norm ``clip``. Stops after ``steps`` steps, or earlier after
+    ``minutes`` minutes of training (0: no time limit); with ``steps = 0``
+    only ``minutes`` bounds the run and the rate stays at ``lr``. The
+    schedule spans the step budget, so a resume that sets ``steps`` anew
+    moves the rest of the schedule with it. Every ``eval_every`` steps about
     ``eval_chars`` validation characters are scored (the first windows of
     ``eval_batch_size`` streams spread over the whole validation text); at the
     end all of them. A checkpoint (weights, optimizer, step, carried state,
@@ -121,7 +136,7 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
     streams = TextStreams(data.train, batch_size, window)
     rows = distributed.shard(batch_size)  # This rank's streams.
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_decay ** (s / decay_steps))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: cosine_rate(s, steps, lr_end))
     carried: Dict[str, Any] = {"state": None}
 
     def loss_fn(model: CharLM, step: int) -> Tensor:

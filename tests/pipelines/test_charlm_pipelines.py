@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from graphseq import GraphseqError, run
+from graphseq import GraphseqError, run, training
 from graphseq.cli import main
 from graphseq.io import load_checkpoint
 
@@ -47,23 +47,42 @@ def test_other_charlm_pipelines_run_a_few_steps(name, tmp_path, data_root, mirro
     assert (tmp_path / "sample.txt").read_text().startswith("ROMEO:")
 
 
-def test_resume_continues_from_the_checkpoint(tmp_path, data_root, mirror):
+def test_resume_continues_from_the_checkpoint(tmp_path, data_root, mirror, monkeypatch):
     straight = _run("charlm-lstm", tmp_path / "straight", data_root, mirror,
                     **{"model.dropout": 0.2})
-    _run("charlm-lstm", tmp_path / "split", data_root, mirror, **{"model.dropout": 0.2, "train.steps": 2})
+    # The same four-step run, killed right after its checkpoint at step 2
+    # (the rate schedule spans the budget, so the budget stays four steps).
+    write = training._save
+
+    def write_then_stop(path, model, optimizer, scheduler, scaler, progress, *rest):
+        write(path, model, optimizer, scheduler, scaler, progress, *rest)
+        if progress.step == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "_save", write_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        _run("charlm-lstm", tmp_path / "split", data_root, mirror, **{"model.dropout": 0.2})
+    monkeypatch.undo()
     assert load_checkpoint(tmp_path / "split" / "checkpoint.pt")["step"] == 2
     resumed = _run("charlm-lstm", tmp_path / "split", data_root, mirror, resume=True,
                    **{"model.dropout": 0.2})
     assert "resumed from" in (tmp_path / "split" / "log.txt").read_text()
     assert resumed["steps"] == 4
-    # Dropout draws, the carried state and Adam's moments all continue, so
-    # two steps plus two resumed steps equal four steps in one go.
+    # Dropout draws, the carried state, Adam's moments and the rate schedule
+    # all continue, so two steps plus two resumed steps equal four steps in one go.
     assert resumed["val_nats"] == pytest.approx(straight["val_nats"], abs=1e-6)
     one = load_checkpoint(tmp_path / "straight" / "checkpoint.pt")
     two = load_checkpoint(tmp_path / "split" / "checkpoint.pt")
     assert [e["step"] for e in one["history"]] == [e["step"] for e in two["history"]] == [2, 4]
+    assert one["optimizer"]["param_groups"][0]["lr"] == two["optimizer"]["param_groups"][0]["lr"]
     for key, weight in one["model"].items():
         assert torch.allclose(weight, two["model"][key], atol=1e-6), key
+
+
+def test_the_rate_ends_at_lr_end_at_the_last_step(tmp_path, data_root, mirror):
+    _run("charlm-rnn", tmp_path, data_root, mirror, **{"train.lr": 0.004, "train.lr_end": 0.25})
+    rate = load_checkpoint(tmp_path / "checkpoint.pt")["optimizer"]["param_groups"][0]["lr"]
+    assert rate == pytest.approx(0.004 * 0.25)
 
 
 def test_resume_without_a_checkpoint_is_an_error(trained, tmp_path, data_root, mirror):

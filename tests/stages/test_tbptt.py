@@ -1,10 +1,14 @@
-"""The charlm training stage's evaluation: streams read with the state
-carried across windows score the same as each stream read whole."""
+"""The charlm training stage's evaluation (streams read with the state
+carried across windows score the same as each stream read whole) and its
+learning-rate schedule."""
+import math
+
+import pytest
 import torch
 import torch.nn.functional as F
 
 from graphseq.models.charlm import CharLM
-from graphseq.stages.charlm import evaluate
+from graphseq.stages.charlm import cosine_rate, evaluate
 
 
 def test_evaluation_carries_the_state_across_windows():
@@ -30,3 +34,17 @@ def test_quick_evaluation_reads_the_first_windows_of_every_stream():
         logits, _ = model.forward_windows(streams[:, :6])
     first = F.cross_entropy(logits.flatten(0, 1), targets[:, :6].flatten()).item()
     assert abs(quick - first) < 1e-5
+
+
+def test_the_rate_falls_along_a_half_cosine_to_its_end_at_the_budget():
+    assert cosine_rate(0, 1000, 0.1) == 1.0
+    assert cosine_rate(500, 1000, 0.1) == pytest.approx(0.55)
+    assert cosine_rate(250, 1000, 0.1) == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi / 4)) / 2)
+    assert cosine_rate(1000, 1000, 0.1) == pytest.approx(0.1)
+    assert cosine_rate(1500, 1000, 0.1) == pytest.approx(0.1)  # Past the budget it stays at the end.
+    rates = [cosine_rate(s, 1000, 0.0) for s in range(1001)]
+    assert all(a > b for a, b in zip(rates, rates[1:]))
+
+
+def test_without_a_step_budget_the_rate_stays():
+    assert cosine_rate(12345, 0, 0.1) == 1.0
