@@ -172,6 +172,10 @@ def test_killed_run_loses_no_answer_and_resumes_then_survives_ctrl_c(tmp_path, d
     answer(process, "case")
     text = read_prompts(process, 2, text)
     process.send_signal(signal.SIGINT)  # Ctrl-C at the prompt
+    # A terminal keeps its input open after Ctrl-C: wait for the process
+    # before closing the pipe, or the end of input races the signal (and
+    # ends the run like q, with code 0).
+    process.wait(timeout=300)
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 130
     assert "Traceback" not in stderr.decode()
