@@ -711,7 +711,6 @@ class SelfAttentionConv(AttentionConv):
         value = F.linear(x_value, w_v, b_v).view(-1, H, D)
         return query, key, value, batch_src, batch_dst
 
-
     def edge_update(self, query: Tensor, key: Tensor, edge_index: Tensor, index: Tensor,
                     ptr: Optional[Tensor]) -> Tensor:
         # The scaled dot product of each edge's query (target) and key (source).
