@@ -1,0 +1,229 @@
+"""Omniglot (Lake et al., Science 2015): 1,623 handwritten characters from 50
+alphabets, each drawn by 20 people, as 105x105 black-and-white PNGs in
+torchvision's extracted layout (``omniglot-py/images_background/<alphabet>/
+<characterNN>/<id>_<drawer>.png`` and ``images_evaluation/...``).
+
+The folders are read from the data root, then the read-only mirror, else the
+two zips are downloaded into the data root. Every PNG is decoded once,
+resized (area average) and kept as one ``uint8`` tensor under the data root,
+keyed by the list of source files it was built from, so a second run starts
+in a second. When the source has a ``SHA256SUMS`` manifest beside it, every
+PNG is checked against it while the cache is built (once, not every run).
+
+Few-shot learning uses the protocol of Vinyals et al. (2016) and Garcia &
+Bruna (2018): a seeded split of all 1,623 characters into 1,200 for training
+and 423 for test, and each rotation by 0, 90, 180 and 270 degrees a class of
+its own. Validation characters are held out of the training ones.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import GraphseqError
+from ..io import load_checkpoint, save_checkpoint
+from .episodes import FewShotClasses
+
+FOLDER = "omniglot-py"
+PARTS = ("images_background", "images_evaluation")
+URL = "https://raw.githubusercontent.com/brendenlake/omniglot/master/python/{part}.zip"
+ZIP_MD5 = {"images_background": "68d2efa1b9178cc56df9314c21c6e718",
+           "images_evaluation": "6b91aef0f799c5bb55b94e3f2daec811"}
+NUM_CHARACTERS, NUM_DRAWERS = 1623, 20
+# Bump when the way images are decoded or resized changes: old caches are rebuilt.
+CACHE_FORMAT = 1
+
+
+@dataclass
+class Omniglot:
+    """Every Omniglot drawing, resized.
+
+    Attributes:
+        images: ``uint8`` tensor ``[num_characters, 20, size, size]``; 255 is
+            the white paper, 0 the ink.
+        characters: ``"<alphabet>/<characterNN>"`` for each character.
+    """
+
+    images: Tensor
+    characters: List[str]
+
+    def classes(self, characters: Tensor, rotations: bool = True) -> FewShotClasses:
+        """The few-shot classes of the given character indices: with
+        ``rotations``, each rotation by 0/90/180/270 degrees is a class of its
+        own (class ``4 k + r`` is character ``characters[k]`` turned ``r``
+        quarter turns counter-clockwise)."""
+        images = self.images[characters]  # [num_characters, 20, size, size]
+        names = [self.characters[int(c)] for c in characters]
+        if rotations:
+            images = torch.stack([torch.rot90(images, r, dims=(-2, -1)) for r in range(4)], dim=1)
+            images = images.flatten(0, 1)  # [4 num_characters, 20, size, size]
+            names = [f"{name}/rot{90 * r}" for name in names for r in range(4)]
+        # Pixels x in [0, 255] become x / 127.5 - 1, the authors' normalisation.
+        return FewShotClasses(images.unsqueeze(2), names, mean=0.5, std=0.5)
+
+
+def omniglot_split(num_characters: int = NUM_CHARACTERS, train: int = 1200, val: int = 100,
+                   seed: int = 0) -> Dict[str, Tensor]:
+    """A seeded split of the character indices: the first ``train`` of a
+    random permutation are the training characters (of which the last ``val``
+    are held out for validation), the rest are the test characters."""
+    if not 0 < train < num_characters:
+        raise GraphseqError(f"Omniglot has {num_characters} characters; train must be between 1 and "
+                            f"{num_characters - 1}, got {train}")
+    if not 0 <= val < train:
+        raise GraphseqError(f"val must be between 0 and train - 1 ({train - 1}), got {val}")
+    order = torch.randperm(num_characters, generator=torch.Generator().manual_seed(seed))
+    return {"train": order[:train - val].sort().values, "val": order[train - val:train].sort().values,
+            "test": order[train:].sort().values}
+
+
+# --------------------------------------------------------------------------- #
+# Finding, checking and caching the images
+# --------------------------------------------------------------------------- #
+
+def read_manifest(path: Path, prefix: str = "") -> Dict[str, str]:
+    """``{relative path: sha256}`` for the lines of a ``sha256sum`` manifest
+    whose path starts with ``prefix`` (removed); empty when there is none."""
+    if not path.is_file():
+        return {}
+    sums = {}
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            digest, _, name = line.rstrip("\n").partition("  ")
+            if name.startswith(prefix):
+                sums[name[len(prefix):]] = digest
+    return sums
+
+
+def find_omniglot(root: Path, mirror: Optional[Path] = None, download: bool = True) -> Path:
+    """The ``omniglot-py`` folder holding both parts: the data root's, else
+    the mirror's, else the data root's after downloading the zips."""
+    for base in [Path(root)] + ([Path(mirror)] if mirror is not None else []):
+        folder = base / FOLDER
+        if all((folder / part).is_dir() for part in PARTS):
+            return folder
+    target = Path(root) / FOLDER
+    places = f"{target}" + (f" and {Path(mirror) / FOLDER}" if mirror is not None else
+                            " (no mirror set: --data-mirror or GRAPHSEQ_MIRROR)")
+    if not download:
+        raise GraphseqError(f"Omniglot not found: looked for {', '.join(PARTS)} in {places}")
+    try:
+        for part in PARTS:
+            if not (target / part).is_dir():
+                _download_part(part, target)
+    except Exception as error:  # Any failure of the network or the host.
+        raise GraphseqError(f"Omniglot not found in {places}, and the download failed: {error}") from None
+    return target
+
+
+def _download_part(part: str, target: Path) -> None:
+    with urllib.request.urlopen(URL.format(part=part), timeout=60) as response:
+        data = response.read()
+    if hashlib.md5(data).hexdigest() != ZIP_MD5[part]:
+        raise OSError(f"{part}.zip arrived damaged (its MD5 is not {ZIP_MD5[part]})")
+    target.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        archive.extractall(target)
+
+
+def list_images(folder: Path) -> List[Path]:
+    """Every PNG of both parts, in the order that defines the character
+    indices: part, alphabet, character, file name."""
+    files = []
+    for part in PARTS:
+        for alphabet in sorted(os.scandir(folder / part), key=lambda e: e.name):
+            if not alphabet.is_dir():
+                continue
+            for character in sorted(os.scandir(alphabet.path), key=lambda e: e.name):
+                if character.is_dir():
+                    files += sorted(Path(e.path) for e in os.scandir(character.path) if e.name.endswith(".png"))
+    return files
+
+
+def _fingerprint(folder: Path, files: List[Path], size: int) -> str:
+    """What a cache is built from: each file's path and size, the output size
+    and the cache format. A changed, added or removed file changes it."""
+    digest = hashlib.sha256(f"omniglot cache format {CACHE_FORMAT}, {size}x{size}\n".encode())
+    for path in files:
+        digest.update(f"{path.relative_to(folder).as_posix()} {path.stat().st_size}\n".encode())
+    return digest.hexdigest()
+
+
+def load_omniglot(root: Path, mirror: Optional[Path] = None, size: int = 28, download: bool = True,
+                  log: Optional[logging.Logger] = None) -> Omniglot:
+    """All 1,623 characters x 20 drawings at ``size`` x ``size``, from the
+    cache under ``root`` when it was built from the same files."""
+    log = log or logging.getLogger("graphseq")
+    folder = find_omniglot(root, mirror, download)
+    files = list_images(folder)
+    key = _fingerprint(folder, files, size)
+    cache = Path(root) / FOLDER / "processed" / f"omniglot-{size}x{size}.pt"
+    if cache.is_file():
+        try:
+            stored = load_checkpoint(cache)
+            if stored.get("key") == key:
+                return Omniglot(stored["images"], list(stored["characters"]))
+            log.info(f"{cache} was built from other files; rebuilding it")
+        except Exception:  # A torn or foreign file: rebuild it rather than fail.
+            log.info(f"{cache} is unreadable; rebuilding it")
+    omniglot = build_omniglot(folder, files, size, log)
+    save_checkpoint({"key": key, "images": omniglot.images, "characters": omniglot.characters,
+                     "source": str(folder)}, cache)
+    log.info(f"cached {omniglot.images.shape[0]} characters x {omniglot.images.shape[1]} drawings "
+             f"at {size}x{size} in {cache}")
+    return omniglot
+
+
+def build_omniglot(folder: Path, files: List[Path], size: int,
+                   log: Optional[logging.Logger] = None) -> Omniglot:
+    """Decodes and resizes every PNG (checking it against the manifest beside
+    ``folder`` when there is one)."""
+    from PIL import Image, UnidentifiedImageError
+
+    log = log or logging.getLogger("graphseq")
+    manifest = read_manifest(folder.parent / "SHA256SUMS", prefix=f"{folder.name}/")
+    if manifest:
+        listed = {folder / name for name in manifest}
+        missing = sorted(listed - set(files))
+        if missing:
+            raise GraphseqError(f"{missing[0]} is listed in {folder.parent / 'SHA256SUMS'} but missing"
+                                + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    log.info(f"decoding {len(files):,} Omniglot PNGs from {folder}"
+             + (" (checking SHA-256 sums)" if manifest else ""))
+
+    characters: Dict[str, int] = {}
+    images = np.empty((len(files), size, size), dtype=np.uint8)
+    for i, path in enumerate(files):
+        relative = path.relative_to(folder).as_posix()
+        data = path.read_bytes()
+        if manifest:
+            expected = manifest.get(relative)
+            if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+                raise GraphseqError(f"{path} is damaged: its SHA-256 differs from {folder.parent / 'SHA256SUMS'}")
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                images[i] = np.asarray(image.convert("L").resize((size, size), Image.BOX))
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as error:
+            raise GraphseqError(f"{path} is not a readable PNG ({error})") from None
+        name = "/".join(relative.split("/")[1:3])
+        characters[name] = characters.get(name, 0) + 1
+
+    wrong = {name: n for name, n in characters.items() if n != NUM_DRAWERS}
+    if wrong:
+        name, n = next(iter(wrong.items()))
+        raise GraphseqError(f"Omniglot character {name} has {n} drawings in {folder}, not {NUM_DRAWERS}")
+    if len(characters) != NUM_CHARACTERS:
+        log.warning(f"{folder} holds {len(characters)} characters, not {NUM_CHARACTERS}")
+    tensor = torch.from_numpy(images).view(len(characters), NUM_DRAWERS, size, size)
+    return Omniglot(tensor, list(characters))
