@@ -12,6 +12,11 @@ and ``--units K`` draw them from the command line, as does ``graphseq caption
 RUN IMAGE --attention F``. Pictures are drawn with matplotlib's
 object-oriented API onto an Agg canvas (no pyplot, no global backend) and
 written atomically.
+
+For images in the terminal (what a person labelling few-shot episodes at the
+prompt looks at), :func:`image_blocks` draws a grey image with Unicode
+half-block characters and :func:`side_by_side` lays pictures out in rows
+that fit the terminal.
 """
 from __future__ import annotations
 
@@ -250,3 +255,58 @@ def _wrap(text: str, width: int) -> List[str]:
         else:
             line = f"{line} {word}".strip()
     return lines + ([line] if line else [])
+
+
+# --------------------------------------------------------------------------- #
+# Images in the terminal
+# --------------------------------------------------------------------------- #
+
+# Upper half, lower half, both: one character cell shows two pixels stacked.
+HALF_BLOCKS = {(False, False): " ", (True, False): "\u2580", (False, True): "\u2584", (True, True): "\u2588"}
+
+
+def image_blocks(image: Tensor, width: int = 20, ink_is_dark: bool = True,
+                 threshold: float = 0.5) -> List[str]:
+    """A grey image ``[height, width]`` (or ``[1, height, width]``) as lines
+    of half-block characters, ``width`` columns wide and about ``width / 2``
+    lines tall (a character cell is twice as tall as it is wide, so the
+    picture keeps its proportions). The image is scaled to ``width`` pixels
+    by area averaging; its values are scaled to ``[0, 1]`` by its own
+    minimum and maximum, and a pixel is ink where it is darker (or, without
+    ``ink_is_dark``, lighter) than ``threshold``."""
+    image = image.detach().float().cpu()
+    if image.dim() == 3:
+        image = image.mean(dim=0)
+    if image.dim() != 2:
+        raise ValueError(f"image_blocks expects an image [height, width], got shape {list(image.shape)}")
+    height = max(2, round(width * image.size(0) / image.size(1) / 2) * 2)
+    small = F.adaptive_avg_pool2d(image[None, None], (height, width))[0, 0]
+    low, high = small.min(), small.max()
+    small = (small - low) / (high - low) if high > low else torch.zeros_like(small)
+    ink = (small < threshold) if ink_is_dark else (small > threshold)
+    return ["".join(HALF_BLOCKS[(bool(ink[row, col]), bool(ink[row + 1, col]))] for col in range(width))
+            for row in range(0, height, 2)]
+
+
+def side_by_side(pictures: Sequence[List[str]], captions: Sequence[str], gap: int = 2,
+                 width: int = 80) -> List[str]:
+    """Pictures (lists of equally long lines) in rows that fit in ``width``
+    columns, each with its caption above it."""
+    lines: List[str] = []
+    if not pictures:
+        return lines
+    column = max(max(len(line) for line in picture) for picture in pictures)
+    column = max(column, max(len(c) for c in captions))
+    per_row = max(1, (width + gap) // (column + gap))
+    for start in range(0, len(pictures), per_row):
+        row_pictures = pictures[start:start + per_row]
+        row_captions = captions[start:start + per_row]
+        if lines:
+            lines.append("")
+        lines.append((" " * gap).join(c.ljust(column) for c in row_captions).rstrip())
+        rows = [(" " * gap).join((p[k] if k < len(p) else "").ljust(column) for p in row_pictures).rstrip()
+                for k in range(max(len(p) for p in row_pictures))]
+        # Lines blank in every picture of the row (the paper around the ink) say nothing.
+        drawn = [k for k, row in enumerate(rows) if row.strip()]
+        lines += rows[drawn[0]:drawn[-1] + 1] if drawn else []
+    return lines

@@ -68,3 +68,66 @@ def write_fake_planetoid(monkeypatch):
         return _write_fake_planetoid(folder, name, **kwargs)
 
     return write
+
+
+def _write_fake_omniglot(base, alphabets=(("Alpha", 2), ("Beta", 1)), evaluation=(("Gamma", 1),), size=105,
+                         manifest=False):
+    """torchvision's extracted Omniglot layout with a few characters of 20
+    one-bit PNGs each: a vertical bar whose place depends on the character.
+    With ``manifest``, a SHA256SUMS beside it lists every PNG."""
+    import hashlib
+
+    from PIL import Image
+
+    folder = base / "omniglot-py"
+    lines = []
+    number = 0
+    for part, groups in (("images_background", alphabets), ("images_evaluation", evaluation)):
+        for alphabet, characters in groups:
+            for c in range(1, characters + 1):
+                number += 1
+                directory = folder / part / alphabet / f"character{c:02d}"
+                directory.mkdir(parents=True)
+                for drawer in range(1, 21):
+                    pixels = np.ones((size, size), dtype=bool)
+                    pixels[10:90, 10 * number:10 * number + 8] = False
+                    path = directory / f"{number:04d}_{drawer:02d}.png"
+                    Image.fromarray(pixels).save(path)
+                    lines.append(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  "
+                                 f"omniglot-py/{path.relative_to(folder).as_posix()}")
+    if manifest:
+        (base / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def _write_fake_miniimagenet(base, classes=(6, 5, 5), per_class=4, size=84, seed=0):
+    """The Ravi & Larochelle mini-ImageNet layout on a tiny scale: images/ of
+    JPEGs named like the real ones and the three split CSVs."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    folder = base / "mini-imagenet"
+    (folder / "images").mkdir(parents=True)
+    wnid = 1000000
+    for split, count in zip(("train", "val", "test"), classes):
+        rows = ["filename,label"]
+        for _ in range(count):
+            wnid += 1
+            colour = rng.integers(0, 256, 3)
+            for i in range(per_class):
+                name = f"n{wnid:08d}{i + 1:08d}.jpg"
+                pixels = np.clip(colour + rng.integers(-20, 20, (size, size, 3)), 0, 255).astype(np.uint8)
+                Image.fromarray(pixels).save(folder / "images" / name)
+                rows.append(f"{name},n{wnid:08d}")
+        (folder / f"{split}.csv").write_text("\n".join(rows) + "\n")
+    return folder
+
+
+@pytest.fixture
+def write_fake_omniglot():
+    return _write_fake_omniglot
+
+
+@pytest.fixture
+def write_fake_miniimagenet():
+    return _write_fake_miniimagenet

@@ -57,7 +57,8 @@ class HumanOracle:
         self.output.flush()
 
     def classes(self, class_names) -> str:
-        return "classes: " + "  ".join(f"{i} {name}" for i, name in enumerate(class_names))
+        return "classes: " + "  ".join(name if name == str(i) else f"{i} {name}"
+                                       for i, name in enumerate(class_names))
 
     def ask(self, question: Question) -> Reply:
         if self.closed:

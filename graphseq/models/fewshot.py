@@ -201,42 +201,58 @@ class FewShotModel(nn.Module):
         label = torch.where(known, one_hot, torch.full_like(one_hot, unknown))  # [num_nodes, num_ways]
         return torch.cat([embedding, label], dim=-1)
 
-    def forward(self, episodes: Data, query: str = "learned") -> Tensor:
+    def forward(self, episodes: Data, query: str = "learned", answers: Optional[Tensor] = None) -> Tensor:
         x = self.node_features(episodes)
         ask = None
         if self.gnn.query_head is not None:
-            ask = lambda h: self.ask(h, episodes, query)  # noqa: E731
+            ask = lambda h: self.ask(h, episodes, query, answers)  # noqa: E731
         logits = self.gnn(x, episodes.edge_index, ask=ask)  # [num_nodes, num_ways]
         return logits[episodes.query]
 
-    def ask(self, h: Tensor, episodes: Data, query: str = "learned") -> Tensor:
-        """Chooses one unlabelled node per episode and writes its true label
-        into its label slot (scaled by the straight-through selection weight,
-        which is 1 in value, so that the query head gets a gradient)."""
-        if query not in QUERY_MODES:
-            raise ValueError(f"query must be one of {', '.join(QUERY_MODES)}, got {query!r}")
+    def choose(self, h: Tensor, episodes: Data, query: str = "learned") -> Tensor:
+        """The selection ``[num_episodes, episode_size]``: one-hot rows, one
+        unlabelled node per episode (in training with the learned query, a
+        straight-through Gumbel-softmax sample whose gradient reaches the
+        query head)."""
         candidates = ~episodes.labelled & ~episodes.query
         is_candidate = to_dense_batch(candidates, episodes.batch, fill_value=False)[0]  # [episodes, size]
         if not bool(is_candidate.any(dim=1).all()):
             raise ValueError("the active model needs an unlabelled node in every episode")
         if query == "random":
             choice = torch.multinomial(is_candidate.float(), 1).squeeze(1)
-            selection = F.one_hot(choice, is_candidate.size(1)).to(h.dtype)
-        else:
-            scores, real = to_dense_batch(self.gnn.query_head(h).squeeze(-1), episodes.batch)
-            scores = scores.masked_fill(~is_candidate, float("-inf"))  # [episodes, size]
-            if self.training:
-                selection = F.gumbel_softmax(scores, tau=1.0, hard=True)
-            else:
-                selection = F.one_hot(scores.argmax(dim=1), scores.size(1)).to(h.dtype)
-        real = to_dense_batch(candidates, episodes.batch, fill_value=False)[1]
+            return F.one_hot(choice, is_candidate.size(1)).to(h.dtype)
+        scores = to_dense_batch(self.gnn.query_head(h).squeeze(-1), episodes.batch)[0]
+        scores = scores.masked_fill(~is_candidate, float("-inf"))  # [episodes, size]
+        if self.training:
+            return F.gumbel_softmax(scores, tau=1.0, hard=True)
+        return F.one_hot(scores.argmax(dim=1), scores.size(1)).to(h.dtype)
+
+    def ask(self, h: Tensor, episodes: Data, query: str = "learned", answers: Optional[Tensor] = None) -> Tensor:
+        """Chooses one unlabelled node per episode (:meth:`choose`) and writes
+        its label into its label slot: the true one, or ``answers[e]`` for
+        episode ``e`` when given (``-1``: no answer, nothing written). With
+        ``query="none"`` nothing is asked. The chosen node of each episode
+        is left in :attr:`asked` (``-1`` with ``query="none"``)."""
+        if query not in QUERY_MODES + ("none",):
+            raise ValueError(f"query must be one of {', '.join(QUERY_MODES + ('none',))}, got {query!r}")
+        num_episodes = int(episodes.batch.max()) + 1 if episodes.batch.numel() else 0
+        if query == "none":
+            self.asked = torch.full((num_episodes,), -1, dtype=torch.long, device=h.device)
+            return h
+        selection = self.choose(h, episodes, query)
+        real = to_dense_batch(episodes.batch, episodes.batch, fill_value=-1)[1]  # [episodes, size]
         sizes = real.sum(dim=1)
-        self.asked = selection.argmax(dim=1) + sizes.cumsum(0) - sizes  # node index per episode
+        asked = selection.argmax(dim=1) + sizes.cumsum(0) - sizes  # node index per episode
+        labels = episodes.y.clamp(min=0)
+        if answers is not None:
+            labels = labels.clone()
+            labels[asked] = answers.clamp(min=0)
+            selection = selection * (answers >= 0).to(selection.dtype).unsqueeze(1)
+        self.asked = asked
         weight = selection[real].unsqueeze(1)  # [num_nodes, 1]: 1 at the chosen nodes, else 0
         n, start = self.config.num_ways, self.embedding_dim
         slot = h[:, start:start + n]
-        one_hot = F.one_hot(episodes.y.clamp(min=0), n).to(h.dtype)
-        revealed = weight * (one_hot - slot)  # replaces the hidden label by the true one
+        revealed = weight * (F.one_hot(labels, n).to(h.dtype) - slot)  # the hidden label becomes the answer
         return torch.cat([h[:, :start], slot + revealed, h[:, start + n:]], dim=-1)
 
 

@@ -8,13 +8,12 @@ two equal and ``benchmarks/bench_fewshot.py`` can time them side by side.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn.metric_attention import MetricAttentionConv
 from .fewshot import FewShotGNN
 
 
@@ -72,6 +71,11 @@ class DenseGraphConv(nn.Module):
         return h.view(*shape[:-1], -1)
 
 
+def _norm_pairs(dense: nn.Module, ours: nn.Module) -> List[Tuple[Tensor, Tensor]]:
+    names = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
+    return [(getattr(dense, name), getattr(ours, name)) for name in names]
+
+
 class DenseFewShotGNN(nn.Module):
     """``GNN_nl`` on a batch of equal-sized episodes ``[batch, N, F]``;
     returns the class scores of every node ``[batch, N, num_ways]``."""
@@ -86,22 +90,28 @@ class DenseFewShotGNN(nn.Module):
         self.last = DenseGraphConv(gnn.last.in_channels, gnn.last.out_channels, norm=gnn.last_norm is not None)
         self.load_from(gnn)
 
+    def weight_pairs(self, gnn: FewShotGNN) -> List[Tuple[Tensor, Tensor]]:
+        """``(dense tensor, message-passing tensor)`` for every weight and
+        BatchNorm statistic: the same numbers, the dense ones in the shapes
+        of 1x1 convolutions."""
+        pairs = []
+        for dense, conv in zip(self.adjacencies, list(gnn.convs) + [gnn.last]):
+            for target, lin in zip(list(dense.convs) + [dense.conv_last], conv.metric.lins):
+                pairs += [(target.weight, lin.weight), (target.bias, lin.bias)]
+            for target, norm in zip(dense.norms, conv.metric.norms):
+                pairs += _norm_pairs(target, norm.module)
+        for dense, conv, norm in zip(list(self.convs) + [self.last], list(gnn.convs) + [gnn.last],
+                                     list(gnn.norms) + [gnn.last_norm]):
+            pairs += [(dense.fc.weight, conv.lin.weight), (dense.fc.bias, conv.lin.bias)]
+            if norm is not None:
+                pairs += _norm_pairs(dense.norm, norm)
+        return pairs
+
     @torch.no_grad()
     def load_from(self, gnn: FewShotGNN) -> None:
         """Copies the weights (and BatchNorm statistics) of ``gnn``."""
-        for dense, conv in zip(self.adjacencies, list(gnn.convs) + [gnn.last]):
-            lins, norms = conv.metric.lins, conv.metric.norms
-            for target, lin in zip(list(dense.convs) + [dense.conv_last], lins):
-                target.weight.copy_(lin.weight.view(*lin.weight.shape, 1, 1))
-                target.bias.copy_(lin.bias)
-            for target, norm in zip(dense.norms, norms):
-                target.load_state_dict(norm.module.state_dict())
-        for dense, conv, norm in zip(list(self.convs) + [self.last], list(gnn.convs) + [gnn.last],
-                                     list(gnn.norms) + [gnn.last_norm]):
-            dense.fc.weight.copy_(conv.lin.weight)
-            dense.fc.bias.copy_(conv.lin.bias)
-            if norm is not None:
-                dense.norm.load_state_dict(norm.state_dict())
+        for dense, ours in self.weight_pairs(gnn):
+            dense.copy_(ours.view_as(dense))
 
     def forward(self, x: Tensor) -> Tensor:
         batch, n = x.shape[:2]

@@ -13,7 +13,8 @@ from torch_geometric.nn import MLP
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
-from .attention import AttentionConv, check_edge_index, check_node_features
+from . import checks
+from .attention import AttentionConv
 
 
 class MetricAttentionConv(AttentionConv):
@@ -67,6 +68,7 @@ class MetricAttentionConv(AttentionConv):
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: Sequence[int],
                  dropout: float = 0.0, negative_slope: float = 0.01, add_self_loops: bool = True,
                  bias: bool = True, **kwargs):
+        checks.check_kwargs(self, kwargs)
         super().__init__(heads=1, **kwargs)
         self.in_channels = in_channels
         self.out_channels = out_channels
@@ -88,9 +90,9 @@ class MetricAttentionConv(AttentionConv):
 
     def forward(self, x: Tensor, edge_index: Tensor, return_attention_weights: Optional[bool] = None
                 ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]]]:
-        check_node_features(x, self.in_channels, "MetricAttentionConv")
+        checks.check_features(self, x, self.in_channels)
         num_nodes = x.size(0)
-        check_edge_index(edge_index, num_nodes, "MetricAttentionConv")
+        checks.check_edge_index(self, edge_index, num_nodes)
 
         edge_index, _ = remove_self_loops(edge_index)
         num_edges = edge_index.size(1)

@@ -11,3 +11,4 @@ from . import charlm, polarity  # noqa: F401,E402
 from . import attention_comparison  # noqa: F401,E402
 from . import graph_training  # noqa: F401,E402
 from . import captioning  # noqa: F401,E402
+from . import fewshot  # noqa: F401,E402

@@ -1,0 +1,121 @@
+"""Times one training step of the few-shot GNN (message passing on a batch
+of episode graphs, :class:`graphseq.models.fewshot.FewShotGNN`) against the
+dense batched-matmul reference written like the authors' ``gnn_iclr.py``
+(:class:`graphseq.models.fewshot_dense.DenseFewShotGNN`) with the same
+weights, side by side in one process, and prints the ratios: the GNN alone
+on node features, and the whole step with the embedding CNN on images.
+
+A step is forward, backward and an Adam update, in training mode (BatchNorm
+on the batch's statistics). The two are checked to give the same outputs
+before they are timed.
+
+    python benchmarks/bench_fewshot.py [--ways 5] [--shots 1] [--unlabelled 0]
+        [--batch 100] [--repeats 30] [--threads 1] [--clock wall|cpu] [--device auto]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from graphseq.data.episodes import EpisodeSampler, FewShotClasses
+from graphseq.models.fewshot import FewShotConfig, FewShotModel
+from graphseq.models.fewshot_dense import DenseFewShotGNN
+from graphseq.pipeline import resolve_device
+
+
+class DenseModel(torch.nn.Module):
+    """The whole few-shot model with the dense GNN: the same CNN and node
+    features, episodes as ``[batch, N, F]``; the query is each episode's last node."""
+
+    def __init__(self, model: FewShotModel):
+        super().__init__()
+        self.model = model
+        self.gnn = DenseFewShotGNN(model.gnn)
+
+    def forward(self, episodes, size: int):
+        features = self.model.node_features(episodes)
+        return self.gnn(features.view(-1, size, features.size(-1)))[:, -1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ways", type=int, default=5)
+    parser.add_argument("--shots", type=int, default=1)
+    parser.add_argument("--unlabelled", type=int, default=0)
+    parser.add_argument("--batch", type=int, default=100, help="episodes per step")
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="time wall-clock or this process's CPU seconds (less disturbed by other jobs)")
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (64, 20, 1, 28, 28), dtype=torch.uint8, generator=generator)
+    sampler = EpisodeSampler(FewShotClasses(images, [str(i) for i in range(64)]), args.ways, args.shots,
+                             args.unlabelled)
+    episodes = sampler.sample(args.batch, generator, device)
+    size = sampler.episode_size
+
+    torch.manual_seed(0)
+    config = FewShotConfig(num_ways=args.ways, last_dropout=0.0)  # dropout draws differ in layout
+    ours = FewShotModel(config).to(device)
+    dense = DenseModel(FewShotModel(config).to(device)).to(device)
+    dense.model.load_state_dict(ours.state_dict())
+    dense.gnn.load_from(ours.gnn)
+    with torch.no_grad():
+        features = ours.node_features(episodes)
+    target = episodes.target
+
+    def gnn_ours():
+        return ours.gnn(features, episodes.edge_index)[episodes.query]
+
+    def gnn_dense():
+        return dense.gnn(features.view(args.batch, size, -1))[:, -1]
+
+    contenders = {
+        "GNN, message passing": (gnn_ours, ours.gnn),
+        "GNN, dense reference": (gnn_dense, dense.gnn),
+        "step, message passing": (lambda: ours(episodes), ours),
+        "step, dense reference": (lambda: dense(episodes, size), dense),
+    }
+    difference = float((gnn_ours() - gnn_dense()).abs().max())
+    optimizers = {name: torch.optim.Adam(module.parameters(), lr=1e-3) for name, (_, module) in contenders.items()}
+
+    times = {name: [] for name in contenders}
+    warm_up = 3
+    for repeat in range(args.repeats + warm_up):
+        for name, (forward, module) in contenders.items():  # Interleaved, so load hits all.
+            optimizer = optimizers[name]
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = clock()
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(forward(), target).backward()
+            optimizer.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if repeat >= warm_up:
+                times[name].append(clock() - start)
+
+    median = {name: statistics.median(t) for name, t in times.items()}
+    print(f"{args.ways}-way {args.shots}-shot" + (f" + {args.unlabelled} unlabelled" if args.unlabelled else "")
+          + f", {args.batch} episodes of {size} nodes ({args.batch * size * (size - 1)} edges), on {device} "
+          f"({torch.get_num_threads()} threads), median {args.clock} time of {args.repeats} training steps "
+          f"(forward, backward, Adam); largest output difference at the start {difference:.1e}")
+    for name, seconds in median.items():
+        print(f"  {name:<24} {seconds * 1e3:9.2f} ms")
+    print(f"  ratio GNN  message passing / dense: {median['GNN, message passing'] / median['GNN, dense reference']:.2f}")
+    print(f"  ratio step message passing / dense: {median['step, message passing'] / median['step, dense reference']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,435 @@
+"""Stages of the few-shot pipelines (``fewshot-omniglot-*``,
+``fewshot-miniimagenet-*``): load a dataset's splits, build the few-shot GNN,
+train it on batches of episodes by steps (resumable, with a validation
+estimate at intervals), and test it on many episodes with a 95% interval.
+
+Several trainings can share one run (the semi-supervised and active
+comparisons): each ``train_episodes`` / ``test_episodes`` table then has a
+``name``, which suffixes its checkpoint, curves and figures.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from .. import distributed
+from ..data.episodes import EpisodeSampler, FewShotClasses
+from ..data.miniimagenet import load_miniimagenet
+from ..data.omniglot import load_omniglot, omniglot_split
+from ..errors import GraphseqError
+from ..active.oracles import QUIT, SKIP, UNDO, Question
+from ..active.store import STORE_NAME, LabelStore
+from ..io import write_json
+from ..models.fewshot import QUERY_MODES, UNKNOWN_LABELS, FewShotConfig, FewShotModel
+from ..training import train_steps
+from ..views import image_blocks, side_by_side
+from .active import make_oracle
+from .registry import stage
+
+# Validation and test episodes come from generators with these seeds (plus
+# the run's seed), the same for every model of a run, so that comparisons
+# are paired: the same episodes for each model.
+VALIDATION_SEED, TEST_SEED = 10_000_019, 20_000_003
+
+
+@dataclass
+class FewShotData:
+    """The classes of each split and the shape of the episodes."""
+
+    name: str
+    splits: Dict[str, FewShotClasses]
+    ways: int
+    shots: int
+    unlabelled: int
+
+    def sampler(self, split: str, labelled_only: bool = False) -> EpisodeSampler:
+        """Episodes of ``split``; ``labelled_only`` leaves out the unlabelled
+        images (the same draws, those nodes removed)."""
+        return EpisodeSampler(self.splits[split], self.ways, self.shots,
+                              0 if labelled_only else self.unlabelled)
+
+
+def _check_episode_shape(ways: int, shots: int, unlabelled: int) -> None:
+    if ways < 2:
+        raise GraphseqError(f"ways must be at least 2, got {ways}")
+    if shots < 1:
+        raise GraphseqError(f"shots must be at least 1, got {shots}")
+    if unlabelled < 0:
+        raise GraphseqError(f"unlabelled must be at least 0, got {unlabelled}")
+
+
+@stage("omniglot")
+def omniglot(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, train_characters: int = 1200,
+             val_characters: int = 100, split_seed: int = 0, size: int = 28, rotations: bool = True) -> None:
+    """Omniglot episodes: ``ways`` classes, ``shots`` labelled and
+    ``unlabelled`` unlabelled images of each, one query. Of a seeded split of
+    the characters, ``train_characters`` are for training (the last
+    ``val_characters`` of them held out for validation) and the rest for
+    test; with ``rotations`` each quarter turn of a character is a class."""
+    _check_episode_shape(ways, shots, unlabelled)
+    images = load_omniglot(ctx.data_root, ctx.data_mirror, size=size, log=ctx.log)
+    split = omniglot_split(len(images.characters), train_characters, val_characters, split_seed)
+    splits = {name: images.classes(index, rotations) for name, index in split.items()}
+    if val_characters == 0:
+        splits.pop("val")
+    ctx.data = FewShotData("omniglot", splits, ways, shots, unlabelled)
+    ctx.log.info("omniglot: " + ", ".join(f"{name} {len(split[name])} characters = {c.num_classes} classes"
+                                          for name, c in splits.items())
+                 + f"; {ways}-way {shots}-shot" + (f", {unlabelled} unlabelled per class" if unlabelled else ""))
+
+
+@stage("miniimagenet")
+def miniimagenet(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, size: int = 84) -> None:
+    """Mini-ImageNet episodes from the Ravi & Larochelle splits (64 training,
+    16 validation and 20 test classes of 600 images)."""
+    _check_episode_shape(ways, shots, unlabelled)
+    splits = {name: load_miniimagenet(ctx.data_root, ctx.data_mirror, name, size, ctx.log)
+              for name in ("train", "val", "test")}
+    ctx.data = FewShotData("miniimagenet", splits, ways, shots, unlabelled)
+    ctx.log.info("mini-ImageNet: " + ", ".join(f"{name} {c.num_classes} classes x {c.per_class}"
+                                               for name, c in splits.items())
+                 + f"; {ways}-way {shots}-shot" + (f", {unlabelled} unlabelled per class" if unlabelled else ""))
+
+
+@stage("fewshot_gnn")
+def fewshot_gnn(ctx, *, embedding: str = "", embedding_dim: int = 0, unknown_label: str = "zeros",
+                num_layers: int = 2, growth: int = 48, metric_ratios: List[float] = (2.0, 1.5, 1.0, 1.0),
+                metric_width: int = 0, last_norm: bool = True, last_dropout: float = 0.3,
+                active: bool = False) -> None:
+    """The few-shot GNN (embedding CNN, blocks of learned adjacency +
+    identity, class scores at the query). ``embedding`` defaults to the
+    dataset's CNN; ``unknown_label`` is ``zeros`` (the authors' code) or
+    ``uniform`` (the paper); ``active`` adds the query head."""
+    data = ctx.require("data", "fewshot_gnn")
+    if unknown_label not in UNKNOWN_LABELS:
+        raise GraphseqError(f"unknown_label must be one of {', '.join(UNKNOWN_LABELS)}, got {unknown_label!r}")
+    if active and data.unlabelled < 1:
+        raise GraphseqError("an active model asks for the label of an unlabelled image: "
+                            "set data.unlabelled to at least 1")
+    config = FewShotConfig(num_ways=data.ways, embedding=embedding or data.name, embedding_dim=embedding_dim,
+                           unknown_label=unknown_label, num_layers=num_layers, growth=growth,
+                           metric_ratios=[float(r) for r in metric_ratios], metric_width=metric_width,
+                           last_norm=last_norm, last_dropout=last_dropout, active=active)
+    try:
+        ctx.model = FewShotModel(config).to(ctx.device)
+    except ValueError as error:
+        raise GraphseqError(f"fewshot_gnn: {error}") from None
+    size = sum(p.numel() for p in ctx.model.parameters())
+    ctx.log.info(f"model: {config.embedding} CNN -> {ctx.model.embedding_dim}, {num_layers} GNN blocks "
+                 f"+ the last layer{', a query head' if active else ''}; {size:,} parameters")
+
+
+def step_seed(seed: int, step: int, rank: int = 0) -> int:
+    """The seed of one step's episodes: a resumed run draws the same ones."""
+    return int(np.random.SeedSequence([seed, step, rank]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+def _suffix(name: str) -> str:
+    return f"_{name}" if name else ""
+
+
+@torch.no_grad()
+def accuracy_on(model: FewShotModel, sampler: EpisodeSampler, episodes: int, batch_size: int, seed: int,
+                device: torch.device, query: str = "learned", progress: str = "") -> Tuple[int, int]:
+    """Correct answers and episodes over ``episodes`` episodes drawn from a
+    generator seeded by ``seed``, in batches of ``batch_size``."""
+    generator = torch.Generator().manual_seed(seed)
+    correct = total = 0
+    with tqdm(total=episodes, desc=progress, unit="episode", disable=not progress, leave=False) as bar:
+        while total < episodes:
+            size = min(batch_size, episodes - total)
+            batch = sampler.sample(size, generator, device)
+            logits = model(batch, query=query) if model.config.active else model(batch)
+            correct += int((logits.argmax(dim=1) == batch.target).sum())
+            total += size
+            bar.update(size)
+    return correct, total
+
+
+def wilson_interval(correct: int, total: int, z: float = 1.959964) -> Tuple[float, float]:
+    """The 95% Wilson score interval of a proportion (sound near 0 and 1)."""
+    if total == 0:
+        return math.nan, math.nan
+    p = correct / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return centre - half, centre + half
+
+
+@stage("train_episodes")
+def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float = 1e-3,
+                   halve_every: int = 10000, weight_decay: float = 0.0, labelled_only: bool = False,
+                   query: str = "learned", eval_every: int = 2000, eval_episodes: int = 2000,
+                   eval_batch_size: int = 100, checkpoint_every: int = 500, name: str = "") -> None:
+    """Trains the model on ``batch_size`` episodes a step for ``steps``
+    steps with Adam at ``lr``, halved every ``halve_every`` steps (the
+    authors' schedule). Every ``eval_every`` steps (and at the end) the
+    accuracy on ``eval_episodes`` validation episodes (the same ones each
+    time) is estimated, and the weights with the best one are kept.
+
+    ``labelled_only`` trains without the unlabelled images (the baseline of
+    the semi-supervised comparison); ``query`` is how an active model picks
+    the image to ask about (``learned`` or ``random``). With ``name``, the
+    checkpoint is ``checkpoint-NAME.pt`` and the figures end in ``_NAME``.
+    A checkpoint is written every ``checkpoint_every`` steps; ``--resume``
+    continues from it.
+    """
+    data, model = ctx.require("data", "train_episodes"), ctx.require("model", "train_episodes")
+    if query not in QUERY_MODES:
+        raise GraphseqError(f"train_episodes.query must be one of {', '.join(QUERY_MODES)}, got {query!r}")
+    if batch_size < 1 or steps < 1:
+        raise GraphseqError(f"train_episodes needs steps >= 1 and batch_size >= 1, got {steps} and {batch_size}")
+    if labelled_only and model.config.active:
+        raise GraphseqError("an active model needs the unlabelled images; labelled_only must be false")
+    train = data.sampler("train", labelled_only)
+    val = data.sampler("val", labelled_only) if "val" in data.splits else None
+    world, rank = distributed.world_size(), distributed.rank()
+    if batch_size % world:
+        raise GraphseqError(f"batch_size ({batch_size}) must be a multiple of the number of processes ({world})")
+    local_batch = batch_size // world
+    kwargs = {"query": query} if model.config.active else {}
+
+    def loss_fn(module: FewShotModel, step: int):
+        generator = torch.Generator().manual_seed(step_seed(ctx.seed, step, rank))
+        batch = train.sample(local_batch, generator, ctx.device)
+        logits = module(batch, **kwargs)
+        loss = F.cross_entropy(logits, batch.target)
+        return loss, {"accuracy": float((logits.argmax(dim=1) == batch.target).float().mean())}
+
+    def evaluate(module: FewShotModel) -> Dict[str, float]:
+        # Every rank scores the same episodes: the figure needs no gathering.
+        correct, total = accuracy_on(module, val, eval_episodes, eval_batch_size,
+                                     ctx.seed + VALIDATION_SEED, ctx.device, query)
+        return {"val_accuracy": correct / total}
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=halve_every, gamma=0.5) \
+        if halve_every > 0 else None
+    checkpoint = f"checkpoint{'-' + name if name else ''}.pt"
+    run_ctx = ctx
+    if ctx.resume and not (ctx.out / checkpoint).is_file() and name:
+        # A run of several trainings stopped before this one began.
+        run_ctx = dataclasses.replace(ctx, resume=False)
+    episodes = train.episode_size
+    ctx.log.info(f"training{' ' + name if name else ''}: {steps} steps of {batch_size} episodes "
+                 f"({episodes} nodes each{', labelled only' if labelled_only else ''}), Adam lr {lr}"
+                 + (f" halved every {halve_every} steps" if halve_every > 0 else ""))
+    result = train_steps(run_ctx, model, optimizer, loss_fn, steps=steps, scheduler=scheduler,
+                         evaluate=evaluate if val is not None and eval_episodes > 0 else None,
+                         eval_every=eval_every,
+                         select=("val_accuracy", "max") if val is not None and eval_episodes > 0 else None,
+                         checkpoint_every=checkpoint_every,
+                         meta={"fewshot_config": dataclasses.asdict(model.config)},
+                         desc=f"{ctx.pipeline}{' ' + name if name else ''}", checkpoint=checkpoint,
+                         curves=f"curves{'-' + name if name else ''}.png")
+    suffix = _suffix(name)
+    ctx.metrics[f"steps{suffix}"] = result.step
+    ctx.metrics[f"train_minutes{suffix}"] = result.seconds / 60
+    if "val_accuracy" in result.best:
+        ctx.metrics[f"val_accuracy{suffix}"] = result.best["val_accuracy"]
+        ctx.metrics[f"best_step{suffix}"] = int(result.best["step"])
+
+
+@stage("test_episodes")
+def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled_only: bool = False,
+                  queries: List[str] = ("learned",), name: str = "") -> None:
+    """Tests the model on ``episodes`` episodes of the test classes (the same
+    episodes for every model of a run) and records the accuracy with its 95%
+    Wilson interval: ``test_accuracy``, ``test_ci95_low``, ``test_ci95_high``
+    (suffixed with ``_NAME``; for an active model tested with several
+    ``queries``, or without a name, also with the query: ``_learned``,
+    ``_random``)."""
+    data, model = ctx.require("data", "test_episodes"), ctx.require("model", "test_episodes")
+    if episodes < 1:
+        raise GraphseqError(f"test_episodes.episodes must be at least 1, got {episodes}")
+    sampler = data.sampler("test", labelled_only)
+    modes = list(queries) if model.config.active else ["learned"]
+    for mode in modes:
+        if mode not in QUERY_MODES:
+            raise GraphseqError(f"test_episodes.queries: unknown {mode!r}; choose from {', '.join(QUERY_MODES)}")
+    # A resumed run whose model is unchanged reuses the figures of the test it already ran.
+    record = ctx.out / f"test{'-' + name if name else ''}.json"
+    settings = {"weights": weights_digest(model), "episodes": episodes, "labelled_only": labelled_only,
+                "seed": ctx.seed, "ways": data.ways, "shots": data.shots, "unlabelled": data.unlabelled}
+    done = {}
+    if ctx.resume and record.is_file():
+        stored = json.loads(record.read_text())
+        if stored.get("settings") == settings:
+            done = stored["results"]
+    model.eval()
+    results = {}
+    for mode in modes:
+        # An active model's figures name the query when there are several, or no name.
+        key = _suffix(name) + (f"_{mode}" if model.config.active and (len(modes) > 1 or not name) else "")
+        if key in done:
+            correct, total = done[key]
+        else:
+            correct, total = accuracy_on(model, sampler, episodes, batch_size, ctx.seed + TEST_SEED,
+                                         ctx.device, mode,
+                                         progress="" if ctx.quiet else f"test{key.replace('_', ' ')}")
+        low, high = wilson_interval(correct, total)
+        results[key] = (correct, total)
+        ctx.metrics.update({f"test_accuracy{key}": correct / total, f"test_ci95_low{key}": low,
+                            f"test_ci95_high{key}": high, f"test_episodes{key}": total})
+        ctx.log.info(f"test{key.replace('_', ' ')}: accuracy {correct / total:.4f} "
+                     f"(95% interval {low:.4f} - {high:.4f}) on {total} episodes of "
+                     f"{data.ways}-way {data.shots}-shot"
+                     + ("" if labelled_only or not data.unlabelled else f" + {data.unlabelled} unlabelled"))
+    model.train()
+    if distributed.is_main():
+        write_json(record, {"settings": settings, "results": results})
+    ctx.fewshot_test = results
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """A digest of a model's weights and buffers: equal digests, equal model."""
+    digest = hashlib.sha256()
+    for key, tensor in model.state_dict().items():
+        digest.update(key.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- #
+# Asking a person (or a simulated or file oracle)
+# --------------------------------------------------------------------------- #
+
+ORACLE_SEED = 30_000_001
+
+
+def _describe_episode(batch, episode: int, asked: int, before: torch.Tensor, ways: int,
+                      width: int) -> List[str]:
+    """What a person sees: the labelled images of each class, the image the
+    model asks about, the query, and the model's answer for the query so far."""
+    start, end = int(batch.ptr[episode]), int(batch.ptr[episode + 1])
+    nodes = range(start, end)
+    pictures, captions = [], []
+    for way in range(ways):
+        for node in nodes:
+            if bool(batch.labelled[node]) and int(batch.y[node]) == way:
+                pictures.append(image_blocks(batch.x[node], width))
+                captions.append(f"class {way}")
+    query = next(node for node in nodes if bool(batch.query[node]))
+    probabilities = before.softmax(dim=-1)
+    guess = int(probabilities.argmax())
+    lines = ["The labelled images of each class:"]
+    lines += side_by_side(pictures, captions)
+    lines += ["", "The model asks about the image on the left; the right one is the query it must classify:"]
+    lines += side_by_side([image_blocks(batch.x[asked], width), image_blocks(batch.x[query], width)],
+                          ["which class is this?", "query"])
+    lines += [f"The model's answer for the query without your label: class {guess} "
+              f"(probability {float(probabilities[guess]):.2f})"]
+    return lines
+
+
+@stage("fewshot_oracle")
+def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "", noise: float = 0.0,
+                   query: str = "learned", picture_width: int = 20) -> None:
+    """An active model asks, in each of ``episodes`` test episodes, for the
+    label of the image its query head chooses; the oracle answers and the
+    model's answer for the query is shown before and after.
+
+    The oracle is ``--oracle human`` (you, at the terminal: the images are
+    drawn with block characters, ``picture_width`` columns each), ``file``
+    (``--labels F.csv`` of ``episode,class`` rows) or ``simulated`` (the true
+    labels, flipped with probability ``noise``); none (the default) skips
+    the stage. Every answer goes into ``labels.sqlite`` at once
+    (``graphseq labels DIR`` lists them; item = the episode's number, label =
+    the class number), and ``--resume`` asks only what is unanswered.
+    """
+    kind = ctx.options.get("oracle") or oracle
+    labels = ctx.options.get("labels") or labels
+    if not kind:
+        ctx.log.info("fewshot_oracle: no oracle (use --oracle human, file or simulated); skipped")
+        return
+    data, model = ctx.require("data", "fewshot_oracle"), ctx.require("model", "fewshot_oracle")
+    if not model.config.active:
+        raise GraphseqError("fewshot_oracle needs an active model (model.active = true)")
+    if query not in QUERY_MODES:
+        raise GraphseqError(f"fewshot_oracle.query must be one of {', '.join(QUERY_MODES)}, got {query!r}")
+    if episodes < 1:
+        raise GraphseqError(f"fewshot_oracle.episodes must be at least 1, got {episodes}")
+
+    model.eval()
+    batch = data.sampler("test").sample(episodes, torch.Generator().manual_seed(ctx.seed + ORACLE_SEED),
+                                        ctx.device)
+    nothing = torch.full((episodes,), -1, dtype=torch.long, device=ctx.device)
+    with torch.no_grad():
+        before = model(batch, query="none").cpu()
+        model(batch, query=query, answers=nothing)
+    asked = model.asked.clone()
+    truth = batch.y[asked].cpu()
+    the_oracle = make_oracle(kind, labels, truth, noise, ctx.seed)
+    names = [str(way) for way in range(data.ways)]
+    strategy = query
+
+    with LabelStore(ctx.out / STORE_NAME) as store:
+        if not ctx.resume:
+            if store.has_human_answers(strategy):
+                raise GraphseqError(f"{store.path} already holds answers a person gave; continue them with "
+                                    f"--resume, or choose another --out")
+            store.clear(strategy)
+        answers = nothing.clone()
+        for answer in store.answers(strategy):
+            if answer.label not in names or not 0 <= answer.item < episodes:
+                raise GraphseqError(f"{store.path}: episode {answer.item} has the answer {answer.label!r}, "
+                                    f"which this run cannot hold ({episodes} episodes, classes 0-{data.ways - 1})")
+            answers[answer.item] = names.index(answer.label)
+        skipped = set(store.skipped(strategy))
+        queue = [e for e in range(episodes) if int(answers[e]) < 0 and e not in skipped]
+        ctx.log.info(f"oracle {the_oracle.source}: {episodes} test episodes, "
+                     f"{episodes - len(queue)} answered or skipped before")
+        while queue:
+            e = queue.pop(0)
+            question = Question(e, names, _describe_episode(batch, e, int(asked[e]), before[e], data.ways,
+                                                            picture_width),
+                                f"episode {e + 1} of {episodes}")
+            reply = the_oracle.ask(question)
+            if reply is QUIT:
+                the_oracle.tell(f"stopped; your answers are stored in {store.path}; continue with "
+                                f"--resume --out {ctx.out}")
+                break
+            if reply is SKIP:
+                store.add(strategy, e, None, the_oracle.source)
+                skipped.add(e)
+            elif reply is UNDO:
+                queue.insert(0, e)
+                undone = store.undo(strategy)
+                if undone is None:
+                    the_oracle.tell("  nothing to undo")
+                    continue
+                answers[undone.item] = -1
+                skipped.discard(undone.item)
+                queue.insert(0, undone.item)
+                the_oracle.tell(f"  undone: episode {undone.item + 1} " +
+                                (f"= class {undone.label}" if undone.label is not None else "(skipped)"))
+            else:
+                store.add(strategy, e, names[reply], the_oracle.source)
+                answers[e] = reply
+                with torch.no_grad():
+                    after = model(batch, query=query, answers=answers)[e].softmax(dim=-1)
+                guess, was = int(after.argmax()), int(before[e].argmax())
+                the_oracle.tell(f"  with your answer the model says class {guess} (probability "
+                                f"{float(after[guess]):.2f}); before it said class {was}; "
+                                f"the query is class {int(batch.target[e])}")
+        given = answers >= 0
+        with torch.no_grad():
+            after = model(batch, query=query, answers=answers).argmax(dim=1).cpu()
+    model.train()
+    given, target = given.cpu(), batch.target.cpu()
+    count = int(given.sum())
+    ctx.metrics["oracle_answers"] = count
+    if count:
+        ctx.metrics["oracle_answers_correct"] = float((answers.cpu()[given] == truth[given]).float().mean())
+        ctx.metrics["oracle_query_accuracy_before"] = float((before.argmax(dim=1)[given] == target[given]).float().mean())
+        ctx.metrics["oracle_query_accuracy_after"] = float((after[given] == target[given]).float().mean())
+    ctx.log.info(f"oracle: {count} answers stored in {ctx.out / STORE_NAME}")

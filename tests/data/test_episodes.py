@@ -1,0 +1,83 @@
+import pytest
+import torch
+
+from graphseq.data.episodes import EpisodeSampler, FewShotClasses, distinct_draws
+from graphseq.errors import GraphseqError
+
+
+def numbered_classes(num_classes=30, per_class=20):
+    """Images whose first pixel is their class and whose second is their
+    index, so that a test can read back which image a node holds."""
+    images = torch.zeros(num_classes, per_class, 1, 2, 2, dtype=torch.uint8)
+    images[:, :, 0, 0, 0] = torch.arange(num_classes).view(-1, 1)
+    images[:, :, 0, 0, 1] = torch.arange(per_class).view(1, -1)
+    return FewShotClasses(images, [f"c{i}" for i in range(num_classes)])
+
+
+def pixels(batch):
+    """The (class, index) each node's image came from, read from its pixels."""
+    values = torch.round((batch.x[:, 0, 0, :2] * 0.5 + 0.5) * 255).long()
+    return values
+
+
+@pytest.mark.parametrize("ways,shots,unlabelled", [(5, 1, 0), (5, 5, 0), (20, 1, 0), (5, 1, 4), (3, 2, 3)])
+def test_episode_invariants(ways, shots, unlabelled):
+    classes = numbered_classes()
+    sampler = EpisodeSampler(classes, ways, shots, unlabelled)
+    num = 50
+    batch = sampler.sample(num, torch.Generator().manual_seed(0))
+    size = ways * (shots + unlabelled) + 1
+    assert sampler.episode_size == size and batch.num_nodes == num * size
+    assert torch.equal(pixels(batch), batch.image)  # the right images were gathered
+    for e in range(num):
+        nodes = batch.batch == e
+        classes_e = batch.classes[e]
+        assert len(set(classes_e.tolist())) == ways                   # distinct classes
+        assert bool((classes_e < classes.num_classes).all())
+        images = batch.image[nodes]
+        assert len({tuple(i) for i in images.tolist()}) == size        # no image twice
+        y, labelled, query = batch.y[nodes], batch.labelled[nodes], batch.query[nodes]
+        assert torch.equal(images[:, 0], classes_e[y])                 # y is the class's position
+        assert int(query.sum()) == 1 and int(y[query]) == int(batch.target[e])
+        for way in range(ways):
+            assert int((labelled & (y == way)).sum()) == shots
+            assert int((~labelled & ~query & (y == way)).sum()) == unlabelled
+    edges = batch.edge_index
+    assert edges.size(1) == num * size * (size - 1)
+    assert bool((batch.batch[edges[0]] == batch.batch[edges[1]]).all()) and bool((edges[0] != edges[1]).all())
+
+
+def test_sampling_is_seeded_and_queries_are_uniform():
+    sampler = EpisodeSampler(numbered_classes(), 5, 1)
+    a = sampler.sample(400, torch.Generator().manual_seed(3))
+    b = sampler.sample(400, torch.Generator().manual_seed(3))
+    assert torch.equal(a.x, b.x) and torch.equal(a.target, b.target)
+    counts = torch.bincount(a.target, minlength=5)
+    assert int(counts.min()) > 50  # each of the 5 positions about 80 times
+
+
+def test_labelled_only_is_the_same_draw_without_the_unlabelled_nodes():
+    classes = numbered_classes()
+    semi = EpisodeSampler(classes, 5, 1, 4).sample(20, torch.Generator().manual_seed(1))
+    plain = EpisodeSampler(classes, 5, 1, 0).sample(20, torch.Generator().manual_seed(1))
+    keep = semi.labelled | semi.query
+    assert torch.equal(semi.image[keep], plain.image)
+    assert torch.equal(semi.target, plain.target)
+
+
+def test_distinct_draws_both_ways():
+    generator = torch.Generator().manual_seed(0)
+    for n in (10, 5000):
+        draws = distinct_draws(300, 8, n, generator)
+        assert draws.shape == (300, 8) and int(draws.max()) < n
+        assert all(len(set(row)) == 8 for row in draws.tolist())
+
+
+def test_impossible_episodes_are_refused():
+    classes = numbered_classes(num_classes=4, per_class=5)
+    with pytest.raises(GraphseqError, match="5-way episodes need 5 classes"):
+        EpisodeSampler(classes, 5, 1)
+    with pytest.raises(GraphseqError, match="need 6 images of a class"):
+        EpisodeSampler(classes, 3, 2, 3)
+    with pytest.raises(GraphseqError, match="at least 2 classes"):
+        EpisodeSampler(classes, 1, 1)

@@ -1,0 +1,170 @@
+"""Smoke runs of the few-shot pipelines on the real Omniglot for a few steps
+(tiny batches, few validation and test episodes), mini-ImageNet on generated
+files of its layout, resuming, and the oracles of the active pipeline: a
+person through a pipe (answers, garbage, undo, skip, quit, resume), a file
+and the simulated one."""
+import csv
+import io
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import graphseq
+from graphseq.active.prompt import HumanOracle
+from graphseq.active.store import STORE_NAME, LabelStore
+from graphseq.io import load_checkpoint
+
+
+def tiny(*tables, steps=2):
+    """Overrides that make every training and test table of a pipeline tiny."""
+    overrides = {}
+    for train, test in tables:
+        overrides.update({f"{train}.steps": steps, f"{train}.batch_size": 2, f"{train}.eval_every": 2,
+                          f"{train}.eval_episodes": 4, f"{train}.eval_batch_size": 4,
+                          f"{train}.checkpoint_every": 1, f"{test}.episodes": 6, f"{test}.batch_size": 6})
+    return overrides
+
+
+@pytest.mark.parametrize("name", ["fewshot-omniglot-5w1s", "fewshot-omniglot-5w5s", "fewshot-omniglot-20w1s",
+                                  "fewshot-omniglot-20w5s"])
+def test_omniglot_pipelines_train_and_test(name, tmp_path, data_root, mirror):
+    summary = graphseq.run(name, out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True,
+                           overrides=tiny(("train", "test")))
+    figures = summary["runs"][0]
+    assert figures["steps"] == 2 and figures["test_episodes"] == 6
+    assert 0.0 <= figures["test_ci95_low"] <= figures["test_accuracy"] <= figures["test_ci95_high"] <= 1.0
+    assert 0.0 <= figures["val_accuracy"] <= 1.0
+    assert (tmp_path / "curves.png").is_file() and (tmp_path / "checkpoint.pt").is_file()
+
+
+def test_resume_continues_the_training_and_reuses_the_test(tmp_path, data_root, mirror):
+    overrides = tiny(("train", "test"))
+    graphseq.run("fewshot-omniglot-5w1s", out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True,
+                 overrides=overrides)
+    overrides["train.steps"] = 3
+    summary = graphseq.run("fewshot-omniglot-5w1s", out=tmp_path, data_root=data_root, data_mirror=mirror,
+                           quiet=True, overrides=overrides, resume=True)
+    assert summary["runs"][0]["steps"] == 3
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3
+
+
+def test_semi_supervised_compares_with_and_without_unlabelled_nodes(tmp_path, data_root, mirror):
+    summary = graphseq.run("fewshot-omniglot-semi", out=tmp_path, data_root=data_root, data_mirror=mirror,
+                           quiet=True, overrides=tiny(("train", "test"),
+                                                      ("train_labelled_only", "test_labelled_only")))
+    figures = summary["runs"][0]
+    for suffix in ("", "_labelled_only"):
+        assert figures[f"steps{suffix}"] == 2 and figures[f"test_episodes{suffix}"] == 6
+        assert 0.0 <= figures[f"test_accuracy{suffix}"] <= 1.0
+    assert (tmp_path / "checkpoint.pt").is_file() and (tmp_path / "checkpoint-labelled_only.pt").is_file()
+    log = (tmp_path / "log.txt").read_text()
+    assert "(21 nodes each)" in log and "(6 nodes each, labelled only)" in log
+
+
+ACTIVE = tiny(("train", "test"), ("train_random_trained", "test_random_trained"))
+ACTIVE["oracle.episodes"] = 5
+
+
+@pytest.fixture(scope="module")
+def active_run(tmp_path_factory, data_root, mirror):
+    """The active pipeline trained and tested, without an oracle: it asks nobody."""
+    out = tmp_path_factory.mktemp("active")
+    summary = graphseq.run("fewshot-omniglot-active", out=out, data_root=data_root, data_mirror=mirror,
+                           quiet=True, overrides=ACTIVE)
+    return out, summary["runs"][0]
+
+
+def resumed(active_run, tmp_path, data_root, mirror, **options):
+    """A copy of the trained run, resumed with an oracle: training and test
+    are done, so it goes straight to the questions."""
+    out = tmp_path / "run"
+    shutil.copytree(active_run[0], out)
+    summary = graphseq.run("fewshot-omniglot-active", out=out, data_root=data_root, data_mirror=mirror,
+                           quiet=True, overrides=ACTIVE, resume=True, **options)
+    return out, summary["runs"][0]
+
+
+def test_active_compares_learned_and_random_queries(active_run):
+    out, figures = active_run
+    for key in ("test_accuracy_learned", "test_accuracy_random", "test_accuracy_random_trained"):
+        assert 0.0 <= figures[key] <= 1.0
+    assert "oracle_answers" not in figures and not (out / STORE_NAME).exists()
+    assert (out / "checkpoint.pt").is_file() and (out / "checkpoint-random_trained.pt").is_file()
+
+
+def test_simulated_oracle_answers_every_episode_truthfully(active_run, tmp_path, data_root, mirror):
+    out, figures = resumed(active_run, tmp_path, data_root, mirror, oracle="simulated")
+    assert figures["oracle_answers"] == 5 and figures["oracle_answers_correct"] == 1.0
+    assert figures["test_accuracy_learned"] == active_run[1]["test_accuracy_learned"]  # the stored test
+    with LabelStore(out / STORE_NAME) as store:
+        assert [(a.item, a.source) for a in store.answers("learned")] == [(e, "simulated") for e in range(5)]
+
+
+def test_file_oracle_answers_the_episodes_it_lists(active_run, tmp_path, data_root, mirror):
+    labels = tmp_path / "answers.csv"
+    labels.write_text("item,label\n1,3\n3,0\n")
+    out, figures = resumed(active_run, tmp_path, data_root, mirror, oracle="file", labels=str(labels))
+    assert figures["oracle_answers"] == 2
+    with LabelStore(out / STORE_NAME) as store:
+        assert [(a.item, a.label, a.source) for a in store.answers("learned")] == [(1, "3", "file"), (3, "0", "file")]
+
+
+def run_human(out, data_root, mirror, answers):
+    """``graphseq run fewshot-omniglot-active --oracle human --resume`` as a
+    process whose standard input is a pipe holding ``answers``."""
+    command = [sys.executable, "-m", "graphseq.cli", "run", "fewshot-omniglot-active", "--oracle", "human",
+               "--resume", "--quiet", "--out", str(out), "--data-root", str(data_root),
+               "--data-mirror", str(mirror)]
+    command += [f"--set={key}={value}" for key, value in ACTIVE.items()]
+    process = subprocess.run(command, input=answers, capture_output=True, text=True, timeout=1800)
+    assert process.returncode == 0, process.stderr
+    return process.stdout
+
+
+def stored(out):
+    with LabelStore(out / STORE_NAME) as store:
+        return [(a.item, a.label, a.source) for a in store.answers("learned", skips=True)]
+
+
+def test_human_oracle_through_a_pipe_stores_exactly_the_accepted_answers(active_run, tmp_path, data_root,
+                                                                         mirror):
+    out = tmp_path / "me"
+    shutil.copytree(active_run[0], out)
+    # Episode 1: 0, then garbage, then undo (episode 1 again): 3; episode 2
+    # skipped; episode 3: 1; then quit.
+    transcript = run_human(out, data_root, mirror, "0\nbanana\nu\n3\ns\n1\nq\n")
+    assert "'banana' is no class" in transcript
+    assert "undone: episode 1 = class 0" in transcript
+    assert "which class is this?" in transcript and "\u2588" in transcript  # the pictures
+    assert "The model's answer for the query without your label" in transcript
+    assert "with your answer the model says" in transcript
+    assert stored(out) == [(0, "3", "human"), (1, None, "human"), (2, "1", "human")]
+
+    # Resumed again: undo takes back episode 3's answer; then 4 for it, 2 for
+    # episode 4, and the end of the input saves and stops.
+    transcript = run_human(out, data_root, mirror, "u\n4\n2\n")
+    assert "undone: episode 3 = class 1" in transcript
+    assert "[episode 1 of" not in transcript and "[episode 2 of" not in transcript  # answered before
+    assert stored(out) == [(0, "3", "human"), (1, None, "human"), (2, "4", "human"), (3, "2", "human")]
+
+    listing = subprocess.run([sys.executable, "-m", "graphseq.cli", "labels", str(out)], capture_output=True,
+                             text=True, check=True).stdout
+    rows = list(csv.reader(io.StringIO(listing)))
+    assert rows[0] == ["item", "label", "source", "time"]
+    assert [row[:3] for row in rows[1:]] == [["0", "3", "human"], ["2", "4", "human"], ["3", "2", "human"]]
+
+    # A run that is not resumed would start afresh: it refuses to, rather than lose them.
+    with pytest.raises(graphseq.GraphseqError, match="already holds answers a person gave"):
+        graphseq.run("fewshot-omniglot-active", out=out, data_root=data_root, data_mirror=mirror, quiet=True,
+                     overrides=ACTIVE, oracle=HumanOracle(io.StringIO("1\n"), io.StringIO()))
+    assert len(stored(out)) == 4
+
+
+@pytest.mark.parametrize("name", ["fewshot-miniimagenet-5w1s", "fewshot-miniimagenet-5w5s"])
+def test_miniimagenet_pipelines_on_generated_files(name, tmp_path, write_fake_miniimagenet):
+    write_fake_miniimagenet(tmp_path / "data", classes=(6, 5, 5), per_class=7)
+    summary = graphseq.run(name, out=tmp_path / "run", data_root=tmp_path / "data", quiet=True,
+                           overrides=tiny(("train", "test")))
+    assert summary["runs"][0]["test_episodes"] == 6
