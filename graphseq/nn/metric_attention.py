@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MLP
 from torch_geometric.nn.dense.linear import Linear
-from torch_geometric.utils import add_self_loops, remove_self_loops
+from torch_geometric.utils import remove_self_loops
 
 from . import checks
 from .attention import AttentionConv
@@ -36,10 +36,13 @@ class MetricAttentionConv(AttentionConv):
     convolutions) is Linear, BatchNorm, LeakyReLU for each hidden width, then
     a linear map to one score. A node with no incoming edge gets a zero sum.
 
-    With ``add_self_loops`` (the default), each node's pair with itself is
-    scored too, so that BatchNorm's statistics in training count the whole
-    N x N matrix of an episode as the authors' dense code does, and then left
-    out of the softmax: a node reaches itself through the identity alone.
+    A node's pair with itself is no edge: the identity carries a node's own
+    features, so self-loops in ``edge_index`` are ignored. With
+    ``norm_diagonal`` (the default), BatchNorm's statistics in training
+    count each node's pair with itself all the same, a zero difference
+    :math:`|\mathbf{x}_i - \mathbf{x}_i|`, as the authors' dense code scores
+    the whole N x N matrix of an episode and leaves the diagonal out of the
+    softmax only.
 
     Args:
         in_channels (int): size of each input sample.
@@ -51,8 +54,8 @@ class MetricAttentionConv(AttentionConv):
             the authors' last layer. (default: :obj:`0.`)
         negative_slope (float): LeakyReLU slope of the MLP.
             (default: :obj:`0.01`)
-        add_self_loops (bool): score each node's pair with itself (see
-            above). (default: :obj:`True`)
+        norm_diagonal (bool): count each node's pair with itself in the
+            MLP's BatchNorm statistics (see above). (default: :obj:`True`)
         bias (bool): learn an additive bias of :math:`\mathbf{\Theta}`.
             (default: :obj:`True`)
 
@@ -61,12 +64,12 @@ class MetricAttentionConv(AttentionConv):
           indices :math:`(2, |\mathcal{E}|)` (source row 0, target row 1)
         - **output:** node features :math:`(|\mathcal{V}|, F_{out})`; with
           ``return_attention_weights``, also ``(edge_index, alpha)`` with
-          alpha :math:`(|\mathcal{E}|, 1)` in the order of the edges given
-          (self-loops removed).
+          alpha :math:`(|\mathcal{E}|, 1)` in the order of the edges given,
+          self-loops removed.
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: Sequence[int],
-                 dropout: float = 0.0, negative_slope: float = 0.01, add_self_loops: bool = True,
+                 dropout: float = 0.0, negative_slope: float = 0.01, norm_diagonal: bool = True,
                  bias: bool = True, **kwargs):
         checks.check_kwargs(self, kwargs)
         super().__init__(heads=1, **kwargs)
@@ -75,7 +78,7 @@ class MetricAttentionConv(AttentionConv):
         self.hidden_channels = list(hidden_channels)
         self.metric_dropout = dropout
         self.negative_slope = negative_slope
-        self.add_self_loops = add_self_loops
+        self.norm_diagonal = norm_diagonal
 
         channels = [in_channels] + self.hidden_channels + [1]
         self.metric = MLP(channels, act="leaky_relu", act_kwargs={"negative_slope": negative_slope},
@@ -95,9 +98,7 @@ class MetricAttentionConv(AttentionConv):
         checks.check_edge_index(self, edge_index, num_nodes)
 
         edge_index, _ = remove_self_loops(edge_index)
-        num_edges = edge_index.size(1)
-        scored = add_self_loops(edge_index, num_nodes=num_nodes)[0] if self.add_self_loops else edge_index
-        score = self.edge_updater(scored, x=x)[:num_edges]  # [num_edges, 1], self-loops dropped
+        score = self.edge_updater(edge_index, x=x, num_nodes=num_nodes)  # [num_edges, 1]
         out, alpha = self.attend(edge_index, x.unsqueeze(1), score, num_nodes)  # [num_nodes, 1, in_channels]
 
         out = self.lin(torch.cat([x, out.squeeze(1)], dim=-1))  # [num_nodes, out_channels]
@@ -105,8 +106,14 @@ class MetricAttentionConv(AttentionConv):
             return out, (edge_index, alpha)
         return out
 
-    def edge_update(self, x_i: Tensor, x_j: Tensor) -> Tensor:
-        return self.metric(torch.abs(x_i - x_j))  # [num_edges, 1]
+    def edge_update(self, x_i: Tensor, x_j: Tensor, num_nodes: int) -> Tensor:
+        distance = torch.abs(x_i - x_j)  # [num_edges, in_channels]
+        if not (self.norm_diagonal and self.training):
+            return self.metric(distance)  # [num_edges, 1]
+        # The diagonal's zero differences join the batch for BatchNorm's
+        # statistics only; their scores are dropped.
+        diagonal = distance.new_zeros(num_nodes, distance.size(1))
+        return self.metric(torch.cat([distance, diagonal]))[:distance.size(0)]
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "

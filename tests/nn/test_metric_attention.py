@@ -66,13 +66,13 @@ def test_scores_run_in_edge_update(conv):
     calls = []
     conv.register_edge_update_forward_hook(lambda module, inputs, output: calls.append(output.shape))
     conv(torch.randn(4, 6, dtype=torch.float64), graphs.fully_connected([4], self_loops=False))
-    assert calls == [torch.Size([16, 1])]  # 12 edges and the 4 self-pairs BatchNorm counts
+    assert calls == [torch.Size([12, 1])]
 
 
 def test_authors_batchnorm_counts_the_diagonal():
     torch.manual_seed(1)
     with_diagonal = MetricAttentionConv(3, 2, hidden_channels=[4]).double()
-    without = MetricAttentionConv(3, 2, hidden_channels=[4], add_self_loops=False).double()
+    without = MetricAttentionConv(3, 2, hidden_channels=[4], norm_diagonal=False).double()
     without.load_state_dict(with_diagonal.state_dict())
     x = torch.randn(4, 3, dtype=torch.float64)
     edge_index = graphs.fully_connected([4], self_loops=False)
