@@ -60,7 +60,7 @@ def test_semi_supervised_compares_with_and_without_unlabelled_nodes(tmp_path, da
         assert 0.0 <= figures[f"test_accuracy{suffix}"] <= 1.0
     assert (tmp_path / "checkpoint.pt").is_file() and (tmp_path / "checkpoint-labelled_only.pt").is_file()
     log = (tmp_path / "log.txt").read_text()
-    assert "(21 nodes each)" in log and "(6 nodes each, labelled only)" in log
+    assert "(26 nodes each)" in log and "(6 nodes each, labelled only)" in log
 
 
 ACTIVE = tiny(("train", "test"), ("train_random_trained", "test_random_trained"))
