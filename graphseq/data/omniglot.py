@@ -21,7 +21,6 @@ import hashlib
 import io
 import logging
 import os
-import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from torch import Tensor
 
 from ..errors import GraphseqError
 from ..io import load_checkpoint, save_checkpoint
+from .files import Checksum, check_file, download_url
 from .episodes import FewShotClasses
 
 FOLDER = "omniglot-py"
@@ -92,9 +92,9 @@ def omniglot_split(num_characters: int = NUM_CHARACTERS, train: int = 1200, val:
 # Finding, checking and caching the images
 # --------------------------------------------------------------------------- #
 
-def read_manifest(path: Path, prefix: str = "") -> Dict[str, str]:
-    """``{relative path: sha256}`` for the lines of a ``sha256sum`` manifest
-    whose path starts with ``prefix`` (removed); empty when there is none."""
+def read_manifest(path: Path, prefix: str = "") -> Dict[str, Checksum]:
+    """The checksums of a ``sha256sum`` manifest's lines whose path starts
+    with ``prefix``, by path without it; empty when there is no manifest."""
     if not path.is_file():
         return {}
     sums = {}
@@ -102,7 +102,7 @@ def read_manifest(path: Path, prefix: str = "") -> Dict[str, str]:
         for line in lines:
             digest, _, name = line.rstrip("\n").partition("  ")
             if name.startswith(prefix):
-                sums[name[len(prefix):]] = digest
+                sums[name[len(prefix):]] = Checksum(sha256=digest)
     return sums
 
 
@@ -128,13 +128,15 @@ def find_omniglot(root: Path, mirror: Optional[Path] = None, download: bool = Tr
 
 
 def _download_part(part: str, target: Path) -> None:
-    with urllib.request.urlopen(URL.format(part=part), timeout=60) as response:
-        data = response.read()
-    if hashlib.md5(data).hexdigest() != ZIP_MD5[part]:
-        raise OSError(f"{part}.zip arrived damaged (its MD5 is not {ZIP_MD5[part]})")
-    target.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        archive.extractall(target)
+    archive_path = target / f"{part}.zip"
+    download_url(URL.format(part=part), archive_path)
+    try:
+        if hashlib.md5(archive_path.read_bytes()).hexdigest() != ZIP_MD5[part]:
+            raise OSError(f"{part}.zip arrived damaged (its MD5 is not {ZIP_MD5[part]})")
+        with zipfile.ZipFile(archive_path) as archive:
+            archive.extractall(target)
+    finally:
+        archive_path.unlink(missing_ok=True)
 
 
 def list_images(folder: Path) -> List[Path]:
@@ -206,11 +208,9 @@ def build_omniglot(folder: Path, files: List[Path], size: int,
     images = np.empty((len(files), size, size), dtype=np.uint8)
     for i, path in enumerate(files):
         relative = path.relative_to(folder).as_posix()
+        if relative in manifest:
+            check_file(path, manifest[relative], place=f"listed in {folder.parent / 'SHA256SUMS'}")
         data = path.read_bytes()
-        if manifest:
-            expected = manifest.get(relative)
-            if expected is not None and hashlib.sha256(data).hexdigest() != expected:
-                raise GraphseqError(f"{path} is damaged: its SHA-256 differs from {folder.parent / 'SHA256SUMS'}")
         try:
             with Image.open(io.BytesIO(data)) as image:
                 images[i] = np.asarray(image.convert("L").resize((size, size), Image.BOX))

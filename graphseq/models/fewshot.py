@@ -12,7 +12,7 @@ label is written into its label slot before the remaining blocks run.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F

@@ -5,13 +5,12 @@ node's own (the identity operator).
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.nn import MLP
 from torch_geometric.nn.dense.linear import Linear
-from torch_geometric.utils import remove_self_loops
 
 from . import checks
 from .attention import AttentionConv
@@ -36,13 +35,14 @@ class MetricAttentionConv(AttentionConv):
     convolutions) is Linear, BatchNorm, LeakyReLU for each hidden width, then
     a linear map to one score. A node with no incoming edge gets a zero sum.
 
-    A node's pair with itself is no edge: the identity carries a node's own
-    features, so self-loops in ``edge_index`` are ignored. With
-    ``norm_diagonal`` (the default), BatchNorm's statistics in training
+    The layer attends along the edges given. A few-shot episode is fully
+    connected without self-loops (``graphs.fully_connected(sizes,
+    self_loops=False)``): a node reaches itself through the identity alone.
+    With ``norm_diagonal`` (the default), BatchNorm's statistics in training
     count each node's pair with itself all the same, a zero difference
-    :math:`|\mathbf{x}_i - \mathbf{x}_i|`, as the authors' dense code scores
-    the whole N x N matrix of an episode and leaves the diagonal out of the
-    softmax only.
+    :math:`|\mathbf{x}_i - \mathbf{x}_i|`, because the authors' dense code
+    scores the whole N x N matrix of an episode and leaves the diagonal out
+    of the softmax only.
 
     Args:
         in_channels (int): size of each input sample.
@@ -64,8 +64,7 @@ class MetricAttentionConv(AttentionConv):
           indices :math:`(2, |\mathcal{E}|)` (source row 0, target row 1)
         - **output:** node features :math:`(|\mathcal{V}|, F_{out})`; with
           ``return_attention_weights``, also ``(edge_index, alpha)`` with
-          alpha :math:`(|\mathcal{E}|, 1)` in the order of the edges given,
-          self-loops removed.
+          alpha :math:`(|\mathcal{E}|, 1)` in the order of the edges given.
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: Sequence[int],
@@ -95,25 +94,26 @@ class MetricAttentionConv(AttentionConv):
                 ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]]]:
         checks.check_features(self, x, self.in_channels)
         num_nodes = x.size(0)
-        checks.check_edge_index(self, edge_index, num_nodes)
 
-        edge_index, _ = remove_self_loops(edge_index)
-        score = self.edge_updater(edge_index, x=x, num_nodes=num_nodes)  # [num_edges, 1]
-        out, alpha = self.attend(edge_index, x.unsqueeze(1), score, num_nodes)  # [num_nodes, 1, in_channels]
+        graph = self.attention_graph(edge_index, (num_nodes, num_nodes))
+        out, alpha = self.attend(graph, x.unsqueeze(1), x=x, need_weights=bool(return_attention_weights))
 
         out = self.lin(torch.cat([x, out.squeeze(1)], dim=-1))  # [num_nodes, out_channels]
         if return_attention_weights:
-            return out, (edge_index, alpha)
+            return out, graph.attention_weights(alpha)
         return out
 
-    def edge_update(self, x_i: Tensor, x_j: Tensor, num_nodes: int) -> Tensor:
+    def edge_update(self, x_i: Tensor, x_j: Tensor, index: Tensor, ptr: Optional[Tensor],
+                    dim_size: Optional[int]) -> Tensor:
         distance = torch.abs(x_i - x_j)  # [num_edges, in_channels]
-        if not (self.norm_diagonal and self.training):
-            return self.metric(distance)  # [num_edges, 1]
-        # The diagonal's zero differences join the batch for BatchNorm's
-        # statistics only; their scores are dropped.
-        diagonal = distance.new_zeros(num_nodes, distance.size(1))
-        return self.metric(torch.cat([distance, diagonal]))[:distance.size(0)]
+        if self.norm_diagonal and self.training:
+            # The diagonal's zero differences join the batch for BatchNorm's
+            # statistics only; their scores are dropped.
+            diagonal = distance.new_zeros(dim_size, distance.size(1))
+            score = self.metric(torch.cat([distance, diagonal]))[:distance.size(0)]
+        else:
+            score = self.metric(distance)  # [num_edges, 1]
+        return self.normalize(score, index, ptr, dim_size)
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "

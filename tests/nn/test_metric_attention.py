@@ -7,18 +7,14 @@ from graphseq.nn import MetricAttentionConv
 
 def dense_reference(conv: MetricAttentionConv, x, edge_index):
     """The layer's equations with an N x N matrix: MLP(|x_i - x_j|) for every
-    edge j -> i and every node with itself (BatchNorm counts them all),
-    softmax over each node's in-neighbours, then Theta [x_i, sum_j alpha_ij x_j]."""
+    edge j -> i (BatchNorm counting each node's zero difference with itself
+    too), softmax over each node's in-neighbours, then Theta [x_i, sum_j alpha_ij x_j]."""
     n = x.size(0)
-    adjacency = torch.zeros(n, n, dtype=torch.bool)
-    adjacency[edge_index[1], edge_index[0]] = True
-    adjacency.fill_diagonal_(False)
-    scored = adjacency | torch.eye(n, dtype=torch.bool)
-    targets, sources = scored.nonzero(as_tuple=True)
-    score = torch.full((n, n), float("-inf"), dtype=x.dtype)
-    score = score.index_put((targets, sources), conv.metric(torch.abs(x[targets] - x[sources])).squeeze(1))
-    alpha = torch.softmax(score.masked_fill(~adjacency, float("-inf")), dim=1)
-    alpha = torch.nan_to_num(alpha)  # a node without in-neighbours sums nothing
+    sources, targets = edge_index
+    rows = torch.cat([torch.abs(x[targets] - x[sources]), torch.zeros(n, x.size(1), dtype=x.dtype)])
+    scores = conv.metric(rows)[:sources.numel(), 0] if conv.training else conv.metric(rows[:sources.numel()])[:, 0]
+    score = torch.full((n, n), float("-inf"), dtype=x.dtype).index_put((targets, sources), scores)
+    alpha = torch.nan_to_num(torch.softmax(score, dim=1))  # a node without in-neighbours sums nothing
     return conv.lin(torch.cat([x, alpha @ x], dim=1)), alpha
 
 
@@ -42,16 +38,13 @@ def test_equals_dense_equations_on_any_graph(conv):
             assert torch.allclose(ours, reference, atol=1e-10)
 
 
-def test_attention_weights_sum_to_one_and_skip_self_loops(conv):
+def test_attention_weights_sum_to_one_over_each_nodes_in_edges(conv):
     x = torch.randn(4, 6, dtype=torch.float64)
-    edge_index = graphs.fully_connected([4])  # with self-loops, which the layer ignores
+    edge_index = graphs.fully_connected([4], self_loops=False)
     out, (edges, alpha) = conv(x, edge_index, return_attention_weights=True)
-    assert out.shape == (4, 4)
-    assert edges.size(1) == 12 and bool((edges[0] != edges[1]).all())
+    assert out.shape == (4, 4) and torch.equal(edges, edge_index) and alpha.shape == (12, 1)
     sums = torch.zeros(4, dtype=torch.float64).index_add_(0, edges[1], alpha[:, 0])
     assert torch.allclose(sums, torch.ones(4, dtype=torch.float64))
-    without = conv(x, graphs.fully_connected([4], self_loops=False))
-    assert torch.allclose(out, without)
 
 
 def test_node_without_in_edges_keeps_its_own_features(conv):
@@ -98,3 +91,20 @@ def test_dropout_acts_in_training_only():
     assert not torch.allclose(conv(x, edge_index), conv(x, edge_index))
     conv.eval()
     assert torch.allclose(conv(x, edge_index), conv(x, edge_index))
+
+
+def test_message_path_and_fused_path_agree(conv):
+    """A message hook makes the layer build every edge's message (PyG's
+    path); without one the fused sparse path runs. Same numbers either way."""
+    x = torch.randn(6, 6, dtype=torch.float64, requires_grad=True)
+    edge_index = torch.tensor([[1, 2, 3, 0, 5, 4, 2], [0, 0, 1, 2, 2, 3, 5]])
+    conv.eval()
+    fused = conv(x, edge_index)
+    grad_fused, = torch.autograd.grad(fused.sum(), x)
+    messages = []
+    handle = conv.register_message_forward_hook(lambda module, inputs, output: messages.append(output.shape))
+    plain = conv(x, edge_index)
+    grad_plain, = torch.autograd.grad(plain.sum(), x)
+    handle.remove()
+    assert messages == [torch.Size([7, 1, 6])]
+    assert torch.allclose(fused, plain) and torch.allclose(grad_fused, grad_plain)
