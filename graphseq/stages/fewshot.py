@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Dict, List, Tuple
 
 import numpy as np
@@ -22,18 +23,23 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .. import distributed
+from ..checks import Domain, at_least, each, non_negative, one_of, positive, probability
 from ..data.episodes import EpisodeSampler, FewShotClasses
 from ..data.miniimagenet import load_miniimagenet
 from ..data.omniglot import load_omniglot, omniglot_split
 from ..errors import GraphseqError
-from ..active.oracles import QUIT, SKIP, UNDO, Question
+from ..active.oracles import QUIT, SKIP, UNDO, FileOracle, Question
 from ..active.store import STORE_NAME, LabelStore
 from ..io import write_json
-from ..models.fewshot import QUERY_MODES, UNKNOWN_LABELS, FewShotConfig, FewShotModel
-from ..training import train_steps
+from ..models.fewshot import EMBEDDINGS, QUERY_MODES, UNKNOWN_LABELS, FewShotConfig, FewShotModel
+from ..training import CHECKPOINT, train_steps
 from ..views import image_blocks, side_by_side
-from .active import make_oracle
+from .active import ORACLES, make_oracle
 from .registry import stage
+
+# A training's name suffixes its files and figures: letters, digits, underscores.
+NAME = Domain("empty, or letters, digits and underscores", lambda v: v == "" or v.replace("_", "").isalnum())
+LABELS_FILE = Domain("empty, or the path of an existing file", lambda v: not v or Path(v).is_file())
 
 # Validation and test episodes come from generators with these seeds (plus
 # the run's seed), the same for every model of a run, so that comparisons
@@ -67,7 +73,9 @@ def _check_episode_shape(ways: int, shots: int, unlabelled: int) -> None:
         raise GraphseqError(f"unlabelled must be at least 0, got {unlabelled}")
 
 
-@stage("omniglot")
+@stage("omniglot", checks={"ways": at_least(2), "shots": at_least(1), "unlabelled": at_least(0),
+                           "train_characters": at_least(1), "val_characters": at_least(0),
+                           "split_seed": at_least(0), "size": at_least(8)})
 def omniglot(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, train_characters: int = 1200,
              val_characters: int = 100, split_seed: int = 0, size: int = 28, rotations: bool = True) -> None:
     """Omniglot episodes: ``ways`` classes, ``shots`` labelled and
@@ -87,7 +95,8 @@ def omniglot(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, train_c
                  + f"; {ways}-way {shots}-shot" + (f", {unlabelled} unlabelled per class" if unlabelled else ""))
 
 
-@stage("miniimagenet")
+@stage("miniimagenet", checks={"ways": at_least(2), "shots": at_least(1), "unlabelled": at_least(0),
+                               "size": at_least(8)})
 def miniimagenet(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, size: int = 84) -> None:
     """Mini-ImageNet episodes from the Ravi & Larochelle splits (64 training,
     16 validation and 20 test classes of 600 images)."""
@@ -100,7 +109,10 @@ def miniimagenet(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, siz
                  + f"; {ways}-way {shots}-shot" + (f", {unlabelled} unlabelled per class" if unlabelled else ""))
 
 
-@stage("fewshot_gnn")
+@stage("fewshot_gnn", checks={"embedding": one_of("", *EMBEDDINGS), "embedding_dim": at_least(0),
+                              "unknown_label": one_of(*UNKNOWN_LABELS), "num_layers": at_least(1),
+                              "growth": at_least(1), "metric_ratios": each(positive),
+                              "metric_width": at_least(0), "last_dropout": probability})
 def fewshot_gnn(ctx, *, embedding: str = "", embedding_dim: int = 0, unknown_label: str = "zeros",
                 num_layers: int = 2, growth: int = 48, metric_ratios: List[float] = (2.0, 1.5, 1.0, 1.0),
                 metric_width: int = 0, last_norm: bool = True, last_dropout: float = 0.3,
@@ -165,7 +177,12 @@ def wilson_interval(correct: int, total: int, z: float = 1.959964) -> Tuple[floa
     return centre - half, centre + half
 
 
-@stage("train_episodes")
+@stage("train_episodes", checks={"steps": at_least(1), "batch_size": at_least(1), "lr": positive,
+                                  "halve_every": at_least(0), "weight_decay": non_negative,
+                                  "query": one_of(*QUERY_MODES), "eval_every": at_least(0),
+                                  "eval_episodes": at_least(0), "eval_batch_size": at_least(1),
+                                  "checkpoint_every": at_least(0), "name": NAME},
+        resumes=CHECKPOINT, resume_may_change=("steps",))
 def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float = 1e-3,
                    halve_every: int = 10000, weight_decay: float = 0.0, labelled_only: bool = False,
                    query: str = "learned", eval_every: int = 2000, eval_episodes: int = 2000,
@@ -231,6 +248,9 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
                          meta={"fewshot_config": dataclasses.asdict(model.config)},
                          desc=f"{ctx.pipeline}{' ' + name if name else ''}", checkpoint=checkpoint,
                          curves=f"curves{'-' + name if name else ''}.png")
+    if not hasattr(ctx, "trained"):
+        ctx.trained = {}
+    ctx.trained[name] = model  # Later stages may ask for it by name (the oracle).
     suffix = _suffix(name)
     ctx.metrics[f"steps{suffix}"] = result.step
     ctx.metrics[f"train_minutes{suffix}"] = result.seconds / 60
@@ -239,7 +259,9 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
         ctx.metrics[f"best_step{suffix}"] = int(result.best["step"])
 
 
-@stage("test_episodes")
+@stage("test_episodes", checks={"episodes": at_least(1), "batch_size": at_least(1),
+                                 "queries": each(one_of(*QUERY_MODES)), "name": NAME},
+        resume_may_change=("episodes", "batch_size"))
 def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled_only: bool = False,
                   queries: List[str] = ("learned",), name: str = "") -> None:
     """Tests the model on ``episodes`` episodes of the test classes (the same
@@ -331,9 +353,12 @@ def _describe_episode(batch, episode: int, asked: int, before: torch.Tensor, way
     return lines
 
 
-@stage("fewshot_oracle")
+@stage("fewshot_oracle", checks={"episodes": at_least(1), "oracle": one_of("", *ORACLES), "labels": LABELS_FILE,
+                                  "noise": probability, "query": one_of(*QUERY_MODES), "training": NAME,
+                                  "picture_width": at_least(8)},
+        options=("oracle", "labels"), resume_may_change=("episodes", "oracle", "labels", "noise"))
 def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "", noise: float = 0.0,
-                   query: str = "learned", picture_width: int = 20) -> None:
+                   query: str = "learned", training: str = "", picture_width: int = 20) -> None:
     """An active model asks, in each of ``episodes`` test episodes, for the
     label of the image its query head chooses; the oracle answers and the
     model's answer for the query is shown before and after.
@@ -342,16 +367,23 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
     drawn with block characters, ``picture_width`` columns each), ``file``
     (``--labels F.csv`` of ``episode,class`` rows) or ``simulated`` (the true
     labels, flipped with probability ``noise``); none (the default) skips
-    the stage. Every answer goes into ``labels.sqlite`` at once
-    (``graphseq labels DIR`` lists them; item = the episode's number, label =
-    the class number), and ``--resume`` asks only what is unanswered.
+    the stage. The model is that of the training named ``training`` (the
+    pipeline's unnamed one by default). Every answer goes into
+    ``labels.sqlite`` at once (``graphseq labels DIR`` lists them; item = the
+    episode's number from 0, label = the class number), and ``--resume``
+    asks only what is unanswered.
     """
     kind = ctx.options.get("oracle") or oracle
     labels = ctx.options.get("labels") or labels
     if not kind:
         ctx.log.info("fewshot_oracle: no oracle (use --oracle human, file or simulated); skipped")
         return
-    data, model = ctx.require("data", "fewshot_oracle"), ctx.require("model", "fewshot_oracle")
+    data = ctx.require("data", "fewshot_oracle")
+    trained = ctx.require("trained", "fewshot_oracle")
+    if training not in trained:
+        raise GraphseqError(f"fewshot_oracle.training = {training!r}: no earlier training of that name; "
+                            f"the trainings of this pipeline: {', '.join(repr(n) for n in trained)}")
+    model = trained[training]
     if not model.config.active:
         raise GraphseqError("fewshot_oracle needs an active model (model.active = true)")
     if query not in QUERY_MODES:
@@ -370,6 +402,8 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
     truth = batch.y[asked].cpu()
     the_oracle = make_oracle(kind, labels, truth, noise, ctx.seed)
     names = [str(way) for way in range(data.ways)]
+    if isinstance(the_oracle, FileOracle):
+        the_oracle.check(names, torch.arange(episodes))  # Every row, before the first answer is stored.
     strategy = query
 
     with LabelStore(ctx.out / STORE_NAME) as store:
@@ -395,8 +429,9 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
                                 f"episode {e + 1} of {episodes}")
             reply = the_oracle.ask(question)
             if reply is QUIT:
-                the_oracle.tell(f"stopped; your answers are stored in {store.path}; continue with "
-                                f"--resume --out {ctx.out}")
+                the_oracle.tell(f"stopped; your answers are stored in {store.path}; continue with: "
+                                f"{ctx.resume_command or f'--resume --out {ctx.out}'} --oracle {the_oracle.source}")
+                ctx.stopped = True
                 break
             if reply is SKIP:
                 store.add(strategy, e, None, the_oracle.source)
