@@ -39,7 +39,7 @@ from .registry import stage
 
 # A training's name suffixes its files and figures: letters, digits, underscores.
 NAME = Domain("empty, or letters, digits and underscores", lambda v: v == "" or v.replace("_", "").isalnum())
-LABELS_FILE = Domain("empty, or the path of an existing file", lambda v: not v or Path(v).is_file())
+EXISTING_FILE = Domain("empty, or the path of an existing file", lambda v: not v or Path(v).is_file())
 
 # Validation and test episodes come from generators with these seeds (plus
 # the run's seed), the same for every model of a run, so that comparisons
@@ -181,12 +181,13 @@ def wilson_interval(correct: int, total: int, z: float = 1.959964) -> Tuple[floa
                                   "halve_every": at_least(0), "weight_decay": non_negative,
                                   "query": one_of(*QUERY_MODES), "eval_every": at_least(0),
                                   "eval_episodes": at_least(0), "eval_batch_size": at_least(1),
-                                  "checkpoint_every": at_least(0), "name": NAME},
+                                  "checkpoint_every": at_least(0), "name": NAME, "init": EXISTING_FILE},
         resumes=CHECKPOINT, resume_may_change=("steps",))
 def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float = 1e-3,
                    halve_every: int = 10000, weight_decay: float = 0.0, labelled_only: bool = False,
                    query: str = "learned", eval_every: int = 2000, eval_episodes: int = 2000,
-                   eval_batch_size: int = 100, checkpoint_every: int = 500, name: str = "") -> None:
+                   eval_batch_size: int = 100, checkpoint_every: int = 500, name: str = "",
+                   init: str = "") -> None:
     """Trains the model on ``batch_size`` episodes a step for ``steps``
     steps with Adam at ``lr``, halved every ``halve_every`` steps (the
     authors' schedule). Every ``eval_every`` steps (and at the end) the
@@ -199,6 +200,11 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     checkpoint is ``checkpoint-NAME.pt`` and the figures end in ``_NAME``.
     A checkpoint is written every ``checkpoint_every`` steps; ``--resume``
     continues from it.
+
+    ``init`` starts from the kept weights of another run's checkpoint (a
+    shorter way to a 5-shot model is the 1-shot one): every tensor of the
+    same name and shape is copied, the rest (say, the label slots of a model
+    with more ways) keep their fresh initialisation, and the log says which.
     """
     data, model = ctx.require("data", "train_episodes"), ctx.require("model", "train_episodes")
     if query not in QUERY_MODES:
@@ -236,6 +242,8 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     if ctx.resume and not (ctx.out / checkpoint).is_file() and name:
         # A run of several trainings stopped before this one began.
         run_ctx = dataclasses.replace(ctx, resume=False)
+    if init and not (run_ctx.resume and (ctx.out / checkpoint).is_file()):
+        _initialise(model, Path(init), ctx.log)
     episodes = train.episode_size
     ctx.log.info(f"training{' ' + name if name else ''}: {steps} steps of {batch_size} episodes "
                  f"({episodes} nodes each{', labelled only' if labelled_only else ''}), Adam lr {lr}"
@@ -257,6 +265,26 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     if "val_accuracy" in result.best:
         ctx.metrics[f"val_accuracy{suffix}"] = result.best["val_accuracy"]
         ctx.metrics[f"best_step{suffix}"] = int(result.best["step"])
+
+
+def _initialise(model: FewShotModel, path: Path, log) -> None:
+    """Copies the tensors of ``path``'s kept (else last) weights that match
+    ``model``'s by name and shape."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        weights = saved.get("best_model") or saved["model"]
+    except Exception as error:  # A damaged or foreign file: name it, in one line.
+        raise GraphseqError(f"train_episodes.init: cannot read weights from {path}: "
+                            f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
+    own = model.state_dict()
+    copied = {k: v for k, v in weights.items() if k in own and own[k].shape == v.shape}
+    if not copied:
+        raise GraphseqError(f"train_episodes.init: no tensor of {path} fits this model")
+    own.update(copied)
+    model.load_state_dict(own)
+    fresh = sorted(set(own) - set(copied))
+    log.info(f"initialised {len(copied)} of {len(own)} tensors from {path}"
+             + (f"; fresh: {', '.join(fresh)}" if fresh else ""))
 
 
 @stage("test_episodes", checks={"episodes": at_least(1), "batch_size": at_least(1),
@@ -353,7 +381,7 @@ def _describe_episode(batch, episode: int, asked: int, before: torch.Tensor, way
     return lines
 
 
-@stage("fewshot_oracle", checks={"episodes": at_least(1), "oracle": one_of("", *ORACLES), "labels": LABELS_FILE,
+@stage("fewshot_oracle", checks={"episodes": at_least(1), "oracle": one_of("", *ORACLES), "labels": EXISTING_FILE,
                                   "noise": probability, "query": one_of(*QUERY_MODES), "training": NAME,
                                   "picture_width": at_least(8)},
         options=("oracle", "labels"), resume_may_change=("episodes", "oracle", "labels", "noise"))

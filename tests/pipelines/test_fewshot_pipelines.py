@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import graphseq
 from graphseq.active.prompt import HumanOracle
@@ -54,6 +55,28 @@ def test_resume_continues_the_training_and_reuses_the_test(tmp_path, data_root, 
                            quiet=True, overrides=overrides, resume=True)
     assert summary["runs"][0]["steps"] == 3
     assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3
+
+
+def test_init_starts_from_the_weights_of_another_run_that_fit(tmp_path, data_root, mirror):
+    graphseq.run("fewshot-omniglot-5w1s", out=tmp_path / "one", data_root=data_root, data_mirror=mirror,
+                 quiet=True, overrides=tiny(("train", "test")))
+    kept = load_checkpoint(tmp_path / "one" / "checkpoint.pt")["best_model"]
+    # Trained with a vanishing lr from the 5-way model: a 20-way model keeps the
+    # embedding CNN it was given, and its label slots start afresh.
+    overrides = {**tiny(("train", "test")), "train.lr": 1e-30,
+                 "train.init": str(tmp_path / "one" / "checkpoint.pt")}
+    graphseq.run("fewshot-omniglot-20w1s", out=tmp_path / "twenty", data_root=data_root, data_mirror=mirror,
+                 quiet=True, overrides=overrides)
+    twenty = load_checkpoint(tmp_path / "twenty" / "checkpoint.pt")["model"]
+    cnn = [k for k in kept if k.startswith("embedding.") and k.endswith(("weight", "bias"))]
+    assert cnn and all(torch.allclose(twenty[k], kept[k]) for k in cnn)
+    log = (tmp_path / "twenty" / "log.txt").read_text()
+    assert "initialised" in log and "fresh:" in log
+
+    (tmp_path / "broken.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(graphseq.GraphseqError, match="broken.pt"):
+        graphseq.run("fewshot-omniglot-5w5s", out=tmp_path / "five", data_root=data_root, data_mirror=mirror,
+                     quiet=True, overrides={**tiny(("train", "test")), "train.init": str(tmp_path / "broken.pt")})
 
 
 def test_semi_supervised_compares_with_and_without_unlabelled_nodes(tmp_path, data_root, mirror):
