@@ -201,8 +201,12 @@ class FewShotModel(nn.Module):
         label = torch.where(known, one_hot, torch.full_like(one_hot, unknown))  # [num_nodes, num_ways]
         return torch.cat([embedding, label], dim=-1)
 
-    def forward(self, episodes: Data, query: str = "learned", answers: Optional[Tensor] = None) -> Tensor:
-        x = self.node_features(episodes)
+    def forward(self, episodes: Data, query: str = "learned", answers: Optional[Tensor] = None,
+                embedding: Optional[Tensor] = None) -> Tensor:
+        """Class scores ``[num_episodes, num_ways]`` at the query nodes.
+        ``embedding`` ``[num_nodes, embedding_dim]`` stands in for the CNN's
+        output (in eval mode, images embedded once for many episodes)."""
+        x = self.node_features(episodes, embedding)
         ask = None
         if self.gnn.query_head is not None:
             ask = lambda h: self.ask(h, episodes, query, answers)  # noqa: E731

@@ -20,6 +20,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 from tqdm import tqdm
 
 from .. import distributed
@@ -150,17 +151,37 @@ def _suffix(name: str) -> str:
 
 
 @torch.no_grad()
+def embed_images(model: FewShotModel, classes: FewShotClasses, device: torch.device,
+                 chunk: int = 1000) -> Tensor:
+    """The CNN's embedding ``[classes, per_class, dim]`` of every image of a
+    split. In eval mode an image's embedding does not depend on the others
+    in its batch, so many episodes can share one pass over the split."""
+    images = classes.images.flatten(0, 1)  # [classes * per_class, channels, height, width]
+    parts = [model.embedding(classes.normalize(images[i:i + chunk].to(device)))
+             for i in range(0, images.size(0), chunk)]
+    return torch.cat(parts).view(classes.num_classes, classes.per_class, -1)
+
+
+@torch.no_grad()
 def accuracy_on(model: FewShotModel, sampler: EpisodeSampler, episodes: int, batch_size: int, seed: int,
                 device: torch.device, query: str = "learned", progress: str = "") -> Tuple[int, int]:
     """Correct answers and episodes over ``episodes`` episodes drawn from a
-    generator seeded by ``seed``, in batches of ``batch_size``."""
+    generator seeded by ``seed``, in batches of ``batch_size``. In eval mode
+    each image of the split is embedded once (when the episodes hold more
+    images than the split), not once per episode it appears in."""
     generator = torch.Generator().manual_seed(seed)
+    classes = sampler.classes
+    table = None
+    if not model.training and episodes * sampler.episode_size > classes.num_classes * classes.per_class:
+        table = embed_images(model, classes, device)
     correct = total = 0
     with tqdm(total=episodes, desc=progress, unit="episode", disable=not progress, leave=False) as bar:
         while total < episodes:
             size = min(batch_size, episodes - total)
             batch = sampler.sample(size, generator, device)
-            logits = model(batch, query=query) if model.config.active else model(batch)
+            embedding = None if table is None else table[batch.image[:, 0], batch.image[:, 1]]
+            logits = model(batch, query=query, embedding=embedding) if model.config.active \
+                else model(batch, embedding=embedding)
             correct += int((logits.argmax(dim=1) == batch.target).sum())
             total += size
             bar.update(size)

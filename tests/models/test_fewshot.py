@@ -184,3 +184,29 @@ def test_miniimagenet_network_shapes():
     assert model(batch).shape == (2, 5)
     assert isinstance(model.gnn.last, MetricAttentionConv)
     assert model.gnn.convs[0].hidden_channels == [192, 192, 96, 96]
+
+
+@pytest.mark.parametrize("active", [False, True])
+def test_evaluation_embeds_each_image_once_with_the_same_answers(active):
+    from graphseq.stages.fewshot import accuracy_on, embed_images
+    torch.manual_seed(0)
+    classes = random_classes()
+    sampler = EpisodeSampler(classes, 5, 1, 2 if active else 0)
+    model = FewShotModel(FewShotConfig(5, active=active))
+    trained_statistics(model, sampler.sample(4, torch.Generator().manual_seed(1)))
+    model.eval()
+    batch = sampler.sample(6, torch.Generator().manual_seed(2))
+    table = embed_images(model, classes, torch.device("cpu"))
+    assert table.shape == (12, 8, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(batch, embedding=table[batch.image[:, 0], batch.image[:, 1]]),
+                                   model(batch), rtol=1e-5, atol=1e-5)
+    # 40 episodes hold more images than the split's 96: the table is used,
+    # and the count equals that of a loop that embeds every episode's images.
+    correct, total = accuracy_on(model, sampler, 40, 7, seed=3, device=torch.device("cpu"))
+    generator, expected = torch.Generator().manual_seed(3), 0
+    with torch.no_grad():
+        for size in (7, 7, 7, 7, 7, 5):
+            batch = sampler.sample(size, generator)
+            expected += int((model(batch).argmax(dim=1) == batch.target).sum())
+    assert (correct, total) == (expected, 40)
