@@ -49,7 +49,6 @@ class ChainSchedule(NamedTuple):
         sizes (list of int): the number of nodes in each step (non-increasing).
         orders: per direction, the node at each row of the step order ``[num_nodes]``.
         positions: per direction, the row of each node in the step order ``[num_nodes]``.
-        ends: the row of each chain's last node in the step order, by rank ``[num_chains]``.
         chain_graph: the graph of each chain, by rank ``[num_chains]``.
         graph_chain: the chain of each graph ``[num_graphs]`` when every graph
             holds one, else :obj:`None` (some graphs have no nodes).
@@ -65,7 +64,6 @@ class ChainSchedule(NamedTuple):
     sizes: List[int]
     orders: Tuple[Tensor, Tensor]
     positions: Tuple[Tensor, Tensor]
-    ends: Tensor
     chain_graph: Tensor
     graph_chain: Optional[Tensor]
     step_edges: List[Tensor]
@@ -165,8 +163,6 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
     rank = torch.empty(num_nodes, dtype=torch.long)
     rank[starts[by_length]] = torch.arange(num_chains)
     step_sizes = torch.bincount(depth, minlength=0) if num_nodes else torch.zeros(0, dtype=torch.long)
-    offsets = torch.cumsum(step_sizes, 0) - step_sizes
-    ends = offsets[length[by_length] - 1] + torch.arange(num_chains) if num_chains else starts
 
     # The edge into each node (forward direction) and out of it (reverse).
     edge_into = torch.full((num_nodes,), -1, dtype=torch.long)
@@ -189,7 +185,7 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
     frontier = torch.arange(first, device=device).expand(2, -1)
     step_edges = [frontier[:, :size] for size in sizes[1:]]
     return ChainSchedule(num_nodes, num_edges, num_graphs, sizes, tuple(orders), tuple(positions),
-                         ends.to(device), chain_graph.to(device), graph_chain, step_edges,
+                         chain_graph.to(device), graph_chain, step_edges,
                          tuple(edge_ids))
 
 
@@ -231,6 +227,9 @@ class ChainRecurrence(MessagePassing):
 
     gate_blocks: int = 1  # the input projection has gate_blocks * hidden_size rows
     has_cell_state: bool = False
+    fused_step = None  # see _fused_step
+    _lifting_whole_rows = False  # see _index_select
+    defers_recurrent_grad = False  # whether fused_step leaves W_hh's gradient to _DeferredRecurrentGrad
     propagate_type = {"state": Tensor, "aligned": bool, "edge_id": Optional[Tensor]}
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
@@ -328,8 +327,9 @@ class ChainRecurrence(MessagePassing):
                 (needed under ``torch.compile(fullgraph=True)``).
 
         Returns:
-            ``out`` ``[num_nodes, num_directions * hidden_size]`` and the final
-            state of each graph, shaped like ``state``.
+            ``out`` ``[num_nodes, num_directions * hidden_size]`` (``proj_size``
+            for a projected LSTM) and the final state of each graph, shaped
+            like ``state``.
         """
         out, state, _ = self._run(x, edge_index, batch, state, schedule)
         return out, state
@@ -387,14 +387,16 @@ class ChainRecurrence(MessagePassing):
         else:
             projected = torch.addmm(input_bias, x, weight_ih.t())
 
-        width = self.output_size()
+        # Split, not slice: the backward of a slice fills a zero tensor the
+        # size of the whole input per step, the backward of one split
+        # concatenates once.
+        inputs = exact_inputs = projected.split(sizes)  # per step [sizes[t], gate_size]
         step = self._fused_step(x)
         messages = None  # the h of every message, for W_hh's gradient in one product
-        exact_inputs = projected.split(sizes)  # (see _DeferredRecurrentGrad)
         if step is not None and self.defers_recurrent_grad and torch.is_grad_enabled() \
                 and weight_hh.requires_grad:
             messages = []
-            projected = _DeferredRecurrentGrad.apply(projected, weight_hh, messages)
+            inputs = _DeferredRecurrentGrad.apply(projected, weight_hh, messages).split(sizes)
 
         # The first step's messages are the initial states of the chains.
         state = h_0.index_select(0, schedule.chain_graph)  # [num_chains, output_size]
@@ -402,29 +404,37 @@ class ChainRecurrence(MessagePassing):
             state = torch.cat([state, c_0.index_select(0, schedule.chain_graph)], dim=1)
         # The edge ids tell hooks and explainers which edge each message is.
         step_edges, edge_ids = schedule.step_edges, schedule.edge_ids[direction]
-        # Split, not slice: the backward of a slice fills a zero tensor the
-        # size of the whole input per step, the backward of one split
-        # concatenates once.
-        states, extras = [], []
-        for t, inputs in enumerate(projected.split(sizes)):
-            if t > 0:
-                state = self.propagate(step_edges[t - 1], state=state, size=(sizes[t - 1], sizes[t]),
-                                       aligned=True, edge_id=edge_ids[t - 1])
-            if step is None:
-                state, extra = self.cell(inputs, state, weights)  # [sizes[t], state_size]
-            else:
-                state, extra = step(inputs, exact_inputs[t], state, *weights, messages), None
-            states.append(state)
-            if extra is not None:
-                extras.append(extra)
+        width = self.output_size()
+        outputs, ended, extras = [], [], []
+        self._lifting_whole_rows = True
+        try:
+            for t, size in enumerate(sizes):
+                if t > 0:  # state: the states of the chains that go on, by rank
+                    state = self.propagate(step_edges[t - 1], state=state, size=(size, size),
+                                           aligned=True, edge_id=edge_ids[t - 1])
+                carried = sizes[t + 1] if t + 1 < len(sizes) else 0  # chains past this step
+                if step is None:
+                    new, extra = self.cell(inputs[t], state, weights)  # [size, state_size]
+                    out = new if new.size(1) == width else new[:, :width]
+                    state, last = new.split([carried, size - carried])
+                    if extra is not None:
+                        extras.append(extra)
+                else:
+                    state, out, last = step(inputs[t], exact_inputs[t], state, *weights, messages, carried)
+                outputs.append(out)
+                if carried < size:
+                    ended.append(last)
+        finally:
+            self._lifting_whole_rows = False
 
         # Without nodes, a slice of the projection keeps outputs attached to
         # the graph (x and the weights), as an empty tensor should be.
-        states = torch.cat(states) if states else projected[:, :self.state_size()]
-        out = states[:, :width].index_select(0, position)  # [num_nodes, output_size], node order
+        out = torch.cat(outputs) if outputs else projected[:, :width]
+        out = out.index_select(0, position)  # [num_nodes, output_size], node order
         extra = torch.cat(extras).index_select(0, position) if extras else None
-        last = states.index_select(0, schedule.ends)  # [num_chains, state_size], by rank
-        h_n = self._per_graph(h_0, last[:, :width], schedule)
+        # The chains end shortest first, so the ends come in reverse rank order.
+        last = torch.cat(ended[::-1]) if ended else projected[:0, :self.state_size()]
+        h_n = self._per_graph(h_0, last[:, :width], schedule)  # [num_graphs, output_size]
         c_n = None if c_0 is None else self._per_graph(c_0, last[:, width:], schedule)
         return out, h_n, c_n, extra
 
@@ -449,19 +459,18 @@ class ChainRecurrence(MessagePassing):
         return input_bias, (getattr(self, f"weight_hh{suffix}").t(), None)
 
     def _fused_step(self, x: Tensor):
-        """The cell fused by hand into one autograd node (an
-        :class:`torch.autograd.Function` taking ``inputs, exact_inputs,
-        state, *weights, messages``, see :class:`_DeferredRecurrentGrad`), or None to
-        run :meth:`cell` op by op. The fused step gives the same
-        numbers; torch.compile (which fuses by itself) and autocast (which
-        picks each op's precision) trace :meth:`cell` instead."""
+        """The cell fused by hand into one autograd node, or None to run
+        :meth:`cell` op by op. The node is a :class:`torch.autograd.Function`
+        taking ``inputs, exact_inputs, state, *weights, messages, carried``
+        (see :class:`_DeferredRecurrentGrad`) and returning the new states of
+        the first ``carried`` rows, the output and the new states of the other
+        rows. The fused step gives the same numbers; torch.compile (which
+        fuses by itself) and autocast (which picks each op's precision) trace
+        :meth:`cell` instead."""
         if self.fused_step is None or torch.compiler.is_compiling() \
                 or torch.is_autocast_enabled(x.device.type):
             return None
         return self.fused_step
-
-    fused_step = None
-    defers_recurrent_grad = False  # whether fused_step leaves W_hh's gradient to _DeferredRecurrentGrad
 
     def cell(self, inputs: Tensor, state: Tensor, weights: tuple) -> Tuple[Tensor, Optional[Tensor]]:
         """The update rule for one frontier: ``inputs`` ``[B, gate_size]`` is
@@ -481,6 +490,14 @@ class ChainRecurrence(MessagePassing):
         if aligned:
             return inputs
         return super().aggregate(inputs, index, ptr=ptr, dim_size=dim_size)
+
+    def _index_select(self, src: Tensor, index: Tensor) -> Tensor:
+        # The engine's step edges leave every row of the states they carry,
+        # in order, so the messages of a step are those states as they are:
+        # no copy forward, no zero-filled scatter backward.
+        if self._lifting_whole_rows:
+            return src
+        return super()._index_select(src, index)
 
     def explain_message(self, inputs: Tensor, dim_size: Optional[int],
                         edge_id: Optional[Tensor] = None) -> Tensor:
@@ -660,79 +677,100 @@ class _LSTMStep(torch.autograd.Function):
     forward writes ``[h, c]`` into one tensor, the backward computes the
     gates' gradient in a handful of ops instead of one autograd node per op.
     ``W_hh``'s gradient comes from :class:`_DeferredRecurrentGrad`. With
-    ``create_graph`` (double backward) it differentiates :meth:`ChainLSTM.cell`
-    instead, so every order of derivative is autograd's."""
+    ``create_graph`` (double backward) it differentiates :func:`_lstm_cell`
+    instead, so every order of derivative is autograd's.
+
+    Returns the states of the first ``carried`` rows (the chains that go on:
+    the next step's messages), the output ``h`` ``[B, width]`` and the states
+    of the other rows (the chains that end here), each used once: their
+    gradients meet in this step's backward instead of in zero-filled tensors."""
 
     @staticmethod
     def forward(ctx, inputs: Tensor, exact_inputs: Tensor, message: Tensor, w_hh: Tensor,
-                w_hr: Optional[Tensor], messages: Optional[List[Tensor]]) -> Tensor:
+                w_hr: Optional[Tensor], messages: Optional[List[Tensor]], carried: int):
+        # Written for few calls: each op on these small tensors costs more to
+        # launch than to run.
         width, hidden = w_hh.size(0), inputs.size(1) // 4
-        h, c_prev = message.split([width, hidden], dim=1)
+        h = message[:, :width]
         if messages is not None:
             messages.append(h)  # for W_hh's gradient (see _DeferredRecurrentGrad)
-        gates = torch.addmm(inputs, h, w_hh)  # [B, 4 * hidden]: i, f, g, o, made activations in place
-        gates[:, :2 * hidden].sigmoid_()
-        gates[:, 2 * hidden:3 * hidden].tanh_()
-        gates[:, 3 * hidden:].sigmoid_()
-        i, f, g, o = gates.chunk(4, dim=1)
+        gates = torch.addmm(inputs, h, w_hh)  # [B, 4 * hidden]: i, f, g, o
+        g = gates[:, 2 * hidden:3 * hidden].tanh()
+        i, f, _, o = gates.sigmoid_().chunk(4, dim=1)  # (g's block of it unused)
         state = torch.empty_like(message)  # [B, width + hidden]
-        h, c = state.split([width, hidden], dim=1)
-        torch.mul(f, c_prev, out=c)
-        c.addcmul_(i, g)
+        c = torch.mul(f, message[:, width:], out=state[:, width:]).addcmul_(i, g)
         tanh_c = c.tanh()
-        if w_hr is None:
-            unprojected = None
-            torch.mul(o, tanh_c, out=h)
-        else:
-            unprojected = o * tanh_c
-            h.copy_(unprojected.mm(w_hr))
-        ctx.save_for_backward(exact_inputs, message, w_hh, w_hr, gates, tanh_c, unprojected)
-        return state
+        unprojected = o * tanh_c
+        out = unprojected if w_hr is None else unprojected.mm(w_hr)  # [B, width]
+        state[:, :width] = out
+        ctx.carried = carried
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(exact_inputs, message, w_hh, w_hr, gates, g, tanh_c,
+                              None if w_hr is None else unprojected)
+        return state[:carried], out, state[carried:]
 
     @staticmethod
-    def backward(ctx, d_state: Tensor):
-        exact_inputs, message, w_hh, w_hr, gates, tanh_c, unprojected = ctx.saved_tensors
+    def backward(ctx, d_carried: Optional[Tensor], d_out: Optional[Tensor], d_ended: Optional[Tensor]):
+        exact_inputs, message, w_hh, w_hr, gates, g, tanh_c, unprojected = ctx.saved_tensors
+        carried = ctx.carried
         if torch.is_grad_enabled():
-            return (None,) + _differentiable_step_grads(ctx.needs_input_grad[1:], _lstm_cell, d_state,
-                                                        exact_inputs, message, w_hh, w_hr) + (None,)
-        width, hidden = w_hh.size(0), tanh_c.size(1)
-        c_prev = message[:, width:]
-        i, f, g, o = gates.chunk(4, dim=1)
-        d_h, d_c = d_state.split([width, hidden], dim=1)
+            def outputs(*args):
+                state = _lstm_cell(*args)
+                return state[:carried], state[:, :w_hh.size(0)], state[carried:]
+            return (None,) + _differentiable_step_grads(
+                ctx.needs_input_grad[1:5], outputs, (d_carried, d_out, d_ended),
+                exact_inputs, message, w_hh, w_hr) + (None, None)
+        width, hidden = w_hh.size(0), g.size(1)
+        d_state = _rows_of(message, carried, d_carried, d_ended)  # the state's three uses, summed
+        if d_out is not None:
+            d_state[:, :width].add_(d_out)
+        d_h, d_c = d_state[:, :width], d_state[:, width:]
         d_w_hr = None
         if w_hr is not None:
             d_w_hr = unprojected.t().mm(d_h) if ctx.needs_input_grad[4] else None
             d_h = d_h.mm(w_hr.t())  # [B, hidden]
-        # h = o tanh(c), c = f c_j + i g: the gradient reaching c, then each gate's.
-        d_c = torch.addcmul(d_c, d_h * o, 1 - tanh_c * tanh_c)
+        # h = o tanh(c), c = f c_j + i g: the gradient reaching c, then each
+        # gate's, first through its product, then through its activation.
+        i, f, _, o = gates.chunk(4, dim=1)
+        d_c = d_c.addcmul_(d_h * o, 1 - tanh_c * tanh_c)
         d_gates = torch.empty_like(gates)
         d_i, d_f, d_g, d_o = d_gates.chunk(4, dim=1)
         torch.mul(d_c, g, out=d_i)
-        torch.mul(d_c, c_prev, out=d_f)
-        torch.mul(d_c, i, out=d_g)
+        torch.mul(d_c, message[:, width:], out=d_f)
         torch.mul(d_h, tanh_c, out=d_o)
-        slope = gates * (1 - gates)  # sigmoid' = s (1 - s) ...
-        torch.addcmul(gates.new_ones(()), g, g, value=-1, out=slope[:, 2 * hidden:3 * hidden])  # tanh' = 1 - g^2
-        d_gates.mul_(slope)
+        d_gates.mul_(gates - gates * gates)  # sigmoid' = s (1 - s), g's block overwritten next
+        torch.mul(d_c, i, out=d_g).mul_(1 - g * g)  # tanh' = 1 - g^2
         d_message = None
         if ctx.needs_input_grad[2]:
             d_message = torch.empty_like(message)
-            d_h_prev, d_c_prev = d_message.split([width, hidden], dim=1)
-            torch.mm(d_gates, w_hh.t(), out=d_h_prev)
-            torch.mul(d_c, f, out=d_c_prev)
-        return d_gates, None, d_message, None, d_w_hr, None
+            torch.mm(d_gates, w_hh.t(), out=d_message[:, :width])
+            torch.mul(d_c, f, out=d_message[:, width:])
+        return d_gates, None, d_message, None, d_w_hr, None, None
 
 
-def _differentiable_step_grads(needs_input_grad, cell, d_state: Tensor, *args):
-    """A fused step's gradients by autograd through the op-by-op ``cell``,
-    for ``create_graph``; ``W_hh``'s included (see _DeferredRecurrentGrad)."""
+def _rows_of(like: Tensor, carried: int, d_carried: Optional[Tensor], d_ended: Optional[Tensor]) -> Tensor:
+    """The gradients of a step's carried and ended rows as one tensor shaped ``like``."""
+    d_state = torch.empty_like(like)
+    for rows, grad in ((d_state[:carried], d_carried), (d_state[carried:], d_ended)):
+        if grad is None:
+            rows.zero_()
+        else:
+            rows.copy_(grad)
+    return d_state
+
+
+def _differentiable_step_grads(needs_input_grad, outputs, grads, *args):
+    """A fused step's gradients by autograd through its op-by-op version
+    ``outputs(*args)`` (the step's outputs, for ``grads``), for
+    ``create_graph``; ``W_hh``'s included (see _DeferredRecurrentGrad)."""
     wanted = [k for k, arg in enumerate(args) if arg is not None and needs_input_grad[k]]
     with torch.enable_grad():
-        state = cell(*args)
-    grads = torch.autograd.grad(state, [args[k] for k in wanted], d_state, create_graph=True,
-                                allow_unused=True)
+        results = outputs(*args)
+    pairs = [(result, grad) for result, grad in zip(results, grads) if grad is not None]
+    found = torch.autograd.grad([result for result, _ in pairs], [args[k] for k in wanted],
+                                [grad for _, grad in pairs], create_graph=True, allow_unused=True)
     out = [None] * len(args)
-    for k, grad in zip(wanted, grads):
+    for k, grad in zip(wanted, found):
         out[k] = grad
     return tuple(out)
 
@@ -842,12 +880,13 @@ def _gru_cell(inputs: Tensor, h: Tensor, w_hh: Tensor, hidden_bias: Optional[Ten
 
 class _GRUStep(torch.autograd.Function):
     """One GRU step of a frontier, :func:`_gru_cell` fused by hand (see
-    :class:`_LSTMStep`); its weight gradients come per step, since ``r``
-    scales part of ``W_hh h``."""
+    :class:`_LSTMStep`); returns the new ``h`` of the first ``carried`` rows,
+    of all rows (the output) and of the other rows. Its weight gradients come
+    per step, since ``r`` scales part of ``W_hh h``."""
 
     @staticmethod
     def forward(ctx, inputs: Tensor, exact_inputs: Tensor, h: Tensor, w_hh: Tensor,
-                hidden_bias: Optional[Tensor], messages: None) -> Tensor:
+                hidden_bias: Optional[Tensor], messages: None, carried: int):
         hidden = h.size(1)
         if hidden_bias is None:
             recurrent = h.mm(w_hh)  # [B, 3 * hidden]: r, z, n parts of W_hh h (+ b_hn)
@@ -856,15 +895,26 @@ class _GRUStep(torch.autograd.Function):
         rz = torch.add(inputs[:, :2 * hidden], recurrent[:, :2 * hidden]).sigmoid_()
         r, z = rz.chunk(2, dim=1)
         n = torch.addcmul(inputs[:, 2 * hidden:], r, recurrent[:, 2 * hidden:]).tanh_()
+        ctx.carried = carried
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(exact_inputs, h, w_hh, hidden_bias, rz, n, recurrent)
-        return torch.lerp(n, h, z)
+        new = torch.lerp(n, h, z)
+        return new[:carried], new, new[carried:]
 
     @staticmethod
-    def backward(ctx, d_h: Tensor):
+    def backward(ctx, d_carried: Optional[Tensor], d_new: Optional[Tensor], d_ended: Optional[Tensor]):
         exact_inputs, h, w_hh, hidden_bias, rz, n, recurrent = ctx.saved_tensors
+        carried = ctx.carried
         if torch.is_grad_enabled():
-            return (None,) + _differentiable_step_grads(ctx.needs_input_grad[1:], _gru_cell, d_h,
-                                                        exact_inputs, h, w_hh, hidden_bias) + (None,)
+            def outputs(*args):
+                new = _gru_cell(*args)
+                return new[:carried], new, new[carried:]
+            return (None,) + _differentiable_step_grads(
+                ctx.needs_input_grad[1:5], outputs, (d_carried, d_new, d_ended),
+                exact_inputs, h, w_hh, hidden_bias) + (None, None)
+        d_h = _rows_of(h, carried, d_carried, d_ended)
+        if d_new is not None:
+            d_h.add_(d_new)
         hidden = h.size(1)
         r, z = rz.chunk(2, dim=1)
         # h' = n + z (h - n), n = tanh(i_n + r (W_hn h + b_hn)), r and z sigmoids.
@@ -875,10 +925,10 @@ class _GRUStep(torch.autograd.Function):
         torch.mul(d_n, recurrent[:, 2 * hidden:], out=d_r)
         d_inputs[:, :2 * hidden].mul_(rz * (1 - rz))
         d_recurrent = torch.cat([d_inputs[:, :2 * hidden], d_n * r], dim=1)
-        d_prev = torch.addmm(d_h * z, d_recurrent, w_hh.t()) if ctx.needs_input_grad[2] else None
+        d_prev = torch.addmm(d_h.mul_(z), d_recurrent, w_hh.t()) if ctx.needs_input_grad[2] else None
         d_w_hh = h.t().mm(d_recurrent) if ctx.needs_input_grad[3] else None
         d_bias = d_recurrent.sum(0) if hidden_bias is not None and ctx.needs_input_grad[4] else None
-        return d_inputs, None, d_prev, d_w_hh, d_bias, None
+        return d_inputs, None, d_prev, d_w_hh, d_bias, None, None
 
 
 class ChainGRU(ChainRecurrence):

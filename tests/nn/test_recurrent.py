@@ -417,7 +417,6 @@ def test_step_order_is_packed_layout():
     assert schedule.orders[0].tolist() == [2, 0, 5, 3, 1, 4]
     assert schedule.orders[1].tolist() == [4, 1, 5, 3, 0, 2]
     assert schedule.chain_graph.tolist() == [1, 0, 2]
-    assert schedule.ends.tolist() == [5, 4, 2]  # rows of nodes 4, 1 and 5
     assert [ids.tolist() for ids in schedule.edge_ids[0]] == [[1, 0], [2]]  # into nodes 3, 1; 4
     assert [ids.tolist() for ids in schedule.edge_ids[1]] == [[2, 0], [1]]  # out of nodes 3, 0; 2
     assert [edges.tolist() for edges in schedule.step_edges] == [[[0, 1], [0, 1]], [[0], [0]]]
