@@ -19,6 +19,15 @@ class GAT(nn.Module):
     """Dropout -> GATConv (``heads`` x ``hidden_channels``, concatenated) -> ELU
     -> dropout -> GATConv (``output_heads``, averaged).
 
+    The model of the authors' code (github.com/PetarV-/GAT, ``models/gat.py``
+    and ``utils/layers.py``): each layer drops out its input, its attention
+    coefficients and the transformed features it sums (``value_dropout``),
+    all at 0.6 by default; ELU between the layers; the output heads averaged.
+    Two details of that code are not followed: each head there draws its own
+    dropout mask of the layer's input (here one mask serves all heads), and
+    its attention scores carry a bias that the softmax nearly cancels (PyG's
+    GATConv has none).
+
     Args:
         in_channels (int): number of input features.
         hidden_channels (int): features per head of the hidden layer. (default: 8)
@@ -28,12 +37,12 @@ class GAT(nn.Module):
         dropout (float): dropout of each layer's input. (default: 0.6)
         attention_dropout (float): dropout of the attention coefficients. (default: 0.6)
         value_dropout (float): dropout of each layer's transformed features
-            before they are summed, as in the authors' code. (default: 0)
+            before they are summed, as in the authors' code. (default: 0.6)
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 8,
                  heads: int = 8, output_heads: int = 1, dropout: float = 0.6,
-                 attention_dropout: float = 0.6, value_dropout: float = 0.0):
+                 attention_dropout: float = 0.6, value_dropout: float = 0.6):
         super().__init__()
         self.dropout = dropout
         # Both layers attend over the same graph with self-loops, so the

@@ -9,8 +9,9 @@ from .registry import stage
 @stage("gat", checks={"hidden_channels": at_least(1), "heads": at_least(1), "output_heads": at_least(1),
                       "dropout": probability, "attention_dropout": probability, "value_dropout": probability})
 def gat(ctx, *, hidden_channels: int = 8, heads: int = 8, output_heads: int = 1,
-        dropout: float = 0.6, attention_dropout: float = 0.6, value_dropout: float = 0.0) -> None:
-    """The two-layer GAT of the paper, as ``ctx.model``."""
+        dropout: float = 0.6, attention_dropout: float = 0.6, value_dropout: float = 0.6) -> None:
+    """The two-layer GAT of the paper as the authors' code builds it
+    (:class:`~graphseq.models.GAT`), as ``ctx.model``."""
     model = GAT(ctx.require("num_features", "gat"), ctx.require("num_classes", "gat"),
                 hidden_channels=hidden_channels, heads=heads, output_heads=output_heads,
                 dropout=dropout, attention_dropout=attention_dropout, value_dropout=value_dropout)
