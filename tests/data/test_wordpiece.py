@@ -1,0 +1,58 @@
+"""The WordPiece tokenizer: trained on a corpus, it reads every sentence of
+that corpus back exactly, keeps the special tokens at fixed ids, and survives
+a save and load."""
+import pytest
+
+from graphseq.data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
+from graphseq.errors import GraphseqError
+
+CORPUS = [
+    "the movie was wonderful , and the acting amazing .",
+    "a terrible , awful film that nobody should see !",
+    "unwatchable : the plot is thin and the jokes are thinner .",
+    "Wonderful performances make up for a thin script",
+] * 5
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return WordPieceTokenizer.train(CORPUS, vocab_size=120, min_frequency=1)
+
+
+def test_special_tokens_have_fixed_ids(tokenizer):
+    assert [tokenizer.id_to_token(i) for i in range(5)] == SPECIAL_TOKENS
+    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (0, 1, 2, 3, 4)
+
+
+def test_round_trip_gives_back_every_sentence(tokenizer):
+    for sentence in CORPUS:
+        ids = tokenizer.encode(sentence)
+        assert tokenizer.unk_id not in ids
+        assert tokenizer.decode(ids) == " ".join(tokenizer.words(sentence))
+        assert tokenizer.decode(ids) == sentence.lower()
+
+
+def test_a_small_vocabulary_cuts_rare_words_into_marked_pieces(tokenizer):
+    pieces = tokenizer.tokens("unwatchable thinner")
+    assert len(pieces) > 2 and any(p.startswith("##") for p in pieces)
+    assert tokenizer.decode(tokenizer.encode("unwatchable thinner")) == "unwatchable thinner"
+
+
+def test_mask_written_in_text_is_the_mask_token(tokenizer):
+    ids = tokenizer.encode("the movie was [MASK] .")
+    assert ids.count(tokenizer.mask_id) == 1 and ids[-2] == tokenizer.mask_id
+    assert tokenizer.tokens("the movie was [MASK] .")[-2] == "[MASK]"
+
+
+def test_saved_tokenizer_reads_text_the_same(tokenizer, tmp_path):
+    tokenizer.save(tmp_path / "tokenizer.json")
+    loaded = WordPieceTokenizer.load(tmp_path)
+    assert loaded.vocab_size == tokenizer.vocab_size
+    assert [loaded.encode(s) for s in CORPUS] == [tokenizer.encode(s) for s in CORPUS]
+
+
+def test_damaged_tokenizer_file_is_named(tmp_path):
+    path = tmp_path / "tokenizer.json"
+    path.write_text('{"version": "1.0", "model": ')
+    with pytest.raises(GraphseqError, match="damaged tokenizer file .*tokenizer.json"):
+        WordPieceTokenizer.load(path)

@@ -1,0 +1,106 @@
+"""The small BERT: its encoder is torch's Transformer encoder with copied
+weights, its masked-LM output layer is the token embedding, and a padded
+batch reads each sequence as if it were alone."""
+import pytest
+import torch
+
+from graphseq.data.pretraining import IGNORE, collate
+from graphseq.models.bert import (BertClassifier, BertConfig, BertEncoder, BertForPretraining,
+                                  cls_nodes)
+
+CONFIG = dict(vocab_size=50, hidden_size=16, num_layers=3, num_heads=4, feedforward_size=32, max_len=12)
+
+
+def random_sequences(sizes, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    sequences = [[2] + torch.randint(5, 50, (n - 2,), generator=generator).tolist() + [3] for n in sizes]
+    segments = [[0] * (n // 2) + [1] * (n - n // 2) for n in sizes]
+    return collate(sequences, segments)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_encoder_equals_torch_transformer_encoder_on_padded_batches(norm_first, activation):
+    torch.manual_seed(0)
+    config = BertConfig(**CONFIG, dropout=0.1, activation=activation, norm_first=norm_first)
+    ours = BertEncoder(config).eval()
+    for p in ours.parameters():  # Non-trivial biases and layer-norm scales.
+        torch.nn.init.normal_(p, std=0.3)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.1, activation=activation,
+                                             batch_first=True, norm_first=norm_first)
+    theirs = torch.nn.TransformerEncoder(layer, 3, norm=torch.nn.LayerNorm(16) if norm_first else None,
+                                         enable_nested_tensor=False).eval()
+    state = {k: v for k, v in ours.state_dict().items() if k.startswith("layers.")}
+    if norm_first:
+        state.update({f"norm.{k}": v for k, v in ours.final_norm.state_dict().items()})
+    theirs.load_state_dict(state)
+
+    sizes = [5, 12, 3, 8]
+    graphs = random_sequences(sizes)
+    out = ours(graphs.tokens, graphs.segments, graphs.positions, graphs.batch)
+    embedded = ours.embed(graphs.tokens, graphs.segments, graphs.positions)
+    padded = torch.zeros(len(sizes), max(sizes), 16)
+    padding = torch.ones(len(sizes), max(sizes), dtype=torch.bool)
+    for i, part in enumerate(embedded.split(sizes)):
+        padded[i, :len(part)], padding[i, :len(part)] = part, False
+    with torch.no_grad():
+        expected = theirs(padded, src_key_padding_mask=padding)[~padding]
+    assert torch.allclose(out, expected, atol=1e-5)
+
+
+def test_each_sequence_is_read_alone():
+    torch.manual_seed(0)
+    encoder = BertEncoder(BertConfig(**CONFIG)).eval()
+    graphs = random_sequences([4, 7, 6])
+    together = encoder(graphs.tokens, graphs.segments, graphs.positions, graphs.batch)
+    alone = random_sequences([7], seed=0)
+    mask = graphs.batch == 1
+    single = encoder(graphs.tokens[mask], graphs.segments[mask], graphs.positions[mask],
+                     torch.zeros(int(mask.sum()), dtype=torch.long))
+    assert alone.tokens.numel() == 7
+    assert torch.allclose(together[mask], single, atol=1e-5)
+
+
+def test_masked_lm_output_layer_is_the_token_embedding():
+    model = BertForPretraining(BertConfig(**CONFIG))
+    torch.nn.init.normal_(model.mlm_bias)
+    states = torch.randn(3, 16)
+    hidden = model.mlm_norm(torch.nn.functional.gelu(model.mlm_transform(states)))
+    expected = hidden @ model.encoder.token_embedding.weight.t() + model.mlm_bias
+    assert torch.allclose(model.mlm_logits(states), expected, atol=1e-6)
+    # No second [vocab, hidden] matrix: the output layer is the embedding itself.
+    tables = [name for name, p in model.named_parameters() if p.shape == (50, 16)]
+    assert tables == ["encoder.token_embedding.weight"]
+
+
+def test_pair_loss_ignores_single_sentences():
+    torch.manual_seed(0)
+    model = BertForPretraining(BertConfig(**CONFIG)).eval()
+    graphs = random_sequences([6, 9, 5])
+    graphs.mlm_labels = torch.full_like(graphs.tokens, IGNORE)
+    graphs.mlm_labels[2] = graphs.tokens[2]
+    graphs.nsp_labels = torch.tensor([1, IGNORE, 0])
+    with torch.no_grad():
+        _, figures = model.loss(graphs)
+        _, _, nsp_logits = model(graphs)
+    expected = torch.nn.functional.cross_entropy(nsp_logits[[0, 2]], torch.tensor([1, 0]))
+    assert figures["nsp_loss"] == pytest.approx(float(expected), rel=1e-5)
+    assert figures["nsp_count"] == 2
+
+
+def test_classifier_starts_from_the_pretrained_encoder_and_pooler():
+    pretrained = BertForPretraining(BertConfig(**CONFIG))
+    classifier = BertClassifier.from_pretraining(pretrained, num_classes=3).eval()
+    for name, value in pretrained.encoder.state_dict().items():
+        assert torch.equal(classifier.encoder.state_dict()[name], value)
+    assert torch.equal(classifier.pooler.weight, pretrained.pooler.weight)
+    graphs = random_sequences([4, 10])
+    assert classifier(graphs).shape == (2, 3)
+    assert cls_nodes(graphs.positions).tolist() == [0, 4]
+
+
+def test_too_long_sequence_is_refused():
+    encoder = BertEncoder(BertConfig(**CONFIG))
+    graphs = random_sequences([13])
+    with pytest.raises(Exception, match="longer than the model's 12 positions"):
+        encoder(graphs.tokens, graphs.segments, graphs.positions, graphs.batch)
