@@ -281,6 +281,29 @@ def _caption(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_fill_mask(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("fill-mask", help="the likeliest pieces for each [MASK] of a text, from a bert-pretrain run")
+    p.add_argument("dir", help="the bert-pretrain run's --out directory (holding bert.pt and tokenizer.json)")
+    p.add_argument("text", help='a text with one or more [MASK], e.g. "the movie was [MASK] ."')
+    p.add_argument("--top-k", type=int, default=5, help="pieces shown per mask (default 5)")
+    p.add_argument("--device", default="cpu", help="auto, cpu or cuda (default cpu)")
+    p.set_defaults(handler=_fill_mask)
+
+
+def _fill_mask(args: argparse.Namespace) -> int:
+    from .models.bert import fill_mask, load_pretrained
+    from .pipeline import resolve_device
+
+    if args.top_k < 1:
+        raise GraphseqError(f"--top-k must be at least 1, got {args.top_k}")
+    model, tokenizer = load_pretrained(args.dir, resolve_device(args.device))
+    for i, candidates in enumerate(fill_mask(model, tokenizer, args.text, args.top_k), start=1):
+        print(f"[MASK] {i}")
+        for token, probability in candidates:
+            print(f"  {probability:.3f}  {token}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="graphseq", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -290,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plot_curves(commands)
     _add_sample(commands)
     _add_caption(commands)
+    _add_fill_mask(commands)
     return parser
 
 

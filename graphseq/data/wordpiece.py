@@ -57,6 +57,14 @@ class WordPieceTokenizer:
         trainer = tk.trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                                special_tokens=SPECIAL_TOKENS, show_progress=False)
         tokenizer.train_from_iterator(sentences, trainer)
+        # The trainer numbers pieces in hash order, which varies from process
+        # to process; WordPiece reads words by longest match whatever the
+        # ids, so sorted ids make the same pieces get the same ids. (Which
+        # pieces make the cut can still vary where merges tie at the end of
+        # the vocabulary: a run therefore saves its tokenizer and reuses it.)
+        pieces = sorted(set(tokenizer.get_vocab()) - set(SPECIAL_TOKENS))
+        vocab = {piece: i for i, piece in enumerate(SPECIAL_TOKENS + pieces)}
+        tokenizer.model = tk.models.WordPiece(vocab, unk_token=UNK)
         return cls(tokenizer)
 
     @classmethod

@@ -12,3 +12,5 @@ from . import attention_comparison  # noqa: F401,E402
 from . import graph_training  # noqa: F401,E402
 from . import captioning  # noqa: F401,E402
 from . import fewshot  # noqa: F401,E402
+from . import bert  # noqa: F401,E402
+from . import paragraph_vectors  # noqa: F401,E402

@@ -56,3 +56,10 @@ def test_damaged_tokenizer_file_is_named(tmp_path):
     path.write_text('{"version": "1.0", "model": ')
     with pytest.raises(GraphseqError, match="damaged tokenizer file .*tokenizer.json"):
         WordPieceTokenizer.load(path)
+
+
+
+def test_the_same_pieces_get_the_same_ids(tokenizer):
+    # The trainer's own numbering follows hash order, which varies between processes.
+    pieces = [tokenizer.id_to_token(i) for i in range(5, tokenizer.vocab_size)]
+    assert pieces == sorted(pieces)

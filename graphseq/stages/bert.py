@@ -1,0 +1,457 @@
+"""Stages of the BERT pipelines. ``bert-pretrain``: a corpus of documents, a
+WordPiece tokenizer trained on it, a small BERT, and masked-LM plus
+next-sentence pretraining by steps on the step trainer, scored on held-out
+documents. ``bert-polarity``: that pretraining for each group of
+cross-validation folds (leaving out every sentence of the group's test
+folds), then fine-tuning on sentence polarity from the pretrained weights
+and from scratch, fold by fold.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Dict, List
+
+import torch
+import torch.nn.functional as F
+
+from .. import distributed
+from ..data.polarity import cv_folds, load_polarity
+from ..data.pretraining import (Document, SentencePairs, TokenGraphs, collate, pack_pair,
+                                read_text_folder, shakespeare_speeches, split_held_out)
+from ..data.text import load_tiny_shakespeare
+from ..data.wordpiece import TOKENIZER_FILE, WordPieceTokenizer
+from ..errors import GraphseqError
+from ..io import atomic_write_bytes, write_json
+from ..models.bert import (WEIGHTS_FILE, BertClassifier, BertConfig, BertForPretraining,
+                           load_pretrained, save_pretrained)
+from ..training import train_steps
+from .registry import stage
+
+CORPUS_FILE = "pretraining.json"  # what a pretraining read, so fine-tuning can check its test folds
+
+
+@dataclass
+class PretrainingCorpus:
+    train: List[Document]
+    held_out: List[Document]
+    source: str
+    excluded_folds: List[int]
+    folds: int
+    fold_seed: int
+
+
+def _fold_list(values, folds: int, key: str) -> List[int]:
+    values = sorted({int(v) for v in values})
+    bad = [v for v in values if not 0 <= v < folds]
+    if bad:
+        raise GraphseqError(f"{key} must name folds 0..{folds - 1}, got {bad}")
+    return values
+
+
+@stage("bert_corpus")
+def bert_corpus(ctx, *, folder: str = "", exclude_folds: list = (), folds: int = 10, fold_seed: int = 0,
+                held_out: float = 0.05) -> None:
+    """The pretraining documents: every ``*.txt`` of ``folder`` (one document
+    per file, one sentence per line), or by default the shared texts:
+    tiny-shakespeare's speeches and the sentence-polarity snippets, leaving
+    out every snippet whose text is in one of the polarity test folds
+    ``exclude_folds`` (of ``cv_folds(10662, folds, fold_seed)``). A seeded
+    ``held_out`` fraction of the documents is kept for scoring."""
+    excluded = _fold_list(exclude_folds, folds, "exclude_folds")
+    if not 0.0 <= held_out < 1.0:
+        raise GraphseqError(f"held_out must lie in [0, 1), got {held_out}")
+    if folder:
+        if excluded:
+            raise GraphseqError("exclude_folds leaves polarity folds out of the shared texts; "
+                                "it has no meaning with a corpus folder")
+        documents, source = read_text_folder(folder), str(Path(folder).resolve())
+    else:
+        documents = shakespeare_speeches(load_tiny_shakespeare(ctx.data_root, ctx.data_mirror))
+        sentences, _ = load_polarity(ctx.data_root, ctx.data_mirror)
+        left_out = set()
+        for i, (_, _, test) in enumerate(cv_folds(len(sentences), folds, fold_seed)):
+            if i in excluded:
+                left_out.update(sentences[j] for j in test.tolist())
+        # By text, so that a duplicate of a test sentence elsewhere is left out too.
+        kept = [[s] for s in sentences if s not in left_out]
+        ctx.log.info(f"corpus: {len(documents):,} tiny-shakespeare speeches and {len(kept):,} of "
+                     f"{len(sentences):,} polarity sentences (left out: test folds {excluded or 'none'})")
+        documents, source = documents + kept, "shared"
+    train, held = split_held_out(documents, held_out, seed=0)
+    ctx.corpus = PretrainingCorpus(train, held, source, excluded, folds, fold_seed)
+    ctx.log.info(f"corpus: {len(train):,} documents ({sum(map(len, train)):,} sentences) for training, "
+                 f"{len(held):,} held out")
+
+
+@stage("bert_tokenizer")
+def bert_tokenizer(ctx, *, vocab_size: int = 8000, min_frequency: int = 2, file: str = "") -> None:
+    """A WordPiece vocabulary of at most ``vocab_size`` pieces trained on the
+    training documents (or the tokenizer ``file``, a ``tokenizer.json`` of
+    another run), saved as ``tokenizer.json`` and read back on ``--resume``:
+    the trainer breaks ties between equally frequent merges in an order that
+    varies between processes, so a new training may differ in a few pieces."""
+    corpus = ctx.require("corpus", "bert_tokenizer")
+    path = ctx.out / TOKENIZER_FILE
+    if ctx.resume and path.is_file():
+        tokenizer = WordPieceTokenizer.load(path)
+    elif file:
+        tokenizer = WordPieceTokenizer.load(file)
+        if distributed.is_main():
+            tokenizer.save(path)
+    else:
+        tokenizer = WordPieceTokenizer.train((s for doc in corpus.train for s in doc), vocab_size, min_frequency)
+        if distributed.is_main():
+            tokenizer.save(path)
+    ctx.tokenizer = tokenizer
+    ctx.log.info(f"tokenizer: {tokenizer.vocab_size:,} WordPiece pieces, saved as {path}")
+
+
+@stage("bert_model")
+def bert_model(ctx, *, hidden_size: int = 128, num_layers: int = 2, num_heads: int = 4,
+               feedforward_size: int = 512, max_len: int = 64, dropout: float = 0.1,
+               activation: str = "gelu", norm_first: bool = False) -> None:
+    """A BERT with the masked-LM and next-sentence heads, sized for the tokenizer."""
+    tokenizer = ctx.require("tokenizer", "bert_model")
+    config = BertConfig(tokenizer.vocab_size, hidden_size, num_layers, num_heads, feedforward_size,
+                        max_len, dropout, activation, norm_first)
+    try:
+        ctx.model = BertForPretraining(config).to(ctx.device)
+    except ValueError as error:  # the layers' own checks: heads must divide the width, ...
+        raise GraphseqError(f"bert_model: {error}") from None
+    size = sum(p.numel() for p in ctx.model.parameters())
+    ctx.log.info(f"model: {num_layers} layers, {hidden_size} wide, {num_heads} heads, "
+                 f"{size:,} parameters ({tokenizer.vocab_size * hidden_size:,} in the token embedding)")
+
+
+def warmup_linear_decay(optimizer: torch.optim.Optimizer, steps: int, warmup: float):
+    """BERT's schedule: the rate rises linearly over the first ``warmup``
+    fraction of the steps, then falls linearly to zero at the last."""
+    warmup_steps = max(1, round(warmup * steps))
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return max(0.0, (steps - step) / max(1, steps - warmup_steps))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with no weight decay on biases and layer-norm weights, as BERT trains."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.dim() < 2 else decay).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr)
+
+
+def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
+    """A generator fixed by the run's seed, the step, the rank and a stream
+    number, so that a resumed run draws the same batches."""
+    return torch.Generator().manual_seed(
+        (seed * 1_000_003 + step * 7_919 + distributed.rank() * 104_729 + stream) % 2**63)
+
+
+@torch.no_grad()
+def score_pretraining(model: BertForPretraining, batches: List[TokenGraphs], device) -> Dict[str, float]:
+    totals = dict.fromkeys(("mlm_loss", "nsp_loss", "mlm_correct", "mlm_count", "nsp_correct", "nsp_count"), 0.0)
+    for batch in batches:
+        _, figures = model.loss(batch.to(device))
+        totals["mlm_loss"] += figures["mlm_loss"] * figures["mlm_count"]
+        totals["nsp_loss"] += figures["nsp_loss"] * figures["nsp_count"]
+        for key in ("mlm_correct", "mlm_count", "nsp_correct", "nsp_count"):
+            totals[key] += figures[key]
+    return {"val_mlm_accuracy": totals["mlm_correct"] / max(totals["mlm_count"], 1),
+            "val_nsp_accuracy": totals["nsp_correct"] / max(totals["nsp_count"], 1),
+            "val_mlm_loss": totals["mlm_loss"] / max(totals["mlm_count"], 1),
+            "val_nsp_loss": totals["nsp_loss"] / max(totals["nsp_count"], 1)}
+
+
+@stage("bert_pretrain")
+def bert_pretrain(ctx, *, steps: int = 6000, batch_size: int = 64, lr: float = 1e-3, warmup: float = 0.06,
+                  weight_decay: float = 0.01, clip: float = 1.0, mask_rate: float = 0.15, amp: bool = True,
+                  eval_every: int = 500, eval_examples: int = 2000, checkpoint_every: int = 500,
+                  minutes: float = 0.0) -> None:
+    """Masked-LM plus next-sentence pretraining for ``steps`` steps of
+    ``batch_size`` examples: AdamW, warm-up over the first ``warmup``
+    fraction of the steps then linear decay, gradients clipped to ``clip``,
+    mixed precision on CUDA when ``amp``. Every ``eval_every`` steps the
+    masked-LM and next-sentence accuracies are scored on ``eval_examples``
+    fixed examples from the held-out documents; ``checkpoint.pt`` every
+    ``checkpoint_every`` steps (``--resume`` continues from it). Writes
+    ``bert.pt`` (weights and sizes), ``pretraining.json`` and ``curves.png``."""
+    model, corpus, tokenizer = (ctx.require(k, "bert_pretrain") for k in ("model", "corpus", "tokenizer"))
+    config = model.config
+    encode = lambda docs: [tokenizer.encode_batch(doc) for doc in docs]  # noqa: E731
+    examples = SentencePairs(encode(corpus.train), config.max_len, tokenizer.cls_id, tokenizer.sep_id)
+    if not corpus.held_out:
+        raise GraphseqError("bert_pretrain scores held-out documents: set bert_corpus's held_out above 0")
+    held = SentencePairs(encode(corpus.held_out), config.max_len, tokenizer.cls_id, tokenizer.sep_id)
+    fixed = torch.Generator().manual_seed(12_345)  # the same held-out examples at every evaluation
+    eval_batches = [held.batch(min(256, eval_examples - start), fixed, tokenizer.vocab_size, tokenizer.mask_id,
+                               mask_rate) for start in range(0, eval_examples, 256)]
+    ctx.log.info(f"pretraining: {len(examples):,} training sentences, {eval_examples} held-out examples "
+                 f"from {len(held):,} sentences; {steps} steps of {batch_size}")
+
+    def loss_fn(model: BertForPretraining, step: int):
+        batch = examples.batch(batch_size, step_generator(ctx.seed, step), tokenizer.vocab_size,
+                               tokenizer.mask_id, mask_rate).to(ctx.device)
+        loss, figures = model.loss(batch)
+        return loss, {"mlm_loss": figures["mlm_loss"], "nsp_loss": figures["nsp_loss"],
+                      "mlm_accuracy": figures["mlm_correct"] / max(figures["mlm_count"], 1),
+                      "nsp_accuracy": figures["nsp_correct"] / max(figures["nsp_count"], 1)}
+
+    optimizer = adamw(model, lr, weight_decay)
+    result = train_steps(ctx, model, optimizer, loss_fn, steps=steps,
+                         scheduler=warmup_linear_decay(optimizer, steps, warmup), clip=clip, amp=amp,
+                         evaluate=lambda m: score_pretraining(m, eval_batches, ctx.device),
+                         eval_every=eval_every, checkpoint_every=checkpoint_every,
+                         meta={"bert_config": asdict(config)}, minutes=minutes, desc="pretrain")
+    final = result.history[-1]
+    if distributed.is_main():
+        save_pretrained(model, ctx.out)
+        write_json(ctx.out / CORPUS_FILE, {
+            "source": corpus.source, "excluded_polarity_folds": corpus.excluded_folds,
+            "folds": corpus.folds, "fold_seed": corpus.fold_seed,
+            "training_documents": len(corpus.train), "held_out_documents": len(corpus.held_out)})
+    ctx.metrics.update(val_mlm_accuracy=final["val_mlm_accuracy"], val_nsp_accuracy=final["val_nsp_accuracy"],
+                       val_mlm_loss=final["val_mlm_loss"], val_nsp_loss=final["val_nsp_loss"],
+                       steps=result.step, train_minutes=result.seconds / 60)
+    ctx.log.info(f"held-out masked-LM accuracy {final['val_mlm_accuracy']:.4f}, next-sentence accuracy "
+                 f"{final['val_nsp_accuracy']:.4f} after {result.step} steps, {result.seconds / 60:.1f} min")
+
+
+# --------------------------------------------------------------------------- #
+# bert-polarity: pretraining per group of folds, fine-tuning per fold
+# --------------------------------------------------------------------------- #
+
+@dataclass
+class Pretrained:
+    folder: Path
+    excluded_folds: List[int]
+
+
+def read_pretraining(folder: Path, folds: int, fold_seed: int) -> Pretrained:
+    """A finished ``bert-pretrain`` run and the polarity test folds it left out."""
+    path = folder / CORPUS_FILE
+    if not (folder / WEIGHTS_FILE).is_file() or not path.is_file():
+        raise GraphseqError(f"{folder} is not a finished bert-pretrain run (no {WEIGHTS_FILE} "
+                            f"and {CORPUS_FILE})")
+    try:
+        info = json.loads(path.read_text())
+        excluded = [int(f) for f in info["excluded_polarity_folds"]]
+        same_folds = (info["source"] == "shared" and info["folds"] == folds and info["fold_seed"] == fold_seed)
+    except (ValueError, KeyError, TypeError) as error:
+        raise GraphseqError(f"damaged {path}: {error}") from None
+    return Pretrained(folder, excluded if same_folds else [])
+
+
+@stage("bert_pretrained_groups")
+def bert_pretrained_groups(ctx, *, runs: list = (), groups: int = 2, folds: int = 10, fold_seed: int = 0,
+                           pretrain_set: list = ()) -> None:
+    """The pretrained model each test fold fine-tunes from. With ``runs``
+    (folders of finished ``bert-pretrain`` runs), each test fold takes the
+    first run that left its sentences out. Without, the ``folds`` test folds
+    are cut into ``groups`` contiguous groups and ``bert-pretrain`` runs
+    once per group into ``pretrain-G/``, leaving out the sentences of that
+    group's test folds, with the ``pretrain_set`` overrides
+    (``"pretrain.steps=6000"``, ...)."""
+    if runs:
+        found = [read_pretraining(Path(r), folds, fold_seed) for r in runs]
+    else:
+        if not 1 <= groups <= folds:
+            raise GraphseqError(f"groups must lie in 1..{folds}, got {groups}")
+        from ..pipeline import run  # the runner runs each pretraining as a run of its own
+
+        found = []
+        for g, part in enumerate(torch.arange(folds).tensor_split(groups)):
+            out = ctx.out / f"pretrain-{g}"
+            overrides = list(pretrain_set) + [f"corpus.exclude_folds={part.tolist()}",
+                                              f"corpus.folds={folds}", f"corpus.fold_seed={fold_seed}"]
+            if not (out / WEIGHTS_FILE).is_file():
+                ctx.log.info(f"pretraining {g + 1} of {groups} into {out}, leaving out test folds {part.tolist()}")
+                run("bert-pretrain", overrides=overrides, seed=ctx.seed, device=str(ctx.device), out=out,
+                    data_root=ctx.data_root, data_mirror=ctx.data_mirror, quiet=ctx.quiet,
+                    resume=ctx.resume and (out / "checkpoint.pt").is_file())
+            found.append(read_pretraining(out, folds, fold_seed))
+    chosen = {}
+    for fold in range(folds):
+        usable = [p for p in found if fold in p.excluded_folds]
+        if usable:
+            chosen[fold] = usable[0]
+    ctx.pretrained = chosen
+    ctx.fold_setup = (folds, fold_seed)
+
+
+@dataclass
+class SentenceFold:
+    train: List[List[int]]
+    val: List[List[int]]
+    test: List[List[int]]
+    train_labels: torch.Tensor
+    val_labels: torch.Tensor
+    test_labels: torch.Tensor
+
+
+def sentence_batch(sentences: List[List[int]], tokenizer: WordPieceTokenizer, max_len: int) -> TokenGraphs:
+    return collate([pack_pair(s, None, max_len, tokenizer.cls_id, tokenizer.sep_id)[0] for s in sentences])
+
+
+@torch.no_grad()
+def classify(model: BertClassifier, sentences: List[List[int]], tokenizer: WordPieceTokenizer,
+             device, batch_size: int = 256) -> torch.Tensor:
+    predictions = []
+    for start in range(0, len(sentences), batch_size):
+        batch = sentence_batch(sentences[start:start + batch_size], tokenizer, model.config.max_len)
+        predictions.append(model(batch.to(device)).argmax(-1).cpu())
+    return torch.cat(predictions) if predictions else torch.zeros(0, dtype=torch.long)
+
+
+def finetune_fold(ctx, model: BertClassifier, data: SentenceFold, tokenizer: WordPieceTokenizer, *,
+                  fold: int, epochs: int, batch_size: int, lr: float, warmup: float, weight_decay: float,
+                  clip: float, evals_per_epoch: int, max_steps: int) -> Dict[str, Any]:
+    """Fine-tunes on the fold's training sentences, keeps the weights with
+    the best validation accuracy, and scores the test sentences once."""
+    per_epoch = math.ceil(len(data.train) / batch_size)
+    steps = epochs * per_epoch if max_steps <= 0 else min(max_steps, epochs * per_epoch)
+    max_len = model.config.max_len
+
+    def loss_fn(model: BertClassifier, step: int):
+        epoch, k = divmod(step, per_epoch)
+        order = torch.randperm(len(data.train), generator=step_generator(ctx.seed, epoch, stream=fold + 1))
+        ids = order[k * batch_size:(k + 1) * batch_size].tolist()
+        batch = sentence_batch([data.train[i] for i in ids], tokenizer, max_len).to(ctx.device)
+        logits = model(batch)
+        labels = data.train_labels[ids].to(ctx.device)
+        return F.cross_entropy(logits, labels), {"accuracy": float((logits.argmax(-1) == labels).float().mean())}
+
+    def evaluate(model: BertClassifier) -> Dict[str, float]:
+        predicted = classify(model, data.val, tokenizer, ctx.device)
+        return {"val_accuracy": float((predicted == data.val_labels).float().mean())}
+
+    optimizer = adamw(model, lr, weight_decay)
+    result = train_steps(ctx, model, optimizer, loss_fn, steps=steps,
+                         scheduler=warmup_linear_decay(optimizer, steps, warmup), clip=clip,
+                         evaluate=evaluate, eval_every=max(1, per_epoch // evals_per_epoch),
+                         select=("val_accuracy", "max"), meta={"bert_config": asdict(model.config)},
+                         desc=f"fold {fold} {ctx.out.name}")
+    model.eval()
+    test = float((classify(model, data.test, tokenizer, ctx.device) == data.test_labels).float().mean())
+    return {"val_accuracy": result.best["val_accuracy"], "test_accuracy": test,
+            "best_step": result.best["step"], "steps": result.step, "minutes": result.seconds / 60,
+            "history": result.history}
+
+
+@stage("bert_finetune")
+def bert_finetune(ctx, *, run_folds: list = (), epochs: int = 4, batch_size: int = 32, lr: float = 1e-4,
+                  warmup: float = 0.1, weight_decay: float = 0.01, clip: float = 1.0, evals_per_epoch: int = 2,
+                  scratch: bool = True, max_steps: int = 0) -> None:
+    """Fine-tunes on sentence polarity from the ``[CLS]`` node, fold by fold
+    (``run_folds``, or every fold): from the pretrained weights and, with
+    ``scratch``, the same model and tokenizer from random weights. Each
+    trains for ``epochs`` epochs (``max_steps`` > 0 caps them, for smoke
+    tests), is scored on its validation fold ``evals_per_epoch`` times an
+    epoch, keeps its best weights, and reads its test fold once. A finished
+    fold's ``result.json`` is kept on ``--resume``."""
+    pretrained, (folds, fold_seed) = ctx.require("pretrained", "bert_finetune"), ctx.fold_setup
+    chosen = _fold_list(run_folds, folds, "run_folds") or list(range(folds))
+    missing = [f for f in chosen if f not in pretrained]
+    if missing:
+        raise GraphseqError(f"no pretraining left out the sentences of test fold(s) {missing}; pretrain with "
+                            f"corpus.exclude_folds naming them, or let bert-polarity pretrain")
+    sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
+    labels = torch.tensor(labels)
+    variants = ["pretrained", "scratch"] if scratch else ["pretrained"]
+    results: Dict[str, List[Dict[str, Any]]] = {v: [] for v in variants}
+    loaded: Dict[Path, Any] = {}
+    for fold in chosen:
+        source = pretrained[fold].folder
+        if source not in loaded:
+            loaded = {source: load_pretrained(source, ctx.device)}  # one pretraining in memory at a time
+        base, tokenizer = loaded[source]
+        train, val, test = cv_folds(len(sentences), folds, fold_seed)[fold]
+        encode = lambda ids: tokenizer.encode_batch([sentences[i] for i in ids.tolist()])  # noqa: E731
+        data = SentenceFold(encode(train), encode(val), encode(test), labels[train], labels[val], labels[test])
+        for variant in variants:
+            out = ctx.out / f"fold-{fold}" / variant
+            done = out / "result.json"
+            if ctx.resume and done.is_file():
+                results[variant].append(json.loads(done.read_text()))
+                continue
+            out.mkdir(parents=True, exist_ok=True)
+            torch.manual_seed(ctx.seed * 1000 + fold)  # the same classifier layer for both variants
+            model = (BertClassifier.from_pretraining(base) if variant == "pretrained"
+                     else BertClassifier(base.config)).to(ctx.device)
+            sub = replace(ctx, out=out, resume=ctx.resume and (out / "checkpoint.pt").is_file())
+            result = finetune_fold(sub, model, data, tokenizer, fold=fold, epochs=epochs, batch_size=batch_size,
+                                   lr=lr, warmup=warmup, weight_decay=weight_decay, clip=clip,
+                                   evals_per_epoch=evals_per_epoch, max_steps=max_steps)
+            result.update(fold=fold, pretraining=str(source))
+            if distributed.is_main():
+                write_json(done, result)
+                (out / "checkpoint.pt").unlink(missing_ok=True)  # result.json holds what the fold gave
+            results[variant].append(result)
+            ctx.log.info(f"fold {fold} {variant}: validation {result['val_accuracy']:.4f}, "
+                         f"test {result['test_accuracy']:.4f} (best at step {result['best_step']})")
+    _report(ctx, results)
+
+
+def _mean_std(values: List[float]) -> tuple[float, float]:
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return mean, std
+
+
+def _report(ctx, results: Dict[str, List[Dict[str, Any]]]) -> None:
+    for variant, rows in results.items():
+        for split in ("val", "test"):
+            mean, std = _mean_std([r[f"{split}_accuracy"] for r in rows])
+            ctx.metrics[f"{variant}_{split}_accuracy"], ctx.metrics[f"{variant}_{split}_std"] = mean, std
+        ctx.metrics[f"{variant}_test_by_fold"] = [r["test_accuracy"] for r in rows]
+        ctx.metrics[f"{variant}_minutes"] = sum(r["minutes"] for r in rows)
+    if "scratch" in results:
+        gains = [p["test_accuracy"] - s["test_accuracy"] for p, s in zip(results["pretrained"], results["scratch"])]
+        ctx.metrics["gain_test_accuracy"], ctx.metrics["gain_std"] = _mean_std(gains)
+    ctx.metrics["folds"] = [r["fold"] for r in results["pretrained"]]
+    if distributed.is_main():
+        _plot_folds(results, ctx.out / "folds.png", ctx.pipeline)
+    ctx.log.info(", ".join(f"{v}: test {ctx.metrics[f'{v}_test_accuracy']:.4f} ± {ctx.metrics[f'{v}_test_std']:.4f}"
+                           for v in results) + f" over {len(results['pretrained'])} fold(s)")
+
+
+def _plot_folds(results: Dict[str, List[Dict[str, Any]]], path: Path, title: str) -> None:
+    """Validation accuracy during fine-tuning (one line per fold and variant)
+    and each fold's test accuracy."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(13, 4.5), dpi=100)
+    FigureCanvasAgg(figure)
+    curves, bars = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
+    colours = {"pretrained": "tab:blue", "scratch": "tab:orange"}
+    for variant, rows in results.items():
+        for i, row in enumerate(rows):
+            points = [(h["step"], h["val_accuracy"]) for h in row.get("history", []) if "val_accuracy" in h]
+            if points:
+                curves.plot(*zip(*points), color=colours.get(variant), alpha=0.6,
+                            label=variant if i == 0 else None)
+        offset = -0.2 if variant == "pretrained" else 0.2
+        bars.bar([r["fold"] + offset for r in rows], [r["test_accuracy"] for r in rows], width=0.4,
+                 color=colours.get(variant), label=variant)
+    curves.set_xlabel("fine-tuning step")
+    curves.set_ylabel("validation accuracy")
+    curves.grid(alpha=0.3)
+    curves.legend()
+    bars.set_xlabel("test fold")
+    bars.set_ylabel("test accuracy")
+    low = min(r["test_accuracy"] for rows in results.values() for r in rows)
+    bars.set_ylim(max(0.0, low - 0.05), 1.0)
+    bars.legend()
+    figure.suptitle(title)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    atomic_write_bytes(path, buffer.getvalue())

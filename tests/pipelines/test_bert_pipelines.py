@@ -1,0 +1,132 @@
+"""Smoke runs of bert-pretrain and bert-polarity on the real texts (a few
+steps of a tiny model), the corpus that leaves a test fold out, resuming a
+pretraining, and ``graphseq fill-mask``."""
+import json
+import types
+
+import pytest
+import torch
+
+from graphseq import run
+from graphseq.cli import main
+from graphseq.data.polarity import cv_folds, load_polarity
+from graphseq.errors import GraphseqError
+from graphseq.io import load_checkpoint
+from graphseq.stages.bert import bert_corpus
+
+TINY = {"model.hidden_size": 16, "model.feedforward_size": 32, "model.num_heads": 2, "tokenizer.vocab_size": 300,
+        "pretrain.batch_size": 4, "pretrain.eval_examples": 16, "pretrain.eval_every": 2}
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, data_root, mirror):
+    out = tmp_path_factory.mktemp("bert") / "pretrain"
+    summary = run("bert-pretrain", overrides={**TINY, "pretrain.steps": 4, "corpus.exclude_folds": [0]},
+                  out=out, data_root=data_root, data_mirror=mirror, quiet=True)
+    return out, summary["runs"][0]
+
+
+def test_bert_pretrain_writes_model_tokenizer_and_scores(pretrained):
+    out, figures = pretrained
+    for name in ("bert.pt", "tokenizer.json", "checkpoint.pt", "curves.png", "metrics.json", "pretraining.json"):
+        assert (out / name).is_file(), name
+    assert figures["steps"] == 4
+    assert set(figures) >= {"val_mlm_accuracy", "val_nsp_accuracy", "val_mlm_loss", "train_minutes"}
+    assert json.loads((out / "pretraining.json").read_text())["excluded_polarity_folds"] == [0]
+
+
+def test_corpus_leaves_out_every_sentence_of_the_held_out_folds(data_root, mirror):
+    ctx = types.SimpleNamespace(data_root=data_root, data_mirror=mirror, log=types.SimpleNamespace(info=print))
+    bert_corpus(ctx, exclude_folds=[2, 5], held_out=0.05)
+    read = {s for doc in ctx.corpus.train + ctx.corpus.held_out for s in doc}
+    sentences, _ = load_polarity(data_root, mirror)
+    folds = cv_folds(len(sentences))
+    left_out = {sentences[i] for f in (2, 5) for i in folds[f][2].tolist()}
+    kept = {sentences[i] for f in (0, 1, 3, 4, 6, 7, 8, 9) for i in folds[f][2].tolist()}
+    assert not read & left_out
+    assert kept - left_out <= read
+    assert any(len(doc) > 1 for doc in ctx.corpus.train)  # Shakespeare's speeches give sentence pairs
+
+
+def small_corpus(folder):
+    """A corpus folder: documents of a few made-up sentences, one file each."""
+    folder.mkdir()
+    words = "the a movie film was is good bad great awful plot actors story scene funny dull".split()
+    generator = torch.Generator().manual_seed(0)
+    for d in range(30):
+        sentences = [" ".join(words[i] for i in torch.randint(len(words), (6,), generator=generator).tolist())
+                     for _ in range(4)]
+        (folder / f"doc{d:02d}.txt").write_text("\n".join(sentences) + "\n")
+    return folder
+
+
+def test_resumed_pretraining_equals_straight_pretraining(tmp_path):
+    common = dict(quiet=True)
+    straight = {**TINY, "tokenizer.vocab_size": 60, "pretrain.steps": 4, "pretrain.checkpoint_every": 2,
+                "corpus.held_out": 0.2, "corpus.folder": str(small_corpus(tmp_path / "corpus"))}
+    run("bert-pretrain", overrides=straight, out=tmp_path / "straight", **common)
+    # Tokenizer training may break ties differently in another run: read the same pieces.
+    straight["tokenizer.file"] = str(tmp_path / "straight" / "tokenizer.json")
+    run("bert-pretrain", overrides={**straight, "pretrain.minutes": 1e-9}, out=tmp_path / "resumed", **common)
+    first = load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")
+    assert 1 <= first["step"] < 4  # stopped early by the time cap
+    run("bert-pretrain", overrides=straight, out=tmp_path / "resumed", resume=True, **common)
+    a = load_checkpoint(tmp_path / "straight" / "bert.pt")["model"]
+    b = load_checkpoint(tmp_path / "resumed" / "bert.pt")["model"]
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_fill_mask_prints_the_likeliest_pieces(pretrained, capsys):
+    out, _ = pretrained
+    assert main(["fill-mask", str(out), "the movie was [MASK] .", "--top-k", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[MASK] 1" and len(lines) == 4
+    probabilities = [float(line.split()[0]) for line in lines[1:]]
+    assert probabilities == sorted(probabilities, reverse=True) and 0 < sum(probabilities) <= 1
+
+
+@pytest.mark.parametrize("args,message", [
+    (["the movie was good ."], "no [MASK] to fill"),
+    (["[MASK]", "--top-k", "0"], "--top-k must be at least 1"),
+])
+def test_fill_mask_refuses_bad_requests(pretrained, capsys, args, message):
+    out, _ = pretrained
+    assert main(["fill-mask", str(out)] + args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_fill_mask_names_a_folder_without_a_model(tmp_path, capsys):
+    assert main(["fill-mask", str(tmp_path), "a [MASK] ."]) == 2
+    assert "holds no pretrained BERT" in capsys.readouterr().err
+
+
+def test_bert_polarity_fine_tunes_pretrained_and_scratch(pretrained, tmp_path, data_root, mirror):
+    out, _ = pretrained
+    summary = run("bert-polarity", overrides={"pretrain.runs": [str(out)], "finetune.run_folds": [0],
+                                              "finetune.max_steps": 3, "finetune.batch_size": 8},
+                  out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
+    figures = summary["runs"][0]
+    assert figures["folds"] == [0]
+    assert len(figures["pretrained_test_by_fold"]) == len(figures["scratch_test_by_fold"]) == 1
+    for variant in ("pretrained", "scratch"):
+        result = json.loads((tmp_path / "fold-0" / variant / "result.json").read_text())
+        assert result["steps"] == 3 and result["pretraining"] == str(out)
+    assert (tmp_path / "folds.png").is_file()
+
+
+def test_bert_polarity_refuses_a_pretraining_that_read_the_test_fold(pretrained, tmp_path, data_root, mirror):
+    out, _ = pretrained
+    with pytest.raises(GraphseqError, match=r"test fold\(s\) \[1\]"):
+        run("bert-polarity", overrides={"pretrain.runs": [str(out)], "finetune.run_folds": [1]},
+            out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
+
+
+def test_bert_polarity_pretrains_first_when_given_no_run(tmp_path, data_root, mirror):
+    pretrain_set = [f"{k}={json.dumps(v)}" for k, v in {**TINY, "pretrain.steps": 2}.items()]
+    summary = run("bert-polarity", overrides={"pretrain.groups": 1, "pretrain.pretrain_set": pretrain_set,
+                                              "finetune.run_folds": [4], "finetune.max_steps": 2,
+                                              "finetune.scratch": False},
+                  out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
+    info = json.loads((tmp_path / "pretrain-0" / "pretraining.json").read_text())
+    assert info["excluded_polarity_folds"] == list(range(10))
+    assert summary["runs"][0]["folds"] == [4] and "scratch_test_accuracy" not in summary["runs"][0]

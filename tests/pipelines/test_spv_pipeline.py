@@ -1,0 +1,17 @@
+"""A smoke run of spv-polarity on one fold of the real sentences."""
+from graphseq import run
+
+
+def test_spv_polarity_runs_one_fold_of_both_modes(tmp_path, data_root, mirror):
+    summary = run("spv-polarity", overrides={"spv.run_folds": [3], "spv.epochs": 1, "spv.infer_epochs": 1,
+                                             "spv.dim": 8},
+                  out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
+    figures = summary["runs"][0]
+    assert figures["folds"] == [3]
+    for mode in ("dm", "dbow"):
+        assert figures[f"{mode}_test_accuracy"] == figures[f"{mode}_likelihood_test_accuracy"]
+        assert {f"{mode}_{rule}_val_accuracy" for rule in ("likelihood", "logistic", "nearest")} <= set(figures)
+        assert (tmp_path / "fold-3" / f"{mode}.json").is_file()
+    words = (tmp_path / "class_words.txt").read_text().splitlines()
+    assert len(words) == 4 and words[0].startswith("SPV-DM fold 3, nearest words to the negative class vector")
+    assert (tmp_path / "curves.png").is_file()
