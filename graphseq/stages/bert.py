@@ -313,7 +313,7 @@ def classify(model: BertClassifier, sentences: List[List[int]], tokenizer: WordP
 
 def finetune_fold(ctx, model: BertClassifier, data: SentenceFold, tokenizer: WordPieceTokenizer, *,
                   fold: int, epochs: int, batch_size: int, lr: float, warmup: float, weight_decay: float,
-                  clip: float, evals_per_epoch: int, max_steps: int) -> Dict[str, Any]:
+                  clip: float, amp: bool, evals_per_epoch: int, max_steps: int) -> Dict[str, Any]:
     """Fine-tunes on the fold's training sentences, keeps the weights with
     the best validation accuracy, and scores the test sentences once."""
     per_epoch = math.ceil(len(data.train) / batch_size)
@@ -335,7 +335,7 @@ def finetune_fold(ctx, model: BertClassifier, data: SentenceFold, tokenizer: Wor
 
     optimizer = adamw(model, lr, weight_decay)
     result = train_steps(ctx, model, optimizer, loss_fn, steps=steps,
-                         scheduler=warmup_linear_decay(optimizer, steps, warmup), clip=clip,
+                         scheduler=warmup_linear_decay(optimizer, steps, warmup), clip=clip, amp=amp,
                          evaluate=evaluate, eval_every=max(1, per_epoch // evals_per_epoch),
                          select=("val_accuracy", "max"), meta={"bert_config": asdict(model.config)},
                          desc=f"fold {fold} {ctx.out.name}")
@@ -348,15 +348,17 @@ def finetune_fold(ctx, model: BertClassifier, data: SentenceFold, tokenizer: Wor
 
 @stage("bert_finetune")
 def bert_finetune(ctx, *, run_folds: list = (), epochs: int = 4, batch_size: int = 32, lr: float = 1e-4,
-                  warmup: float = 0.1, weight_decay: float = 0.01, clip: float = 1.0, evals_per_epoch: int = 2,
-                  scratch: bool = True, max_steps: int = 0) -> None:
+                  scratch_lr: float = 0.0, warmup: float = 0.1, weight_decay: float = 0.01, clip: float = 1.0, amp: bool = True,
+                  evals_per_epoch: int = 2, scratch: bool = True, max_steps: int = 0) -> None:
     """Fine-tunes on sentence polarity from the ``[CLS]`` node, fold by fold
     (``run_folds``, or every fold): from the pretrained weights and, with
-    ``scratch``, the same model and tokenizer from random weights. Each
-    trains for ``epochs`` epochs (``max_steps`` > 0 caps them, for smoke
-    tests), is scored on its validation fold ``evals_per_epoch`` times an
-    epoch, keeps its best weights, and reads its test fold once. A finished
-    fold's ``result.json`` is kept on ``--resume``."""
+    ``scratch``, the same model and tokenizer from random weights (at
+    ``scratch_lr``, 0 for ``lr``: a model from scratch may want another
+    rate). Each trains for ``epochs`` epochs (``max_steps`` > 0 caps them, for smoke
+    tests), AdamW with warm-up and linear decay (mixed precision on CUDA
+    with ``amp``), is scored on its validation fold ``evals_per_epoch``
+    times an epoch, keeps its best weights, and reads its test fold once.
+    A finished fold's ``result.json`` is kept on ``--resume``."""
     pretrained, (folds, fold_seed) = ctx.require("pretrained", "bert_finetune"), ctx.fold_setup
     chosen = _fold_list(run_folds, folds, "run_folds") or list(range(folds))
     missing = [f for f in chosen if f not in pretrained]
@@ -388,7 +390,8 @@ def bert_finetune(ctx, *, run_folds: list = (), epochs: int = 4, batch_size: int
                      else BertClassifier(base.config)).to(ctx.device)
             sub = replace(ctx, out=out, resume=ctx.resume and (out / "checkpoint.pt").is_file())
             result = finetune_fold(sub, model, data, tokenizer, fold=fold, epochs=epochs, batch_size=batch_size,
-                                   lr=lr, warmup=warmup, weight_decay=weight_decay, clip=clip,
+                                   lr=lr if variant == "pretrained" or scratch_lr <= 0 else scratch_lr,
+                                   warmup=warmup, weight_decay=weight_decay, clip=clip, amp=amp,
                                    evals_per_epoch=evals_per_epoch, max_steps=max_steps)
             result.update(fold=fold, pretraining=str(source))
             if distributed.is_main():

@@ -1,0 +1,205 @@
+"""Sentence polarity on the shared 10-fold cross-validation: supervised
+paragraph vectors (SPV-DM, SPV-DBOW) against the tools a practitioner would
+otherwise use, fold by fold in one process and on one thread: TF-IDF +
+logistic regression (scikit-learn) and gensim's Doc2Vec PV-DM and PV-DBOW +
+logistic regression; the chain BiLSTM of ``polarity-bilstm`` on request; and
+the figures of a finished ``bert-polarity`` run beside them. Every model
+reads the same folds (``graphseq.data.polarity.cv_folds``) and the same
+words, makes its choices on the validation fold and reads the test fold
+once. Prints each model's validation and test accuracy (mean ± std over
+the folds) and its seconds per fold.
+
+    pip install -e ".[peers]"      # gensim; scikit-learn is a base dependency
+    python benchmarks/polarity_peers.py [--folds 0,1,2] [--models tfidf,doc2vec-dm,...]
+        [--spv RUN_DIR] [--bert RUN_DIR] [--json results.json] [--data-root DIR] [--data-mirror DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+import torch
+
+from graphseq.data.polarity import cv_folds, load_polarity
+from graphseq.stages.paragraph_vectors import spv_fold, words_of
+
+MODELS = ("tfidf", "doc2vec-dm", "doc2vec-dbow", "spv-dm", "spv-dbow", "bilstm")
+LOGISTIC_C = (0.1, 0.3, 1.0, 3.0, 10.0)
+
+
+def best_logistic(train_x, train_y, val_x, val_y, choices=LOGISTIC_C):
+    """Logistic regression with the C that scores best on the validation fold."""
+    from sklearn.linear_model import LogisticRegression
+
+    fitted = [LogisticRegression(C=c, max_iter=3000).fit(train_x, train_y) for c in choices]
+    scores = [m.score(val_x, val_y) for m in fitted]
+    best = int(np.argmax(scores))
+    return fitted[best], choices[best]
+
+
+def tfidf_fold(words, labels, split) -> Dict[str, Any]:
+    """TF-IDF (sub-linear term frequency) of unigrams or unigrams and bigrams,
+    whichever the validation fold prefers, with the best C."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    train, val, test = (s.numpy() for s in split)
+    best = None
+    for ngrams in ((1, 1), (1, 2)):
+        vectorizer = TfidfVectorizer(analyzer=lambda d: d, sublinear_tf=True) if ngrams == (1, 1) else \
+            TfidfVectorizer(analyzer=lambda d: d + [f"{a} {b}" for a, b in zip(d, d[1:])], sublinear_tf=True)
+        x_train = vectorizer.fit_transform([words[i] for i in train])
+        x_val = vectorizer.transform([words[i] for i in val])
+        model, c = best_logistic(x_train, labels[train], x_val, labels[val])
+        score = model.score(x_val, labels[val])
+        if best is None or score > best[0]:
+            best = (score, model, vectorizer, ngrams, c)
+    score, model, vectorizer, ngrams, c = best
+    test_score = model.score(vectorizer.transform([words[i] for i in test]), labels[test])
+    return {"val_accuracy": score, "test_accuracy": test_score, "choice": f"ngrams {ngrams}, C {c}"}
+
+
+def doc2vec_fold(words, labels, split, dm: int, epochs: int = 20) -> Dict[str, Any]:
+    """gensim's Doc2Vec with the settings SPV uses (100 dimensions, window 5,
+    5 noise words, min_count 2, sample 1e-3), ``epochs`` passes for training
+    and inference, one worker. Logistic regression on the training
+    sentences' vectors as trained or as inferred, whichever the validation
+    fold prefers, with the best C."""
+    from gensim.models.doc2vec import Doc2Vec, TaggedDocument
+
+    train, val, test = (s.numpy() for s in split)
+    model = Doc2Vec([TaggedDocument(words[i], [k]) for k, i in enumerate(train)], dm=dm, vector_size=100,
+                    window=5, negative=5, hs=0, min_count=2, sample=1e-3, epochs=epochs, workers=1, seed=0)
+    infer = lambda ids: np.stack([model.infer_vector(words[i], epochs=epochs) for i in ids])  # noqa: E731
+    x_val, x_test = infer(val), infer(test)
+    best = None
+    for source, x_train in (("trained", np.stack([model.dv[k] for k in range(len(train))])),
+                            ("inferred", infer(train))):
+        classifier, c = best_logistic(x_train, labels[train], x_val, labels[val])
+        score = classifier.score(x_val, labels[val])
+        if best is None or score > best[0]:
+            best = (score, classifier, source, c)
+    score, classifier, source, c = best
+    return {"val_accuracy": score, "test_accuracy": classifier.score(x_test, labels[test]),
+            "choice": f"{source} training vectors, C {c}"}
+
+
+def spv_peer_fold(sentences, labels, split, mode: str, settings: Dict[str, Any], rule: str) -> Dict[str, Any]:
+    """Ours, as the spv-polarity pipeline runs it (its settings, its rule)."""
+    result = spv_fold(sentences, torch.as_tensor(labels), split, mode=mode, **settings)
+    return {"val_accuracy": result[f"{rule}_val_accuracy"], "test_accuracy": result[f"{rule}_test_accuracy"],
+            "choice": f"rule {rule}; logistic on its vectors {result['logistic_val_accuracy']:.4f}/"
+                      f"{result['logistic_test_accuracy']:.4f}"}
+
+
+def bilstm_fold(fold: int, args) -> Dict[str, Any]:
+    """The polarity-bilstm pipeline on one fold, through the runner."""
+    import graphseq
+
+    summary = graphseq.run("polarity-bilstm", overrides={"data.fold": fold}, out=Path(args.scratch) / f"bilstm-{fold}",
+                           data_root=args.data_root, data_mirror=args.data_mirror, quiet=True)
+    figures = summary["runs"][0]
+    return {"val_accuracy": figures.get("val_accuracy", float("nan")), "test_accuracy": figures["test_accuracy"],
+            "choice": "polarity-bilstm"}
+
+
+def spv_settings(pipeline: str = "spv-polarity") -> tuple[Dict[str, Any], str]:
+    """The spv-polarity pipeline's settings and rule, so ours runs as the pipeline does."""
+    from graphseq.pipeline import read_config, resolve_pipeline
+
+    table = dict(read_config(resolve_pipeline(pipeline))["spv"])
+    rule = table.get("classify", "likelihood")
+    for key in ("stage", "modes", "folds", "fold_seed", "run_folds", "classify"):
+        table.pop(key, None)
+    return table, rule
+
+
+def summary_line(name: str, rows: List[Dict[str, Any]]) -> str:
+    def stats(key):
+        values = [r[key] for r in rows]
+        return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+    (val, val_std), (test, test_std) = stats("val_accuracy"), stats("test_accuracy")
+    seconds = statistics.fmean(r["seconds"] for r in rows)
+    return f"| {name} | {val:.4f} ± {val_std:.4f} | {test:.4f} ± {test_std:.4f} | {seconds:.1f} |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--folds", default="", help="comma-separated folds (default: all ten)")
+    parser.add_argument("--models", default="tfidf,doc2vec-dm,doc2vec-dbow,spv-dm,spv-dbow",
+                        help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument("--bert", default=None, metavar="RUN_DIR", help="a finished bert-polarity run to list beside")
+    parser.add_argument("--spv", default=None, metavar="RUN_DIR",
+                        help="a finished spv-polarity run to list beside (instead of running spv-* here)")
+    parser.add_argument("--json", default=None, help="write every fold's figures here")
+    parser.add_argument("--data-root", default=os.environ.get("GRAPHSEQ_DATA", "datasets"))
+    parser.add_argument("--data-mirror", default=os.environ.get("GRAPHSEQ_MIRROR"))
+    parser.add_argument("--scratch", default="runs/polarity-peers", help="where the BiLSTM's runs go")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    sentences, labels = load_polarity(Path(args.data_root), Path(args.data_mirror) if args.data_mirror else None)
+    labels = np.asarray(labels)
+    words = [words_of(s) for s in sentences]
+    splits = cv_folds(len(sentences))
+    folds = [int(f) for f in args.folds.split(",") if f] or list(range(len(splits)))
+    settings, rule = spv_settings()
+    runners: Dict[str, Callable[[int], Dict[str, Any]]] = {
+        "tfidf": lambda f: tfidf_fold(words, labels, splits[f]),
+        "doc2vec-dm": lambda f: doc2vec_fold(words, labels, splits[f], dm=1),
+        "doc2vec-dbow": lambda f: doc2vec_fold(words, labels, splits[f], dm=0),
+        "spv-dm": lambda f: spv_peer_fold(sentences, labels, splits[f], "dm", {**settings, "seed": f}, rule),
+        "spv-dbow": lambda f: spv_peer_fold(sentences, labels, splits[f], "dbow", {**settings, "seed": f}, rule),
+        "bilstm": lambda f: bilstm_fold(f, args),
+    }
+    results: Dict[str, List[Dict[str, Any]]] = {m: [] for m in models}
+    for fold in folds:
+        # The models take turns within each fold, so a change in the
+        # machine's load falls on all of them alike.
+        for name in models:
+            started = time.perf_counter()
+            row = runners[name](fold)
+            row.update(fold=fold, seconds=time.perf_counter() - started)
+            results[name].append(row)
+            print(f"fold {fold} {name}: validation {row['val_accuracy']:.4f}, test {row['test_accuracy']:.4f}, "
+                  f"{row['seconds']:.1f} s ({row['choice']})", flush=True)
+
+    print(f"\nsentence polarity, folds {folds}, one thread\n")
+    print("| model | validation accuracy | test accuracy | seconds per fold |")
+    print("|---|---|---|---|")
+    for name, rows in results.items():
+        print(summary_line(name, rows))
+    if args.spv:
+        for mode in ("dm", "dbow"):
+            rows = [json.loads(p.read_text()) for p in sorted(Path(args.spv).glob(f"fold-*/{mode}.json"))]
+            rows = [{"val_accuracy": r[f"{rule}_val_accuracy"], "test_accuracy": r[f"{rule}_test_accuracy"],
+                     "seconds": r["seconds"]} for r in rows if r["fold"] in folds]
+            if rows:
+                print(summary_line(f"SPV-{mode.upper()} (from {args.spv}, {len(rows)} folds)", rows))
+    if args.bert:
+        metrics = json.loads((Path(args.bert) / "metrics.json").read_text())["runs"][0]
+        for variant in ("pretrained", "scratch"):
+            if f"{variant}_test_accuracy" in metrics:
+                print(f"| BERT {variant} (from {args.bert}, folds {metrics['folds']}) | "
+                      f"{metrics[f'{variant}_val_accuracy']:.4f} ± {metrics[f'{variant}_val_std']:.4f} | "
+                      f"{metrics[f'{variant}_test_accuracy']:.4f} ± {metrics[f'{variant}_test_std']:.4f} | |")
+    if "spv-dbow" in results and "doc2vec-dbow" in results:
+        ratio = statistics.fmean(r["seconds"] for r in results["spv-dbow"]) / \
+            statistics.fmean(r["seconds"] for r in results["doc2vec-dbow"])
+        print(f"\nseconds per fold, SPV-DBOW / Doc2Vec PV-DBOW: {ratio:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
