@@ -169,12 +169,15 @@ class BertClassifier(nn.Module):
         self.classifier = nn.Linear(config.hidden_size, num_classes)
 
     @classmethod
-    def from_pretraining(cls, pretrained: BertForPretraining, num_classes: int = 2) -> "BertClassifier":
-        """A classifier whose encoder and pooler start from ``pretrained``'s;
-        the classifier layer starts afresh."""
+    def from_pretraining(cls, pretrained: BertForPretraining, num_classes: int = 2,
+                         pooler: bool = True) -> "BertClassifier":
+        """A classifier whose encoder (and, with ``pooler``, the pooler the
+        next-sentence head trained) start from ``pretrained``'s; the
+        classifier layer starts afresh."""
         model = cls(pretrained.config, num_classes)
         model.encoder.load_state_dict(pretrained.encoder.state_dict())
-        model.pooler.load_state_dict(pretrained.pooler.state_dict())
+        if pooler:
+            model.pooler.load_state_dict(pretrained.pooler.state_dict())
         return model
 
     def forward(self, graphs: TokenGraphs) -> Tensor:

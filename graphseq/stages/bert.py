@@ -172,9 +172,9 @@ def score_pretraining(model: BertForPretraining, batches: List[TokenGraphs], dev
 
 
 @stage("bert_pretrain")
-def bert_pretrain(ctx, *, steps: int = 6000, batch_size: int = 64, lr: float = 1e-3, warmup: float = 0.06,
+def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1e-3, warmup: float = 0.06,
                   weight_decay: float = 0.01, clip: float = 1.0, mask_rate: float = 0.15, amp: bool = True,
-                  eval_every: int = 500, eval_examples: int = 2000, checkpoint_every: int = 500,
+                  eval_every: int = 250, eval_examples: int = 2000, checkpoint_every: int = 250,
                   minutes: float = 0.0) -> None:
     """Masked-LM plus next-sentence pretraining for ``steps`` steps of
     ``batch_size`` examples: AdamW, warm-up over the first ``warmup``
@@ -348,13 +348,15 @@ def finetune_fold(ctx, model: BertClassifier, data: SentenceFold, tokenizer: Wor
 
 @stage("bert_finetune")
 def bert_finetune(ctx, *, run_folds: list = (), epochs: int = 4, batch_size: int = 32, lr: float = 1e-4,
-                  scratch_lr: float = 0.0, warmup: float = 0.1, weight_decay: float = 0.01, clip: float = 1.0, amp: bool = True,
+                  scratch_lr: float = 0.0, pretrained_pooler: bool = True, warmup: float = 0.1, weight_decay: float = 0.01, clip: float = 1.0, amp: bool = True,
                   evals_per_epoch: int = 2, scratch: bool = True, max_steps: int = 0) -> None:
     """Fine-tunes on sentence polarity from the ``[CLS]`` node, fold by fold
     (``run_folds``, or every fold): from the pretrained weights and, with
     ``scratch``, the same model and tokenizer from random weights (at
     ``scratch_lr``, 0 for ``lr``: a model from scratch may want another
-    rate). Each trains for ``epochs`` epochs (``max_steps`` > 0 caps them, for smoke
+    rate); ``pretrained_pooler`` starts the ``[CLS]`` pooler from the one
+    next-sentence prediction trained (else afresh). Each trains for
+    ``epochs`` epochs (``max_steps`` > 0 caps them, for smoke
     tests), AdamW with warm-up and linear decay (mixed precision on CUDA
     with ``amp``), is scored on its validation fold ``evals_per_epoch``
     times an epoch, keeps its best weights, and reads its test fold once.
@@ -386,7 +388,7 @@ def bert_finetune(ctx, *, run_folds: list = (), epochs: int = 4, batch_size: int
                 continue
             out.mkdir(parents=True, exist_ok=True)
             torch.manual_seed(ctx.seed * 1000 + fold)  # the same classifier layer for both variants
-            model = (BertClassifier.from_pretraining(base) if variant == "pretrained"
+            model = (BertClassifier.from_pretraining(base, pooler=pretrained_pooler) if variant == "pretrained"
                      else BertClassifier(base.config)).to(ctx.device)
             sub = replace(ctx, out=out, resume=ctx.resume and (out / "checkpoint.pt").is_file())
             result = finetune_fold(sub, model, data, tokenizer, fold=fold, epochs=epochs, batch_size=batch_size,

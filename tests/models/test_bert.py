@@ -96,6 +96,9 @@ def test_classifier_starts_from_the_pretrained_encoder_and_pooler():
     assert torch.equal(classifier.pooler.weight, pretrained.pooler.weight)
     graphs = random_sequences([4, 10])
     assert classifier(graphs).shape == (2, 3)
+    fresh = BertClassifier.from_pretraining(pretrained, pooler=False)
+    assert torch.equal(fresh.encoder.token_embedding.weight, pretrained.encoder.token_embedding.weight)
+    assert not torch.equal(fresh.pooler.weight, pretrained.pooler.weight)
     assert cls_nodes(graphs.positions).tolist() == [0, 4]
 
 
