@@ -30,7 +30,7 @@ from graphseq.data.polarity import cv_folds, load_polarity
 from graphseq.stages.paragraph_vectors import spv_fold, words_of
 
 MODELS = ("tfidf", "doc2vec-dm", "doc2vec-dbow", "spv-dm", "spv-dbow", "bilstm")
-LOGISTIC_C = (0.1, 0.3, 1.0, 3.0, 10.0)
+LOGISTIC_C = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
 
 
 def best_logistic(train_x, train_y, val_x, val_y, choices=LOGISTIC_C):
@@ -101,11 +101,12 @@ def bilstm_fold(fold: int, args) -> Dict[str, Any]:
     """The polarity-bilstm pipeline on one fold, through the runner."""
     import graphseq
 
-    summary = graphseq.run("polarity-bilstm", overrides={"data.fold": fold}, out=Path(args.scratch) / f"bilstm-{fold}",
+    summary = graphseq.run("polarity-bilstm", overrides={"data.test_folds": [fold]},
+                           out=Path(args.scratch) / f"bilstm-{fold}-{time.strftime('%Y%m%d-%H%M%S')}",
                            data_root=args.data_root, data_mirror=args.data_mirror, quiet=True)
     figures = summary["runs"][0]
-    return {"val_accuracy": figures.get("val_accuracy", float("nan")), "test_accuracy": figures["test_accuracy"],
-            "choice": "polarity-bilstm"}
+    return {"val_accuracy": figures["val_accuracy"], "test_accuracy": figures["test_accuracy"],
+            "choice": "polarity-bilstm as configured"}
 
 
 def spv_settings(pipeline: str = "spv-polarity") -> tuple[Dict[str, Any], str]:
@@ -181,9 +182,9 @@ def main() -> None:
         print(summary_line(name, rows))
     if args.spv:
         for mode in ("dm", "dbow"):
-            rows = [json.loads(p.read_text()) for p in sorted(Path(args.spv).glob(f"fold-*/{mode}.json"))]
+            rows = json.loads((Path(args.spv) / "folds.json").read_text())
             rows = [{"val_accuracy": r[f"{rule}_val_accuracy"], "test_accuracy": r[f"{rule}_test_accuracy"],
-                     "seconds": r["seconds"]} for r in rows if r["fold"] in folds]
+                     "seconds": r["seconds"]} for r in rows if r["mode"] == mode and r["fold"] in folds]
             if rows:
                 print(summary_line(f"SPV-{mode.upper()} (from {args.spv}, {len(rows)} folds)", rows))
     if args.bert:

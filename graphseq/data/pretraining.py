@@ -77,10 +77,13 @@ def shakespeare_speeches(text: str) -> List[Document]:
 def split_held_out(documents: List[Document], fraction: float,
                    seed: int = 0) -> Tuple[List[Document], List[Document]]:
     """A seeded random ``fraction`` of the documents held out (whole
-    documents, so no held-out sentence pair was seen in training)."""
+    documents, so no held-out sentence pair was seen in training); at least
+    one document on each side."""
+    if len(documents) < 2:
+        raise GraphseqError(f"a corpus of {len(documents)} document(s) leaves none to hold out")
     order = list(range(len(documents)))
     random.Random(seed).shuffle(order)
-    cut = round(len(documents) * fraction)
+    cut = min(max(1, round(len(documents) * fraction)), len(documents) - 1)
     held = set(order[:cut])
     return ([d for i, d in enumerate(documents) if i not in held],
             [d for i, d in enumerate(documents) if i in held])

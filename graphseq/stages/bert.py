@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import distributed
+from ..checks import Domain, at_least, between, fraction, non_negative, one_of, positive
 from ..data.polarity import cv_folds, load_polarity
 from ..data.pretraining import (Document, SentencePairs, TokenGraphs, collate, pack_pair,
                                 read_text_folder, shakespeare_speeches, split_held_out)
@@ -28,10 +29,17 @@ from ..errors import GraphseqError
 from ..io import atomic_write_bytes, write_json
 from ..models.bert import (WEIGHTS_FILE, BertClassifier, BertConfig, BertForPretraining,
                            load_pretrained, save_pretrained)
-from ..training import train_steps
+from ..seeding import MAX_SEED
+from ..training import CHECKPOINT, train_steps
+from .polarity import FOLD_LIST
 from .registry import stage
 
 CORPUS_FILE = "pretraining.json"  # what a pretraining read, so fine-tuning can check its test folds
+PLAN_FILE = "plan.json"  # bert-polarity: the pretraining each test fold fine-tunes from
+FOLDS_FILE = "folds.json"  # bert-polarity: the figures of every finished fold
+
+TEXT_LIST = Domain("a list of strings", lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v))
+DROPOUT = Domain("a number from 0 to 1, 1 excluded", lambda v: isinstance(v, (int, float)) and 0 <= v < 1)
 
 
 @dataclass
@@ -52,7 +60,8 @@ def _fold_list(values, folds: int, key: str) -> List[int]:
     return values
 
 
-@stage("bert_corpus")
+@stage("bert_corpus", checks={"exclude_folds": FOLD_LIST, "folds": at_least(3),
+                              "fold_seed": between(0, MAX_SEED), "held_out": fraction})
 def bert_corpus(ctx, *, folder: str = "", exclude_folds: list = (), folds: int = 10, fold_seed: int = 0,
                 held_out: float = 0.05) -> None:
     """The pretraining documents: every ``*.txt`` of ``folder`` (one document
@@ -62,8 +71,6 @@ def bert_corpus(ctx, *, folder: str = "", exclude_folds: list = (), folds: int =
     ``exclude_folds`` (of ``cv_folds(10662, folds, fold_seed)``). A seeded
     ``held_out`` fraction of the documents is kept for scoring."""
     excluded = _fold_list(exclude_folds, folds, "exclude_folds")
-    if not 0.0 <= held_out < 1.0:
-        raise GraphseqError(f"held_out must lie in [0, 1), got {held_out}")
     if folder:
         if excluded:
             raise GraphseqError("exclude_folds leaves polarity folds out of the shared texts; "
@@ -87,7 +94,7 @@ def bert_corpus(ctx, *, folder: str = "", exclude_folds: list = (), folds: int =
                  f"{len(held):,} held out")
 
 
-@stage("bert_tokenizer")
+@stage("bert_tokenizer", checks={"vocab_size": at_least(16), "min_frequency": at_least(1)})
 def bert_tokenizer(ctx, *, vocab_size: int = 8000, min_frequency: int = 2, file: str = "") -> None:
     """A WordPiece vocabulary of at most ``vocab_size`` pieces trained on the
     training documents (or the tokenizer ``file``, a ``tokenizer.json`` of
@@ -110,7 +117,9 @@ def bert_tokenizer(ctx, *, vocab_size: int = 8000, min_frequency: int = 2, file:
     ctx.log.info(f"tokenizer: {tokenizer.vocab_size:,} WordPiece pieces, saved as {path}")
 
 
-@stage("bert_model")
+@stage("bert_model", checks={"hidden_size": at_least(1), "num_layers": at_least(1), "num_heads": at_least(1),
+                             "feedforward_size": at_least(1), "max_len": at_least(4), "dropout": DROPOUT,
+                             "activation": one_of("gelu", "relu")})
 def bert_model(ctx, *, hidden_size: int = 128, num_layers: int = 2, num_heads: int = 4,
                feedforward_size: int = 512, max_len: int = 64, dropout: float = 0.1,
                activation: str = "gelu", norm_first: bool = False) -> None:
@@ -171,7 +180,11 @@ def score_pretraining(model: BertForPretraining, batches: List[TokenGraphs], dev
             "val_nsp_loss": totals["nsp_loss"] / max(totals["nsp_count"], 1)}
 
 
-@stage("bert_pretrain")
+@stage("bert_pretrain", checks={"steps": at_least(1), "batch_size": at_least(1), "lr": positive,
+                                "warmup": between(0, 1), "weight_decay": non_negative, "clip": non_negative,
+                                "mask_rate": fraction, "eval_every": non_negative, "eval_examples": at_least(1),
+                                "checkpoint_every": non_negative, "minutes": non_negative},
+       resumes=CHECKPOINT, resume_may_change=("minutes",), data_parallel=True)
 def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1e-3, warmup: float = 0.06,
                   weight_decay: float = 0.01, clip: float = 1.0, mask_rate: float = 0.15, amp: bool = True,
                   eval_every: int = 250, eval_examples: int = 2000, checkpoint_every: int = 250,
@@ -188,8 +201,6 @@ def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1
     config = model.config
     encode = lambda docs: [tokenizer.encode_batch(doc) for doc in docs]  # noqa: E731
     examples = SentencePairs(encode(corpus.train), config.max_len, tokenizer.cls_id, tokenizer.sep_id)
-    if not corpus.held_out:
-        raise GraphseqError("bert_pretrain scores held-out documents: set bert_corpus's held_out above 0")
     held = SentencePairs(encode(corpus.held_out), config.max_len, tokenizer.cls_id, tokenizer.sep_id)
     fixed = torch.Generator().manual_seed(12_345)  # the same held-out examples at every evaluation
     eval_batches = [held.batch(min(256, eval_examples - start), fixed, tokenizer.vocab_size, tokenizer.mask_id,
@@ -229,14 +240,9 @@ def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1
 # bert-polarity: pretraining per group of folds, fine-tuning per fold
 # --------------------------------------------------------------------------- #
 
-@dataclass
-class Pretrained:
-    folder: Path
-    excluded_folds: List[int]
-
-
-def read_pretraining(folder: Path, folds: int, fold_seed: int) -> Pretrained:
-    """A finished ``bert-pretrain`` run and the polarity test folds it left out."""
+def read_pretraining(folder: Path, folds: int, fold_seed: int) -> List[int]:
+    """The polarity test folds a finished ``bert-pretrain`` run left out
+    (none if it read another corpus or cut other folds)."""
     path = folder / CORPUS_FILE
     if not (folder / WEIGHTS_FILE).is_file() or not path.is_file():
         raise GraphseqError(f"{folder} is not a finished bert-pretrain run (no {WEIGHTS_FILE} "
@@ -244,46 +250,60 @@ def read_pretraining(folder: Path, folds: int, fold_seed: int) -> Pretrained:
     try:
         info = json.loads(path.read_text())
         excluded = [int(f) for f in info["excluded_polarity_folds"]]
-        same_folds = (info["source"] == "shared" and info["folds"] == folds and info["fold_seed"] == fold_seed)
+        same_folds = info["source"] == "shared" and info["folds"] == folds and info["fold_seed"] == fold_seed
     except (ValueError, KeyError, TypeError) as error:
         raise GraphseqError(f"damaged {path}: {error}") from None
-    return Pretrained(folder, excluded if same_folds else [])
+    return excluded if same_folds else []
 
 
-@stage("bert_pretrained_groups")
+def _pretrain_group(ctx, out: Path, overrides: List[str]) -> None:
+    """Runs ``bert-pretrain`` into ``out`` (continuing it on ``--resume``),
+    unless it has finished there already."""
+    from ..pipeline import run  # the runner runs each pretraining as a run of its own
+
+    if (out / WEIGHTS_FILE).is_file():
+        return
+    started = (out / "config.toml").is_file()
+    if started and not (out / CHECKPOINT).is_file():
+        raise GraphseqError(f"the pretraining in {out} stopped before its first checkpoint; delete that "
+                            f"folder and resume, and it starts again")
+    run("bert-pretrain", overrides=overrides, seed=ctx.seed, device=str(ctx.device), out=out,
+        data_root=ctx.data_root, data_mirror=ctx.data_mirror, quiet=ctx.quiet, resume=started)
+
+
+@stage("bert_pretrained_groups", checks={"runs": TEXT_LIST, "groups": at_least(1), "folds": at_least(3),
+                                         "fold_seed": between(0, MAX_SEED), "pretrain_set": TEXT_LIST},
+       resumes=PLAN_FILE)
 def bert_pretrained_groups(ctx, *, runs: list = (), groups: int = 2, folds: int = 10, fold_seed: int = 0,
                            pretrain_set: list = ()) -> None:
-    """The pretrained model each test fold fine-tunes from. With ``runs``
-    (folders of finished ``bert-pretrain`` runs), each test fold takes the
-    first run that left its sentences out. Without, the ``folds`` test folds
-    are cut into ``groups`` contiguous groups and ``bert-pretrain`` runs
-    once per group into ``pretrain-G/``, leaving out the sentences of that
-    group's test folds, with the ``pretrain_set`` overrides
-    (``"pretrain.steps=6000"``, ...)."""
+    """The pretrained model each test fold fine-tunes from, written to
+    ``plan.json``. With ``runs`` (folders of finished ``bert-pretrain``
+    runs), each test fold takes the first run that left its sentences out.
+    Without, the ``folds`` test folds are cut into ``groups`` contiguous
+    groups and ``bert-pretrain`` runs once per group into ``pretrain-G/``,
+    leaving out the sentences of that group's test folds, with the
+    ``pretrain_set`` overrides (``"pretrain.steps=4000"``, ...); a resumed
+    run continues an unfinished pretraining."""
+    if groups > folds:
+        raise GraphseqError(f"pretrain.groups = {groups} is more than the {folds} folds")
     if runs:
-        found = [read_pretraining(Path(r), folds, fold_seed) for r in runs]
+        plan = {}
+        for folder in map(Path, runs):
+            for fold in read_pretraining(folder, folds, fold_seed):
+                plan.setdefault(fold, str(folder))
+        if distributed.is_main():
+            write_json(ctx.out / PLAN_FILE, {str(f): p for f, p in sorted(plan.items())})
     else:
-        if not 1 <= groups <= folds:
-            raise GraphseqError(f"groups must lie in 1..{folds}, got {groups}")
-        from ..pipeline import run  # the runner runs each pretraining as a run of its own
-
-        found = []
-        for g, part in enumerate(torch.arange(folds).tensor_split(groups)):
-            out = ctx.out / f"pretrain-{g}"
-            overrides = list(pretrain_set) + [f"corpus.exclude_folds={part.tolist()}",
-                                              f"corpus.folds={folds}", f"corpus.fold_seed={fold_seed}"]
-            if not (out / WEIGHTS_FILE).is_file():
-                ctx.log.info(f"pretraining {g + 1} of {groups} into {out}, leaving out test folds {part.tolist()}")
-                run("bert-pretrain", overrides=overrides, seed=ctx.seed, device=str(ctx.device), out=out,
-                    data_root=ctx.data_root, data_mirror=ctx.data_mirror, quiet=ctx.quiet,
-                    resume=ctx.resume and (out / "checkpoint.pt").is_file())
-            found.append(read_pretraining(out, folds, fold_seed))
-    chosen = {}
-    for fold in range(folds):
-        usable = [p for p in found if fold in p.excluded_folds]
-        if usable:
-            chosen[fold] = usable[0]
-    ctx.pretrained = chosen
+        parts = [part.tolist() for part in torch.arange(folds).tensor_split(groups)]
+        plan = {fold: str(ctx.out / f"pretrain-{g}") for g, part in enumerate(parts) for fold in part}
+        if distributed.is_main():
+            write_json(ctx.out / PLAN_FILE, {str(f): p for f, p in sorted(plan.items())})
+        for g, part in enumerate(parts):
+            ctx.log.info(f"pretraining {g + 1} of {groups} in {ctx.out / f'pretrain-{g}'}, "
+                         f"leaving out the sentences of test folds {part}")
+            _pretrain_group(ctx, ctx.out / f"pretrain-{g}", list(pretrain_set) + [
+                f"corpus.exclude_folds={part}", f"corpus.folds={folds}", f"corpus.fold_seed={fold_seed}"])
+    ctx.pretrained = {fold: Path(folder) for fold, folder in plan.items()}
     ctx.fold_setup = (folds, fold_seed)
 
 
@@ -313,9 +333,10 @@ def classify(model: BertClassifier, sentences: List[List[int]], tokenizer: WordP
 
 def finetune_fold(ctx, model: BertClassifier, data: SentenceFold, tokenizer: WordPieceTokenizer, *,
                   fold: int, epochs: int, batch_size: int, lr: float, warmup: float, weight_decay: float,
-                  clip: float, amp: bool, evals_per_epoch: int, max_steps: int) -> Dict[str, Any]:
+                  clip: float, amp: bool, evals_per_epoch: int, max_steps: int, test: bool) -> Dict[str, Any]:
     """Fine-tunes on the fold's training sentences, keeps the weights with
-    the best validation accuracy, and scores the test sentences once."""
+    the best validation accuracy, and scores the test sentences once (when
+    ``test``)."""
     per_epoch = math.ceil(len(data.train) / batch_size)
     steps = epochs * per_epoch if max_steps <= 0 else min(max_steps, epochs * per_epoch)
     max_len = model.config.max_len
@@ -340,27 +361,36 @@ def finetune_fold(ctx, model: BertClassifier, data: SentenceFold, tokenizer: Wor
                          select=("val_accuracy", "max"), meta={"bert_config": asdict(model.config)},
                          desc=f"fold {fold} {ctx.out.name}")
     model.eval()
-    test = float((classify(model, data.test, tokenizer, ctx.device) == data.test_labels).float().mean())
-    return {"val_accuracy": result.best["val_accuracy"], "test_accuracy": test,
-            "best_step": result.best["step"], "steps": result.step, "minutes": result.seconds / 60,
-            "history": result.history}
+    figures = {"val_accuracy": result.best["val_accuracy"], "best_step": result.best["step"],
+               "steps": result.step, "minutes": result.seconds / 60, "history": result.history}
+    if test:
+        figures["test_accuracy"] = float((classify(model, data.test, tokenizer, ctx.device)
+                                          == data.test_labels).float().mean())
+    return figures
 
 
-@stage("bert_finetune")
-def bert_finetune(ctx, *, run_folds: list = (), epochs: int = 4, batch_size: int = 32, lr: float = 1e-4,
-                  scratch_lr: float = 0.0, pretrained_pooler: bool = True, warmup: float = 0.1, weight_decay: float = 0.01, clip: float = 1.0, amp: bool = True,
-                  evals_per_epoch: int = 2, scratch: bool = True, max_steps: int = 0) -> None:
+@stage("bert_finetune", checks={"run_folds": FOLD_LIST, "epochs": at_least(1), "batch_size": at_least(1),
+                                "lr": positive, "scratch_lr": non_negative, "warmup": between(0, 1),
+                                "weight_decay": non_negative, "clip": non_negative, "evals_per_epoch": at_least(1),
+                                "max_steps": non_negative},
+       resume_may_change=("run_folds",))
+def bert_finetune(ctx, *, run_folds: list = (), epochs: int = 3, batch_size: int = 32, lr: float = 1e-3,
+                  scratch_lr: float = 0.0, pretrained_pooler: bool = False, warmup: float = 0.1,
+                  weight_decay: float = 0.01, clip: float = 1.0, amp: bool = True, evals_per_epoch: int = 2,
+                  scratch: bool = True, test: bool = True, max_steps: int = 0) -> None:
     """Fine-tunes on sentence polarity from the ``[CLS]`` node, fold by fold
     (``run_folds``, or every fold): from the pretrained weights and, with
     ``scratch``, the same model and tokenizer from random weights (at
     ``scratch_lr``, 0 for ``lr``: a model from scratch may want another
     rate); ``pretrained_pooler`` starts the ``[CLS]`` pooler from the one
     next-sentence prediction trained (else afresh). Each trains for
-    ``epochs`` epochs (``max_steps`` > 0 caps them, for smoke
-    tests), AdamW with warm-up and linear decay (mixed precision on CUDA
-    with ``amp``), is scored on its validation fold ``evals_per_epoch``
-    times an epoch, keeps its best weights, and reads its test fold once.
-    A finished fold's ``result.json`` is kept on ``--resume``."""
+    ``epochs`` epochs (``max_steps`` > 0 caps them, for smoke tests), AdamW
+    with warm-up and linear decay (mixed precision on CUDA with ``amp``), is
+    scored on its validation fold ``evals_per_epoch`` times an epoch, keeps
+    its best weights, and reads its test fold once (``test = false`` leaves
+    the test folds unread, for choosing settings). ``folds.json`` holds the
+    figures of every finished fold; a resumed run keeps them and runs the
+    rest (an unfinished fold continues from its checkpoint)."""
     pretrained, (folds, fold_seed) = ctx.require("pretrained", "bert_finetune"), ctx.fold_setup
     chosen = _fold_list(run_folds, folds, "run_folds") or list(range(folds))
     missing = [f for f in chosen if f not in pretrained]
@@ -370,39 +400,56 @@ def bert_finetune(ctx, *, run_folds: list = (), epochs: int = 4, batch_size: int
     sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
     labels = torch.tensor(labels)
     variants = ["pretrained", "scratch"] if scratch else ["pretrained"]
-    results: Dict[str, List[Dict[str, Any]]] = {v: [] for v in variants}
+    done = {(r["fold"], r["variant"]): r for r in (_read_folds(ctx.out / FOLDS_FILE) if ctx.resume else [])}
+    done = {key: r for key, r in done.items() if key[0] in chosen and key[1] in variants}
     loaded: Dict[Path, Any] = {}
     for fold in chosen:
-        source = pretrained[fold].folder
+        if all((fold, v) in done for v in variants):
+            ctx.log.info(f"fold {fold}: kept from {FOLDS_FILE}")
+            continue
+        source = pretrained[fold]
         if source not in loaded:
             loaded = {source: load_pretrained(source, ctx.device)}  # one pretraining in memory at a time
         base, tokenizer = loaded[source]
-        train, val, test = cv_folds(len(sentences), folds, fold_seed)[fold]
+        train, val, test_ids = cv_folds(len(sentences), folds, fold_seed)[fold]
         encode = lambda ids: tokenizer.encode_batch([sentences[i] for i in ids.tolist()])  # noqa: E731
-        data = SentenceFold(encode(train), encode(val), encode(test), labels[train], labels[val], labels[test])
+        data = SentenceFold(encode(train), encode(val), encode(test_ids), labels[train], labels[val],
+                            labels[test_ids])
         for variant in variants:
-            out = ctx.out / f"fold-{fold}" / variant
-            done = out / "result.json"
-            if ctx.resume and done.is_file():
-                results[variant].append(json.loads(done.read_text()))
+            if (fold, variant) in done:
                 continue
+            out = ctx.out / f"fold-{fold}" / variant
             out.mkdir(parents=True, exist_ok=True)
             torch.manual_seed(ctx.seed * 1000 + fold)  # the same classifier layer for both variants
             model = (BertClassifier.from_pretraining(base, pooler=pretrained_pooler) if variant == "pretrained"
                      else BertClassifier(base.config)).to(ctx.device)
-            sub = replace(ctx, out=out, resume=ctx.resume and (out / "checkpoint.pt").is_file())
+            sub = replace(ctx, out=out, resume=ctx.resume and (out / CHECKPOINT).is_file())
             result = finetune_fold(sub, model, data, tokenizer, fold=fold, epochs=epochs, batch_size=batch_size,
                                    lr=lr if variant == "pretrained" or scratch_lr <= 0 else scratch_lr,
                                    warmup=warmup, weight_decay=weight_decay, clip=clip, amp=amp,
-                                   evals_per_epoch=evals_per_epoch, max_steps=max_steps)
-            result.update(fold=fold, pretraining=str(source))
+                                   evals_per_epoch=evals_per_epoch, max_steps=max_steps, test=test)
+            result.update(fold=fold, variant=variant, pretraining=str(source))
+            done[(fold, variant)] = result
             if distributed.is_main():
-                write_json(done, result)
-                (out / "checkpoint.pt").unlink(missing_ok=True)  # result.json holds what the fold gave
-            results[variant].append(result)
-            ctx.log.info(f"fold {fold} {variant}: validation {result['val_accuracy']:.4f}, "
-                         f"test {result['test_accuracy']:.4f} (best at step {result['best_step']})")
-    _report(ctx, results)
+                write_json(ctx.out / FOLDS_FILE, list(done.values()))
+                # folds.json holds what the fold gave; its checkpoint is no longer needed.
+                (out / CHECKPOINT).unlink(missing_ok=True)
+            ctx.log.info(f"fold {fold} {variant}: validation {result['val_accuracy']:.4f}"
+                         + (f", test {result['test_accuracy']:.4f}" if test else "")
+                         + f" (best at step {result['best_step']})")
+    if distributed.is_main():
+        write_json(ctx.out / FOLDS_FILE, list(done.values()))
+    _report(ctx, {v: [done[(f, v)] for f in chosen] for v in variants}, test)
+
+
+def _read_folds(path: Path) -> List[Dict[str, Any]]:
+    if not path.is_file():
+        return []
+    try:
+        rows = json.loads(path.read_text())
+        return [r for r in rows if isinstance(r, dict) and {"fold", "variant", "val_accuracy"} <= set(r)]
+    except ValueError as error:
+        raise GraphseqError(f"cannot continue from {path}: {error}; it may be damaged") from None
 
 
 def _mean_std(values: List[float]) -> tuple[float, float]:
@@ -411,26 +458,30 @@ def _mean_std(values: List[float]) -> tuple[float, float]:
     return mean, std
 
 
-def _report(ctx, results: Dict[str, List[Dict[str, Any]]]) -> None:
+def _report(ctx, results: Dict[str, List[Dict[str, Any]]], test: bool) -> None:
+    splits = ("val", "test") if test else ("val",)
     for variant, rows in results.items():
-        for split in ("val", "test"):
+        for split in splits:
             mean, std = _mean_std([r[f"{split}_accuracy"] for r in rows])
             ctx.metrics[f"{variant}_{split}_accuracy"], ctx.metrics[f"{variant}_{split}_std"] = mean, std
-        ctx.metrics[f"{variant}_test_by_fold"] = [r["test_accuracy"] for r in rows]
+        ctx.metrics[f"{variant}_{splits[-1]}_by_fold"] = [r[f"{splits[-1]}_accuracy"] for r in rows]
         ctx.metrics[f"{variant}_minutes"] = sum(r["minutes"] for r in rows)
     if "scratch" in results:
-        gains = [p["test_accuracy"] - s["test_accuracy"] for p, s in zip(results["pretrained"], results["scratch"])]
-        ctx.metrics["gain_test_accuracy"], ctx.metrics["gain_std"] = _mean_std(gains)
+        split = splits[-1]
+        gains = [p[f"{split}_accuracy"] - s[f"{split}_accuracy"]
+                 for p, s in zip(results["pretrained"], results["scratch"])]
+        ctx.metrics[f"gain_{split}_accuracy"], ctx.metrics["gain_std"] = _mean_std(gains)
     ctx.metrics["folds"] = [r["fold"] for r in results["pretrained"]]
     if distributed.is_main():
-        _plot_folds(results, ctx.out / "folds.png", ctx.pipeline)
-    ctx.log.info(", ".join(f"{v}: test {ctx.metrics[f'{v}_test_accuracy']:.4f} ± {ctx.metrics[f'{v}_test_std']:.4f}"
-                           for v in results) + f" over {len(results['pretrained'])} fold(s)")
+        _plot_folds(results, ctx.out / "folds.png", ctx.pipeline, splits[-1])
+    ctx.log.info(", ".join(f"{v}: {splits[-1]} {ctx.metrics[f'{v}_{splits[-1]}_accuracy']:.4f} ± "
+                           f"{ctx.metrics[f'{v}_{splits[-1]}_std']:.4f}" for v in results)
+                 + f" over {len(results['pretrained'])} fold(s)")
 
 
-def _plot_folds(results: Dict[str, List[Dict[str, Any]]], path: Path, title: str) -> None:
+def _plot_folds(results: Dict[str, List[Dict[str, Any]]], path: Path, title: str, split: str) -> None:
     """Validation accuracy during fine-tuning (one line per fold and variant)
-    and each fold's test accuracy."""
+    and each fold's final accuracy (test, or validation without test)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -445,15 +496,15 @@ def _plot_folds(results: Dict[str, List[Dict[str, Any]]], path: Path, title: str
                 curves.plot(*zip(*points), color=colours.get(variant), alpha=0.6,
                             label=variant if i == 0 else None)
         offset = -0.2 if variant == "pretrained" else 0.2
-        bars.bar([r["fold"] + offset for r in rows], [r["test_accuracy"] for r in rows], width=0.4,
+        bars.bar([r["fold"] + offset for r in rows], [r[f"{split}_accuracy"] for r in rows], width=0.4,
                  color=colours.get(variant), label=variant)
     curves.set_xlabel("fine-tuning step")
     curves.set_ylabel("validation accuracy")
     curves.grid(alpha=0.3)
     curves.legend()
-    bars.set_xlabel("test fold")
-    bars.set_ylabel("test accuracy")
-    low = min(r["test_accuracy"] for rows in results.values() for r in rows)
+    bars.set_xlabel("fold")
+    bars.set_ylabel(f"{'test' if split == 'test' else 'validation'} accuracy")
+    low = min(r[f"{split}_accuracy"] for rows in results.values() for r in rows)
     bars.set_ylim(max(0.0, low - 0.05), 1.0)
     bars.legend()
     figure.suptitle(title)

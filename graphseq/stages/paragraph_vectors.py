@@ -24,15 +24,21 @@ from typing import Any, Dict, List, Sequence
 import torch
 from tqdm import tqdm
 
+from ..checks import Domain, at_least, between, non_negative, one_of, positive
 from ..data.polarity import CLASS_NAMES, cv_folds, load_polarity
 from ..errors import GraphseqError
 from ..io import atomic_write_bytes, atomic_write_text, write_json
 from ..models.paragraph_vectors import (MODES, FlatCorpus, SupervisedParagraphVectors, class_log_likelihood,
                                         fit, infer, keep_probability, noise_distribution)
+from ..seeding import MAX_SEED
+from .polarity import FOLD_LIST
 from .registry import stage
 
 RULES = ("likelihood", "logistic", "nearest")
 LOGISTIC_C = (0.1, 1.0, 10.0)
+FOLDS_FILE = "folds.json"  # the figures of every finished fold and mode
+MODE_LIST = Domain(f"a non-empty list of {', '.join(MODES)}",
+                   lambda v: isinstance(v, list) and len(v) > 0 and all(m in MODES for m in v))
 
 
 def words_of(sentence: str) -> List[str]:
@@ -106,65 +112,83 @@ def spv_fold(sentences: Sequence[str], labels: torch.Tensor, split, *, mode: str
     return result
 
 
-@stage("spv_polarity")
+@stage("spv_polarity", checks={"modes": MODE_LIST, "folds": at_least(3), "fold_seed": between(0, MAX_SEED),
+                               "run_folds": FOLD_LIST, "dim": at_least(1), "window": at_least(1),
+                               "negative": at_least(1), "sample": non_negative, "min_count": at_least(1),
+                               "epochs": at_least(1), "infer_epochs": at_least(1), "lr": positive,
+                               "batch_size": at_least(1), "classify": one_of(*RULES)},
+       resumes=FOLDS_FILE, resume_may_change=("run_folds",))
 def spv_polarity(ctx, *, modes: list = ("dm", "dbow"), folds: int = 10, fold_seed: int = 0, run_folds: list = (),
                  dim: int = 100, window: int = 5, negative: int = 5, sample: float = 1e-3, min_count: int = 2,
                  epochs: int = 10, infer_epochs: int = 10, lr: float = 0.1, batch_size: int = 1024,
-                 train_words: bool = False, classify: str = "likelihood") -> None:
+                 train_words: bool = False, classify: str = "likelihood", test: bool = True) -> None:
     """Supervised paragraph vectors in each of ``modes`` on every fold (or
     ``run_folds``) of ``cv_folds(10662, folds, fold_seed)``: ``epochs``
     passes of training and ``infer_epochs`` of inference, Adagrad at ``lr``
     decaying linearly, ``negative`` noise words, windows of ``window`` words
     each side, words rarer than ``min_count`` dropped and frequent ones
     down-sampled by ``sample``. The figures of every rule are reported;
-    ``classify`` names the one each mode's headline accuracy uses. A
-    finished fold's ``fold-F/MODE.json`` is kept on ``--resume``."""
-    if not modes or any(m not in MODES for m in modes):
-        raise GraphseqError(f"modes must be a list of {', '.join(MODES)}, got {list(modes)}")
-    if classify not in RULES:
-        raise GraphseqError(f"classify must be one of {', '.join(RULES)}, got {classify!r}")
+    ``classify`` names the one each mode's headline accuracy uses;
+    ``test = false`` reports validation figures alone, for choosing
+    settings. ``folds.json`` holds every finished fold and mode; a resumed
+    run keeps them and runs the rest."""
     sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
     labels = torch.tensor(labels)
     splits = cv_folds(len(sentences), folds, fold_seed)
-    chosen = sorted({int(f) for f in run_folds}) or list(range(folds))
-    if any(not 0 <= f < folds for f in chosen):
-        raise GraphseqError(f"run_folds must name folds 0..{folds - 1}, got {list(run_folds)}")
+    chosen = sorted(set(run_folds)) or list(range(folds))
+    if any(f >= folds for f in chosen):
+        raise GraphseqError(f"spv.run_folds must name folds 0..{folds - 1}, got {list(run_folds)}")
     settings = dict(dim=dim, window=window, negative=negative, sample=sample, min_count=min_count, epochs=epochs,
                     infer_epochs=infer_epochs, lr=lr, batch_size=batch_size, train_words=train_words)
-    results: Dict[str, List[Dict[str, Any]]] = {mode: [] for mode in modes}
+    done = {(r["fold"], r["mode"]): r for r in (_read_folds(ctx.out / FOLDS_FILE) if ctx.resume else [])}
+    done = {key: r for key, r in done.items() if key[0] in chosen and key[1] in modes}
+    write_json(ctx.out / FOLDS_FILE, list(done.values()))
     bar = tqdm(total=len(chosen) * len(modes), desc="spv folds", disable=ctx.quiet, dynamic_ncols=True)
     for fold in chosen:
         for mode in modes:
-            path = ctx.out / f"fold-{fold}" / f"{mode}.json"
-            if ctx.resume and path.is_file():
-                result = json.loads(path.read_text())
-            else:
+            if (fold, mode) not in done:
                 result = spv_fold(sentences, labels, splits[fold], mode=mode, seed=ctx.seed * 1000 + fold,
                                   device=ctx.device, **settings,
                                   progress=lambda loss: bar.set_postfix(fold=fold, mode=mode, loss=f"{loss:.3f}"))
+                if not test:
+                    result = {k: v for k, v in result.items() if "_test_" not in k}
                 result["fold"] = fold
-                write_json(path, result)
-            results[mode].append(result)
+                done[(fold, mode)] = result
+                write_json(ctx.out / FOLDS_FILE, list(done.values()))
+            result = done[(fold, mode)]
             bar.update(1)
             ctx.log.info(f"fold {fold} SPV-{mode.upper()}: " + ", ".join(
-                f"{rule} {result[f'{rule}_val_accuracy']:.4f}/{result[f'{rule}_test_accuracy']:.4f}"
-                for rule in RULES) + f" (validation/test), {result['seconds']:.0f} s")
+                f"{rule} {result[f'{rule}_val_accuracy']:.4f}"
+                + (f"/{result[f'{rule}_test_accuracy']:.4f}" if test else "") for rule in RULES)
+                + (" (validation/test)" if test else " (validation)") + f", {result['seconds']:.0f} s")
     bar.close()
-    _report(ctx, results, classify)
+    _report(ctx, {mode: [done[(f, mode)] for f in chosen] for mode in modes}, classify, test)
 
 
-def _report(ctx, results: Dict[str, List[Dict[str, Any]]], classify: str) -> None:
+def _read_folds(path) -> List[Dict[str, Any]]:
+    if not path.is_file():
+        return []
+    try:
+        rows = json.loads(path.read_text())
+        return [r for r in rows if isinstance(r, dict) and {"fold", "mode", "likelihood_val_accuracy"} <= set(r)]
+    except ValueError as error:
+        raise GraphseqError(f"cannot continue from {path}: {error}; it may be damaged") from None
+
+
+def _report(ctx, results: Dict[str, List[Dict[str, Any]]], classify: str, test: bool) -> None:
     lines = []
+    splits = ("val", "test") if test else ("val",)
     for mode, rows in results.items():
         for rule in RULES:
-            for split in ("val", "test"):
+            for split in splits:
                 values = [r[f"{rule}_{split}_accuracy"] for r in rows]
                 mean = sum(values) / len(values)
                 std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
                 ctx.metrics[f"{mode}_{rule}_{split}_accuracy"] = mean
                 ctx.metrics[f"{mode}_{rule}_{split}_std"] = std
-        ctx.metrics[f"{mode}_test_accuracy"] = ctx.metrics[f"{mode}_{classify}_test_accuracy"]
-        ctx.metrics[f"{mode}_test_std"] = ctx.metrics[f"{mode}_{classify}_test_std"]
+        for split in splits:
+            ctx.metrics[f"{mode}_{split}_accuracy"] = ctx.metrics[f"{mode}_{classify}_{split}_accuracy"]
+            ctx.metrics[f"{mode}_{split}_std"] = ctx.metrics[f"{mode}_{classify}_{split}_std"]
         ctx.metrics[f"{mode}_minutes"] = sum(r["seconds"] for r in rows) / 60
         first = rows[0]
         for name, words in first["class_words"].items():

@@ -108,9 +108,10 @@ def test_bert_polarity_fine_tunes_pretrained_and_scratch(pretrained, tmp_path, d
     figures = summary["runs"][0]
     assert figures["folds"] == [0]
     assert len(figures["pretrained_test_by_fold"]) == len(figures["scratch_test_by_fold"]) == 1
-    for variant in ("pretrained", "scratch"):
-        result = json.loads((tmp_path / "fold-0" / variant / "result.json").read_text())
-        assert result["steps"] == 3 and result["pretraining"] == str(out)
+    rows = json.loads((tmp_path / "folds.json").read_text())
+    assert sorted(r["variant"] for r in rows) == ["pretrained", "scratch"]
+    assert all(r["steps"] == 3 and r["fold"] == 0 and r["pretraining"] == str(out) for r in rows)
+    assert json.loads((tmp_path / "plan.json").read_text()) == {"0": str(out)}
     assert (tmp_path / "folds.png").is_file()
 
 
@@ -125,8 +126,11 @@ def test_bert_polarity_pretrains_first_when_given_no_run(tmp_path, data_root, mi
     pretrain_set = [f"{k}={json.dumps(v)}" for k, v in {**TINY, "pretrain.steps": 2}.items()]
     summary = run("bert-polarity", overrides={"pretrain.groups": 1, "pretrain.pretrain_set": pretrain_set,
                                               "finetune.run_folds": [4], "finetune.max_steps": 2,
-                                              "finetune.scratch": False},
+                                              "finetune.scratch": False, "finetune.test": False},
                   out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
     info = json.loads((tmp_path / "pretrain-0" / "pretraining.json").read_text())
     assert info["excluded_polarity_folds"] == list(range(10))
-    assert summary["runs"][0]["folds"] == [4] and "scratch_test_accuracy" not in summary["runs"][0]
+    figures = summary["runs"][0]
+    assert figures["folds"] == [4] and "pretrained_val_accuracy" in figures
+    # Choosing settings: neither the test fold nor the model from scratch was read.
+    assert not any("test" in key or "scratch" in key for key in figures)

@@ -1,4 +1,6 @@
 """A smoke run of spv-polarity on one fold of the real sentences."""
+import json
+
 from graphseq import run
 
 
@@ -11,7 +13,8 @@ def test_spv_polarity_runs_one_fold_of_both_modes(tmp_path, data_root, mirror):
     for mode in ("dm", "dbow"):
         assert figures[f"{mode}_test_accuracy"] == figures[f"{mode}_likelihood_test_accuracy"]
         assert {f"{mode}_{rule}_val_accuracy" for rule in ("likelihood", "logistic", "nearest")} <= set(figures)
-        assert (tmp_path / "fold-3" / f"{mode}.json").is_file()
+    rows = json.loads((tmp_path / "folds.json").read_text())
+    assert sorted((r["fold"], r["mode"]) for r in rows) == [(3, "dbow"), (3, "dm")]
     words = (tmp_path / "class_words.txt").read_text().splitlines()
     assert len(words) == 4 and words[0].startswith("SPV-DM fold 3, nearest words to the negative class vector")
     assert (tmp_path / "curves.png").is_file()
