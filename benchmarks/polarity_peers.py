@@ -94,7 +94,8 @@ def spv_peer_fold(sentences, labels, split, mode: str, settings: Dict[str, Any],
     result = spv_fold(sentences, torch.as_tensor(labels), split, mode=mode, **settings)
     return {"val_accuracy": result[f"{rule}_val_accuracy"], "test_accuracy": result[f"{rule}_test_accuracy"],
             "choice": f"rule {rule}; logistic on its vectors {result['logistic_val_accuracy']:.4f}/"
-                      f"{result['logistic_test_accuracy']:.4f}"}
+                      f"{result['logistic_test_accuracy']:.4f}",
+            "class_words": result["class_words"]}
 
 
 def bilstm_fold(fold: int, args) -> Dict[str, Any]:
@@ -174,6 +175,8 @@ def main() -> None:
             results[name].append(row)
             print(f"fold {fold} {name}: validation {row['val_accuracy']:.4f}, test {row['test_accuracy']:.4f}, "
                   f"{row['seconds']:.1f} s ({row['choice']})", flush=True)
+            for label, words in row.get("class_words", {}).items():
+                print(f"  nearest words to the {label} class vector: {', '.join(words)}", flush=True)
 
     print(f"\nsentence polarity, folds {folds}, one thread\n")
     print("| model | validation accuracy | test accuracy | seconds per fold |")
