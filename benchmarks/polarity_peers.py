@@ -175,8 +175,8 @@ def main() -> None:
             results[name].append(row)
             print(f"fold {fold} {name}: validation {row['val_accuracy']:.4f}, test {row['test_accuracy']:.4f}, "
                   f"{row['seconds']:.1f} s ({row['choice']})", flush=True)
-            for label, words in row.get("class_words", {}).items():
-                print(f"  nearest words to the {label} class vector: {', '.join(words)}", flush=True)
+            for label, nearest in row.get("class_words", {}).items():
+                print(f"  nearest words to the {label} class vector: {', '.join(nearest)}", flush=True)
 
     print(f"\nsentence polarity, folds {folds}, one thread\n")
     print("| model | validation accuracy | test accuracy | seconds per fold |")

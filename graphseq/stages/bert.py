@@ -62,7 +62,7 @@ def _fold_list(values, folds: int, key: str) -> List[int]:
 
 @stage("bert_corpus", checks={"exclude_folds": FOLD_LIST, "folds": at_least(3),
                               "fold_seed": between(0, MAX_SEED), "held_out": fraction})
-def bert_corpus(ctx, *, folder: str = "", exclude_folds: list = (), folds: int = 10, fold_seed: int = 0,
+def bert_corpus(ctx, *, folder: str = "", exclude_folds: list = [], folds: int = 10, fold_seed: int = 0,
                 held_out: float = 0.05) -> None:
     """The pretraining documents: every ``*.txt`` of ``folder`` (one document
     per file, one sentence per line), or by default the shared texts:
@@ -274,8 +274,8 @@ def _pretrain_group(ctx, out: Path, overrides: List[str]) -> None:
 @stage("bert_pretrained_groups", checks={"runs": TEXT_LIST, "groups": at_least(1), "folds": at_least(3),
                                          "fold_seed": between(0, MAX_SEED), "pretrain_set": TEXT_LIST},
        resumes=PLAN_FILE)
-def bert_pretrained_groups(ctx, *, runs: list = (), groups: int = 2, folds: int = 10, fold_seed: int = 0,
-                           pretrain_set: list = ()) -> None:
+def bert_pretrained_groups(ctx, *, runs: list = [], groups: int = 2, folds: int = 10, fold_seed: int = 0,
+                           pretrain_set: list = []) -> None:
     """The pretrained model each test fold fine-tunes from, written to
     ``plan.json``. With ``runs`` (folders of finished ``bert-pretrain``
     runs), each test fold takes the first run that left its sentences out.
@@ -374,7 +374,7 @@ def finetune_fold(ctx, model: BertClassifier, data: SentenceFold, tokenizer: Wor
                                 "weight_decay": non_negative, "clip": non_negative, "evals_per_epoch": at_least(1),
                                 "max_steps": non_negative},
        resume_may_change=("run_folds",))
-def bert_finetune(ctx, *, run_folds: list = (), epochs: int = 3, batch_size: int = 32, lr: float = 1e-3,
+def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int = 32, lr: float = 1e-3,
                   scratch_lr: float = 0.0, pretrained_pooler: bool = False, warmup: float = 0.1,
                   weight_decay: float = 0.01, clip: float = 1.0, amp: bool = True, evals_per_epoch: int = 2,
                   scratch: bool = True, test: bool = True, max_steps: int = 0) -> None:

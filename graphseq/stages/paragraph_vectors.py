@@ -118,7 +118,7 @@ def spv_fold(sentences: Sequence[str], labels: torch.Tensor, split, *, mode: str
                                "epochs": at_least(1), "infer_epochs": at_least(1), "lr": positive,
                                "batch_size": at_least(1), "classify": one_of(*RULES)},
        resumes=FOLDS_FILE, resume_may_change=("run_folds",))
-def spv_polarity(ctx, *, modes: list = ("dm", "dbow"), folds: int = 10, fold_seed: int = 0, run_folds: list = (),
+def spv_polarity(ctx, *, modes: list = ["dm", "dbow"], folds: int = 10, fold_seed: int = 0, run_folds: list = [],
                  dim: int = 100, window: int = 5, negative: int = 5, sample: float = 1e-3, min_count: int = 2,
                  epochs: int = 10, infer_epochs: int = 10, lr: float = 0.1, batch_size: int = 1024,
                  train_words: bool = False, classify: str = "likelihood", test: bool = True) -> None:
