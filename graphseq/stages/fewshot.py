@@ -304,8 +304,10 @@ def _initialise(model: FewShotModel, path: Path, log) -> None:
     own.update(copied)
     model.load_state_dict(own)
     fresh = sorted(set(own) - set(copied))
+    # Named by their modules, three levels deep at most (gnn.convs.0).
+    modules = sorted({".".join(k.split(".")[:min(3, k.count("."))]) for k in fresh})
     log.info(f"initialised {len(copied)} of {len(own)} tensors from {path}"
-             + (f"; fresh: {', '.join(fresh)}" if fresh else ""))
+             + (f"; {len(fresh)} fresh (other shapes) in {', '.join(modules)}" if fresh else ""))
 
 
 @stage("test_episodes", checks={"episodes": at_least(1), "batch_size": at_least(1),
