@@ -250,7 +250,9 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
             if checkpoint_every > 0 and progress.step % checkpoint_every == 0:
                 save()
     bar.close()
-    if ran and (not progress.history or progress.history[-1]["step"] != progress.step):
+    # The end is evaluated once, also when a resumed run had no step left
+    # (a checkpoint taken between evaluations, the budget lowered to it).
+    if progress.step > 0 and (not progress.history or progress.history[-1]["step"] != progress.step):
         record()
     save()
     if main and curves and progress.history:

@@ -85,6 +85,16 @@ def test_resuming_a_finished_run_takes_no_step(tmp_path):
         assert torch.equal(a, b)
 
 
+
+def test_a_run_resumed_at_a_checkpoint_between_evaluations_is_evaluated(tmp_path):
+    train(tmp_path, 3)  # evaluated at step 2 and at the end, step 3
+    checkpoint = load_checkpoint(tmp_path / "checkpoint.pt")
+    checkpoint["step"], checkpoint["history"] = 1, []  # as if stopped after step 1
+    torch.save(checkpoint, tmp_path / "checkpoint.pt")
+    _, result = train(tmp_path, 1, resume=True)  # the budget lowered to the checkpoint's step
+    assert result.step == 1 and [e["step"] for e in result.history] == [1]
+    assert "val_loss" in result.history[0]
+
 def test_the_best_weights_by_validation_are_restored(tmp_path):
     torch.manual_seed(0)
     model = nn.Linear(3, 2)
