@@ -89,10 +89,14 @@ def test_a_bad_csv_is_refused_before_any_label_is_stored(content, problem, tmp_p
 # --------------------------------------------------------------------------- #
 
 def start(out, data_root, mirror, *extra):
+    # A shell starts a background job (`pytest ... &`) with SIGINT ignored,
+    # and its children inherit that: Ctrl-C would then be lost, as it never
+    # is for a person's foreground run. The child gets the default back.
     return subprocess.Popen(
         [sys.executable, "-m", "graphseq.cli", "run", "active-cora", "--oracle", "human", "--quiet",
          "--out", str(out), "--data-root", str(data_root), "--data-mirror", str(mirror), *TINY, *extra],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def read_prompts(process, count, seen=""):
@@ -172,10 +176,7 @@ def test_killed_run_loses_no_answer_and_resumes_then_survives_ctrl_c(tmp_path, d
     answer(process, "case")
     text = read_prompts(process, 2, text)
     process.send_signal(signal.SIGINT)  # Ctrl-C at the prompt
-    # A terminal keeps its input open after Ctrl-C: wait for the process
-    # before closing the pipe, or the end of input races the signal (and
-    # ends the run like q, with code 0).
-    process.wait(timeout=300)
+    process.wait(timeout=300)  # a terminal keeps its input open after Ctrl-C
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 130
     assert "Traceback" not in stderr.decode()
