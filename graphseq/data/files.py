@@ -18,13 +18,13 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from ..errors import GraphseqError
+from ..io import _temporary
 
 CHUNK = 1 << 20
 
@@ -82,8 +82,7 @@ def _copy(source: Path, target: Path) -> None:
     """Copies ``source`` to ``target`` through a temporary file beside it, so
     a crash never leaves half a file under the name."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = _temporary(target)
     try:
         shutil.copyfile(source, tmp)
         os.replace(tmp, target)
@@ -148,8 +147,7 @@ def download_url(url: str, path: Path) -> None:
     an interrupted download never leaves a partial file under the name
     (PyG's ``download_url`` writes in place)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = _temporary(path)
     try:
         with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
             shutil.copyfileobj(response, f)

@@ -2,7 +2,9 @@
 are found (data root, mirror, download): a damaged one stops the run with one
 line naming the file and the place, and never reaches the data root."""
 import hashlib
+import os
 import shutil
+import stat
 
 import pytest
 
@@ -79,6 +81,9 @@ def test_good_files_are_copied_and_files_without_a_checksum_pass(tmp_path):
     folder = locate_raw_files("set", ["a.txt", "b.txt"], tmp_path / "root", tmp_path / "mirror",
                               checksums=CHECKSUMS)
     assert (folder / "a.txt").read_bytes() == GOOD and (folder / "b.txt").read_bytes() == b"anything"
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert stat.S_IMODE((folder / "a.txt").stat().st_mode) == 0o666 & ~umask  # not mkstemp's 0600
 
 
 # --------------------------------------------------------------------------- #
