@@ -124,7 +124,8 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                 if not queue:  # A whole round is done: a point of the learning curve.
                     accuracy = learner.accuracy()
                     store.add_round(strategy, len(labelled), accuracy)
-                    log.info(f"{strategy}: {len(labelled)} labels, test accuracy {accuracy:.4f}")
+                    scored = getattr(learner, "mask_name", "test_mask").removesuffix("_mask")
+                    log.info(f"{strategy}: {len(labelled)} labels, {scored} accuracy {accuracy:.4f}")
             if not queue:
                 taken = torch.tensor(sorted(set(labelled) | skipped), dtype=pool.dtype, device=pool.device)
                 candidates = pool[~torch.isin(pool, taken)]
