@@ -209,7 +209,7 @@ def _mean_std(values: List[float]) -> Tuple[float, float]:
                                   "lr": positive, "weight_decay": non_negative, "clip": positive,
                                   "max_batches": non_negative},
        resumes=FOLDS_FILE)
-def train_sentences(ctx, *, max_epochs: int = 10, patience: int = 3, batch_size: int = 50, lr: float = 2e-3,
+def train_sentences(ctx, *, max_epochs: int = 10, patience: int = 3, batch_size: int = 50, lr: float = 4e-3,
                     weight_decay: float = 0.0, clip: float = 5.0, test: bool = True,
                     max_batches: int = 0) -> None:
     """Trains a fresh classifier on each fold of ``ctx.data`` (see
