@@ -15,7 +15,6 @@ before they are timed.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
@@ -25,6 +24,7 @@ from graphseq.data.episodes import EpisodeSampler, FewShotClasses
 from graphseq.models.fewshot import FewShotConfig, FewShotModel
 from graphseq.models.fewshot_dense import DenseFewShotGNN
 from graphseq.pipeline import resolve_device
+from timing import median_times
 
 
 class DenseModel(torch.nn.Module):
@@ -91,23 +91,15 @@ def main():
         difference = float((gnn_ours() - gnn_dense()).abs().max())
     optimizers = {name: torch.optim.Adam(module.parameters(), lr=1e-3) for name, (_, module) in contenders.items()}
 
-    times = {name: [] for name in contenders}
-    warm_up = 3
-    for repeat in range(args.repeats + warm_up):
-        for name, (forward, module) in contenders.items():  # Interleaved, so load hits all.
-            optimizer = optimizers[name]
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = clock()
+    def training_step(forward, optimizer):
+        def step():
             optimizer.zero_grad(set_to_none=True)
             F.cross_entropy(forward(), target).backward()
             optimizer.step()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            if repeat >= warm_up:
-                times[name].append(clock() - start)
+        return step
 
-    median = {name: statistics.median(t) for name, t in times.items()}
+    steps = {name: training_step(forward, optimizers[name]) for name, (forward, _) in contenders.items()}
+    median = median_times(steps, args.repeats, device, clock, warmup=3)
     print(f"{args.ways}-way {args.shots}-shot" + (f" + {args.unlabelled} unlabelled" if args.unlabelled else "")
           + f", {args.batch} episodes of {size} nodes ({args.batch * size * (size - 1)} edges), on {device} "
           f"({torch.get_num_threads()} threads), median {args.clock} time of {args.repeats} training steps "

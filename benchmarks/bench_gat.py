@@ -23,7 +23,6 @@ the ones above.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from graphseq.data.planetoid import load_planetoid
 from graphseq.models import GAT
 from graphseq.nn import GATConv
 from graphseq.pipeline import default_data_mirror, default_data_root, resolve_device
+from timing import median_times
 
 CASES = ("cora-dense", "cora-csr", "random", "epoch")
 
@@ -104,21 +104,6 @@ def contenders(case, data, device):
             "pyg-example": lambda: epoch(theirs, theirs_optimizer, data.x, data)}
 
 
-def time_interleaved(steps, repeats, device, clock, warmup=5):
-    times = {name: [] for name in steps}
-    for step in range(repeats + warmup):
-        for name, run in steps.items():
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = clock()
-            run()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            if step >= warmup:
-                times[name].append(clock() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
@@ -140,7 +125,7 @@ def main():
     for case in args.cases:
         steps = contenders(case, data, device)
         repeats = max(args.repeats // 10, 5) if case == "random" else args.repeats
-        median = time_interleaved(steps, repeats, device, clock)
+        median = median_times(steps, repeats, device, clock, warmup=5)
         (ours, ours_time), (peer, peer_time) = median.items()
         print(f"  {case:<11} {ours} {ours_time * 1e3:8.2f} ms   {peer} {peer_time * 1e3:8.2f} ms   "
               f"ratio {ours_time / peer_time:.3f}")

@@ -24,7 +24,6 @@ call is printed too. Every step of ours passes its messages through PyG's
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from typing import Callable, Dict
 
@@ -34,6 +33,7 @@ from torch.nn.utils.rnn import pack_sequence, pad_sequence
 from graphseq.graphs import chain, lengths_to_batch
 from graphseq.nn import ChainGRU, ChainLSTM, chain_schedule
 from graphseq.pipeline import resolve_device
+from timing import median_times
 
 
 def loss_of(out, state) -> torch.Tensor:
@@ -113,26 +113,15 @@ def main():
     clock = time.perf_counter if args.clock == "wall" else time.thread_time
     cells = contenders(args, device)
 
-    times = {(cell, name): [] for cell, runs in cells.items() for name in runs}
-    warm_up = 3
-    for repeat in range(args.repeats + warm_up):
-        for cell, runs in cells.items():
-            for name, run in runs.items():  # Interleaved, so load hits all alike.
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                start = clock()
-                run()
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                if repeat >= warm_up:
-                    times[cell, name].append(clock() - start)
+    steps = {(cell, name): run for cell, runs in cells.items() for name, run in runs.items()}
+    medians = median_times(steps, args.repeats, device, clock, warmup=3)
 
     print(f"batch {args.batch}, lengths 1..{args.max_length} ({args.nodes} nodes, padded "
           f"{args.batch * args.max_length}), {args.input} -> {args.hidden}, layers {args.layers}, "
           f"bidirectional {args.bidirectional}, on {device} ({torch.get_num_threads()} threads), "
           f"median {args.clock} time of {args.repeats} forward+backward passes")
     for cell, runs in cells.items():
-        median = {name: statistics.median(times[cell, name]) for name in runs}
+        median = {name: medians[cell, name] for name in runs}
         peer = "torch.nn." + cell[5:]
         for name, seconds in median.items():
             label = cell if name.startswith("ours") else peer

@@ -27,16 +27,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 import torch
 from torch_geometric.nn import TransformerConv
 
 from graphseq import graphs
 from graphseq.nn import SelfAttentionConv
+from timing import median_times
 
 # (graphs, nodes per graph, channels, heads); a list of sizes is a batch of unequal graphs.
 DENSE_SIZES = [
@@ -46,27 +45,6 @@ DENSE_SIZES = [
     (1, 2048, 64, 8),
     ([96, 160, 256, 200, 256, 64, 128, 240], None, 256, 8),
 ]
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def interleaved(functions: dict, repeats: int, device: torch.device) -> dict:
-    """Median seconds of each function, timed in turn so that a busy machine
-    slows them alike."""
-    for fn in functions.values():  # Warm-up.
-        fn(), fn()
-    times = {name: [] for name in functions}
-    for _ in range(repeats):
-        for name, fn in functions.items():
-            sync(device)
-            start = time.perf_counter()
-            fn()
-            sync(device)
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def bench_dense(repeats: int, device: torch.device) -> None:
@@ -107,7 +85,7 @@ def bench_dense(repeats: int, device: torch.device) -> None:
         label = (f"{len(sizes)} x {nodes}" if nodes else f"{len(sizes)} x {min(sizes)}..{longest}") \
             + f", {channels}, {heads}"
         for kind, fns in [("fwd", (ours_forward, mha_forward)), ("fwd+bwd", (ours_backward, mha_backward))]:
-            t = interleaved({"ours": fns[0], "mha": fns[1]}, repeats, device)
+            t = median_times({"ours": fns[0], "mha": fns[1]}, repeats, device, warmup=2)
             print(f"{label:<40} {kind:<9} {t['ours'] * 1e3:9.2f} {t['mha'] * 1e3:9.2f} "
                   f"{t['ours'] / t['mha']:9.2f}")
 
@@ -182,8 +160,8 @@ def bench_sparse(repeats: int, device: torch.device, edges: int) -> None:
     print(f"{'nodes, edges, channels, heads':<32} {'ours ms':>9} {'PyG ms':>9} {'time':>6} "
           f"{'ours MiB':>9} {'PyG MiB':>9} {'peak':>6} {'saved ours/PyG MiB':>19}")
     for nodes, channels, heads in [(10_000, 64, 4), (20_000, 128, 8)]:
-        t = interleaved({layer: sparse_setup(layer, nodes, edges, channels, heads, device)
-                         for layer in ("ours", "pyg")}, repeats, device)
+        t = median_times({layer: sparse_setup(layer, nodes, edges, channels, heads, device)
+                          for layer in ("ours", "pyg")}, repeats, device, warmup=2)
         memory = {layer: memory_in_subprocess(layer, nodes, edges, channels, heads, device)
                   for layer in ("ours", "pyg")}
         mib = {layer: memory[layer]["peak"] / 2**20 for layer in memory}

@@ -65,15 +65,6 @@ class FewShotData:
                               0 if labelled_only else self.unlabelled)
 
 
-def _check_episode_shape(ways: int, shots: int, unlabelled: int) -> None:
-    if ways < 2:
-        raise GraphseqError(f"ways must be at least 2, got {ways}")
-    if shots < 1:
-        raise GraphseqError(f"shots must be at least 1, got {shots}")
-    if unlabelled < 0:
-        raise GraphseqError(f"unlabelled must be at least 0, got {unlabelled}")
-
-
 @stage("omniglot", checks={"ways": at_least(2), "shots": at_least(1), "unlabelled": at_least(0),
                            "train_characters": at_least(1), "val_characters": at_least(0),
                            "split_seed": at_least(0), "size": at_least(8)})
@@ -84,7 +75,6 @@ def omniglot(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, train_c
     the characters, ``train_characters`` are for training (the last
     ``val_characters`` of them held out for validation) and the rest for
     test; with ``rotations`` each quarter turn of a character is a class."""
-    _check_episode_shape(ways, shots, unlabelled)
     images = load_omniglot(ctx.data_root, ctx.data_mirror, size=size, log=ctx.log)
     split = omniglot_split(len(images.characters), train_characters, val_characters, split_seed)
     splits = {name: images.classes(index, rotations) for name, index in split.items()}
@@ -101,7 +91,6 @@ def omniglot(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, train_c
 def miniimagenet(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, size: int = 84) -> None:
     """Mini-ImageNet episodes from the Ravi & Larochelle splits (64 training,
     16 validation and 20 test classes of 600 images)."""
-    _check_episode_shape(ways, shots, unlabelled)
     splits = {name: load_miniimagenet(ctx.data_root, ctx.data_mirror, name, size, ctx.log)
               for name in ("train", "val", "test")}
     ctx.data = FewShotData("miniimagenet", splits, ways, shots, unlabelled)
@@ -123,8 +112,6 @@ def fewshot_gnn(ctx, *, embedding: str = "", embedding_dim: int = 0, unknown_lab
     dataset's CNN; ``unknown_label`` is ``zeros`` (the authors' code) or
     ``uniform`` (the paper); ``active`` adds the query head."""
     data = ctx.require("data", "fewshot_gnn")
-    if unknown_label not in UNKNOWN_LABELS:
-        raise GraphseqError(f"unknown_label must be one of {', '.join(UNKNOWN_LABELS)}, got {unknown_label!r}")
     if active and data.unlabelled < 1:
         raise GraphseqError("an active model asks for the label of an unlabelled image: "
                             "set data.unlabelled to at least 1")
