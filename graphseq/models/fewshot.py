@@ -40,12 +40,25 @@ def _conv_block(in_channels: int, out_channels: int, padding: int = 1, pool: boo
 
 
 def omniglot_embedding(out_channels: int = 64, width: int = 64) -> nn.Sequential:
-    """The paper's Omniglot CNN for 28x28 images: 4 x {3x3 convolution with
-    ``width`` filters, BatchNorm, 2x2 max-pooling, leaky ReLU}, then a linear
-    layer to ``out_channels``, BatchNorm and leaky ReLU (28 -> 14 -> 7 -> 3 -> 1)."""
+    """The paper's Omniglot CNN for 28x28 images, as its text describes it:
+    4 x {3x3 convolution with ``width`` filters, BatchNorm, 2x2 max-pooling,
+    leaky ReLU}, then a linear layer to ``out_channels``, BatchNorm and leaky
+    ReLU (28 -> 14 -> 7 -> 3 -> 1)."""
     return nn.Sequential(*_conv_block(1, width), *_conv_block(width, width), *_conv_block(width, width),
                          *_conv_block(width, width), nn.Flatten(),
                          nn.Linear(width, out_channels, bias=False), nn.BatchNorm1d(out_channels),
+                         nn.LeakyReLU())
+
+
+def omniglot_code_embedding(out_channels: int = 64, width: int = 64) -> nn.Sequential:
+    """The Omniglot CNN of the authors' code (``EmbeddingOmniglot``): the
+    first two blocks as in :func:`omniglot_embedding`, the last two
+    unpadded and without pooling, so a 3x3 map of ``width`` channels reaches
+    the linear layer (28 -> 14 -> 7 -> 5 -> 3)."""
+    return nn.Sequential(*_conv_block(1, width), *_conv_block(width, width),
+                         *_conv_block(width, width, padding=0, pool=False),
+                         *_conv_block(width, width, padding=0, pool=False), nn.Flatten(),
+                         nn.Linear(width * 3 * 3, out_channels, bias=False), nn.BatchNorm1d(out_channels),
                          nn.LeakyReLU())
 
 
@@ -61,7 +74,8 @@ def miniimagenet_embedding(out_channels: int = 128) -> nn.Sequential:
                          nn.Flatten(), nn.Linear(256 * 5 * 5, out_channels), nn.BatchNorm1d(out_channels))
 
 
-EMBEDDINGS = {"omniglot": (omniglot_embedding, 64), "miniimagenet": (miniimagenet_embedding, 128)}
+EMBEDDINGS = {"omniglot": (omniglot_embedding, 64), "omniglot_code": (omniglot_code_embedding, 64),
+              "miniimagenet": (miniimagenet_embedding, 128)}
 
 
 # --------------------------------------------------------------------------- #

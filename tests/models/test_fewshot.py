@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from graphseq.data.episodes import EpisodeSampler, FewShotClasses
-from graphseq.models.fewshot import FewShotConfig, FewShotGNN, FewShotModel
+from graphseq.models.fewshot import FewShotConfig, FewShotGNN, FewShotModel, omniglot_code_embedding
 from graphseq.models.fewshot_dense import DenseFewShotGNN
 from graphseq.nn import MetricAttentionConv
 
@@ -173,6 +173,28 @@ def test_config_is_checked():
         FewShotModel(FewShotConfig(num_ways=5, embedding="mnist"))
     with pytest.raises(ValueError, match="unknown_label"):
         FewShotModel(FewShotConfig(num_ways=5, unknown_label="ones"))
+
+
+def test_omniglot_code_embedding_is_the_authors_network():
+    """Written as the authors' EmbeddingOmniglot.forward, with our modules'
+    weights: pooling after the first two blocks only, a 3x3 map into the
+    linear layer."""
+    torch.manual_seed(0)
+    net = omniglot_code_embedding()
+    images = torch.randn(7, 1, 28, 28)
+    net.train()
+    net(images)  # running statistics that differ from their initial values
+    net.eval()
+    convs = [m for m in net if isinstance(m, torch.nn.Conv2d)]
+    norms = [m for m in net if isinstance(m, torch.nn.BatchNorm2d)]
+    linear, norm_last = net[-3], net[-2]
+    x = images
+    for k in range(4):
+        x = norms[k](convs[k](x))
+        x = F.leaky_relu(F.max_pool2d(x, 2) if k < 2 else x, 0.1)
+    assert x.shape == (7, 64, 3, 3)
+    reference = F.leaky_relu(norm_last(linear(x.reshape(-1, 3 * 3 * 64))))
+    torch.testing.assert_close(net(images), reference)
 
 
 def test_miniimagenet_network_shapes():
