@@ -64,29 +64,35 @@ def tfidf_fold(words, labels, split) -> Dict[str, Any]:
     return {"val_accuracy": score, "test_accuracy": test_score, "choice": f"ngrams {ngrams}, C {c}"}
 
 
-def doc2vec_fold(words, labels, split, dm: int, epochs: int = 20) -> Dict[str, Any]:
+DOC2VEC_GRID = {1: ({"epochs": 20}, {"epochs": 50}),
+                0: ({"epochs": 20}, {"epochs": 50}, {"epochs": 20, "dbow_words": 1})}
+
+
+def doc2vec_fold(words, labels, split, dm: int) -> Dict[str, Any]:
     """gensim's Doc2Vec with the settings SPV uses (100 dimensions, window 5,
-    5 noise words, min_count 2, sample 1e-3), ``epochs`` passes for training
-    and inference, one worker. Logistic regression on the training
-    sentences' vectors as trained or as inferred, whichever the validation
-    fold prefers, with the best C."""
+    5 noise words, min_count 2, sample 1e-3), one worker; the passes (20 or
+    50, for training and inference) and, for PV-DBOW, whether word vectors
+    are trained alongside (``dbow_words``) are chosen on the validation
+    fold. Logistic regression on the training sentences' vectors as trained
+    or as inferred, whichever the validation fold prefers, with the best C."""
     from gensim.models.doc2vec import Doc2Vec, TaggedDocument
 
     train, val, test = (s.numpy() for s in split)
-    model = Doc2Vec([TaggedDocument(words[i], [k]) for k, i in enumerate(train)], dm=dm, vector_size=100,
-                    window=5, negative=5, hs=0, min_count=2, sample=1e-3, epochs=epochs, workers=1, seed=0)
-    infer = lambda ids: np.stack([model.infer_vector(words[i], epochs=epochs) for i in ids])  # noqa: E731
-    x_val, x_test = infer(val), infer(test)
     best = None
-    for source, x_train in (("trained", np.stack([model.dv[k] for k in range(len(train))])),
-                            ("inferred", infer(train))):
-        classifier, c = best_logistic(x_train, labels[train], x_val, labels[val])
-        score = classifier.score(x_val, labels[val])
-        if best is None or score > best[0]:
-            best = (score, classifier, source, c)
-    score, classifier, source, c = best
-    return {"val_accuracy": score, "test_accuracy": classifier.score(x_test, labels[test]),
-            "choice": f"{source} training vectors, C {c}"}
+    for settings in DOC2VEC_GRID[dm]:
+        epochs = settings["epochs"]
+        model = Doc2Vec([TaggedDocument(words[i], [k]) for k, i in enumerate(train)], dm=dm, vector_size=100,
+                        window=5, negative=5, hs=0, min_count=2, sample=1e-3, workers=1, seed=0, **settings)
+        infer = lambda ids: np.stack([model.infer_vector(words[i], epochs=epochs) for i in ids])  # noqa: E731
+        x_val, x_test = infer(val), infer(test)
+        for source, x_train in (("trained", np.stack([model.dv[k] for k in range(len(train))])),
+                                ("inferred", infer(train))):
+            classifier, c = best_logistic(x_train, labels[train], x_val, labels[val])
+            score = classifier.score(x_val, labels[val])
+            if best is None or score > best[0]:
+                best = (score, classifier.score(x_test, labels[test]), f"{settings}, {source} training vectors, C {c}")
+    score, test_score, choice = best
+    return {"val_accuracy": score, "test_accuracy": test_score, "choice": choice}
 
 
 def spv_peer_fold(sentences, labels, split, mode: str, settings: Dict[str, Any], rule: str) -> Dict[str, Any]:
