@@ -39,15 +39,20 @@ def _conv_block(in_channels: int, out_channels: int, padding: int = 1, pool: boo
     return layers + [nn.LeakyReLU(negative_slope)]
 
 
+def _embedding_head(in_features: int, out_channels: int) -> List[nn.Module]:
+    """The Omniglot CNNs' end: the last map flattened, a linear layer to
+    ``out_channels``, BatchNorm and leaky ReLU."""
+    return [nn.Flatten(), nn.Linear(in_features, out_channels, bias=False), nn.BatchNorm1d(out_channels),
+            nn.LeakyReLU()]
+
+
 def omniglot_embedding(out_channels: int = 64, width: int = 64) -> nn.Sequential:
     """The paper's Omniglot CNN for 28x28 images, as its text describes it:
     4 x {3x3 convolution with ``width`` filters, BatchNorm, 2x2 max-pooling,
     leaky ReLU}, then a linear layer to ``out_channels``, BatchNorm and leaky
     ReLU (28 -> 14 -> 7 -> 3 -> 1)."""
     return nn.Sequential(*_conv_block(1, width), *_conv_block(width, width), *_conv_block(width, width),
-                         *_conv_block(width, width), nn.Flatten(),
-                         nn.Linear(width, out_channels, bias=False), nn.BatchNorm1d(out_channels),
-                         nn.LeakyReLU())
+                         *_conv_block(width, width), *_embedding_head(width, out_channels))
 
 
 def omniglot_code_embedding(out_channels: int = 64, width: int = 64) -> nn.Sequential:
@@ -57,9 +62,8 @@ def omniglot_code_embedding(out_channels: int = 64, width: int = 64) -> nn.Seque
     the linear layer (28 -> 14 -> 7 -> 5 -> 3)."""
     return nn.Sequential(*_conv_block(1, width), *_conv_block(width, width),
                          *_conv_block(width, width, padding=0, pool=False),
-                         *_conv_block(width, width, padding=0, pool=False), nn.Flatten(),
-                         nn.Linear(width * 3 * 3, out_channels, bias=False), nn.BatchNorm1d(out_channels),
-                         nn.LeakyReLU())
+                         *_conv_block(width, width, padding=0, pool=False),
+                         *_embedding_head(width * 3 * 3, out_channels))
 
 
 def miniimagenet_embedding(out_channels: int = 128) -> nn.Sequential:
