@@ -197,6 +197,33 @@ def test_omniglot_code_embedding_is_the_authors_network():
     torch.testing.assert_close(net(images), reference)
 
 
+@pytest.mark.parametrize("embedding", ["omniglot", "omniglot_code", "miniimagenet"])
+def test_channels_last_embedding_gives_the_same_numbers(embedding):
+    """The model keeps its convolution weights channels-last (oneDNN's fast
+    path); a copy in the default layout gives the same scores and gradients,
+    and checkpoints move between the two."""
+    torch.manual_seed(0)
+    size, channels = (84, 3) if embedding == "miniimagenet" else (28, 1)
+    classes = FewShotClasses(torch.randint(0, 256, (6, 3, channels, size, size), dtype=torch.uint8), list("abcdef"))
+    batch = EpisodeSampler(classes, 3, 1).sample(4, torch.Generator().manual_seed(0))
+    model = FewShotModel(FewShotConfig(3, embedding=embedding)).double()
+    convs = [m for m in model.embedding if isinstance(m, torch.nn.Conv2d)]
+    assert all(c.weight.is_contiguous(memory_format=torch.channels_last) for c in convs)
+    plain = FewShotModel(FewShotConfig(3, embedding=embedding)).double()
+    plain.embedding.to(memory_format=torch.contiguous_format)
+    plain.load_state_dict(model.state_dict())
+    plain_convs = [m for m in plain.embedding if isinstance(m, torch.nn.Conv2d)]
+    assert not convs[1].weight.is_contiguous() and plain_convs[1].weight.is_contiguous()
+    model.eval(), plain.eval()
+    batch.x = batch.x.double()
+    scores, reference = model(batch), plain(batch)
+    torch.testing.assert_close(scores, reference)
+    scores.square().sum().backward()
+    reference.square().sum().backward()
+    for (name, p), q in zip(model.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+
+
 def test_miniimagenet_network_shapes():
     model = FewShotModel(FewShotConfig(num_ways=5, embedding="miniimagenet", metric_ratios=[2, 2, 1, 1],
                                        metric_width=96, last_norm=False))
