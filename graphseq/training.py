@@ -76,6 +76,9 @@ class TrainResult:
     record of the kept model (the last record without ``select``).
     ``step``: steps taken in the whole run. ``extra_state``: the stage's own
     state, as it stood at the end (as restored from the checkpoint on resume).
+    ``seconds``: wall-clock time of the whole run, evaluations included;
+    ``cpu_seconds``: this process's CPU time (all its threads) in the
+    training steps alone, the budget a CPU comparison counts.
     """
 
     history: List[Dict[str, float]]
@@ -83,6 +86,7 @@ class TrainResult:
     step: int
     extra_state: Dict[str, Any]
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
 
 class _LossModule(nn.Module):
@@ -103,6 +107,7 @@ class _LossModule(nn.Module):
 class _Progress:
     step: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # this process's CPU time in training steps (evaluation left out)
     history: List[Dict[str, float]] = field(default_factory=list)
     best: Optional[Dict[str, float]] = None
     best_weights: Optional[Dict[str, Tensor]] = None
@@ -154,7 +159,7 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
             some parameters in some steps.
 
     The checkpoint holds ``model``, ``optimizer``, ``scheduler``, ``scaler``,
-    ``step``, ``seconds``, ``history``, ``best``, ``best_model`` (weights of
+    ``step``, ``seconds``, ``cpu_seconds``, ``history``, ``best``, ``best_model`` (weights of
     the best record with ``select``), ``world_size``, ``ranks`` (each rank's
     random-generator states, ``extra_state`` and running sums) and the
     entries of ``meta``. It is written atomically, by rank 0 alone.
@@ -223,6 +228,7 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
     with logging_redirect_tqdm(loggers=[ctx.log]) if not bar.disable else contextlib.nullcontext():
         while not out_of_budget():
             ran = True
+            cpu_started = time.process_time()
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast(device.type, enabled=use_amp):
                 loss, figures = _split(runner(progress.step), desc)
@@ -241,6 +247,7 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
                 key = name if name.startswith("train_") else f"train_{name}"
                 progress.running[key] = progress.running.get(key, 0.0) + float(figure)
             progress.count += 1
+            progress.cpu_seconds += time.process_time() - cpu_started
             progress.seconds = time.perf_counter() - started
             bar.update(1)
             bar.set_postfix(loss=f"{value:.3f}")
@@ -265,7 +272,8 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
         model.load_state_dict(progress.best_weights)
     best = progress.best if select is not None else (progress.history[-1] if progress.history else {})
     return TrainResult(history=progress.history, best=dict(best or {}), step=progress.step,
-                       extra_state=extra_state, seconds=progress.seconds)
+                       extra_state=extra_state, seconds=progress.seconds,
+                       cpu_seconds=progress.cpu_seconds)
 
 
 def _split(output: LossOutput, desc: str) -> Tuple[Tensor, Dict[str, Any]]:
@@ -337,6 +345,7 @@ def _save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, schedu
         "scaler": scaler.state_dict(),
         "step": progress.step,
         "seconds": progress.seconds,
+        "cpu_seconds": progress.cpu_seconds,
         "history": progress.history,
         "best": progress.best,
         "best_model": progress.best_weights,
@@ -370,6 +379,7 @@ def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer
         scheduler.load_state_dict(checkpoint["scheduler"])
     scaler.load_state_dict(checkpoint["scaler"])
     progress.step, progress.seconds = checkpoint["step"], checkpoint["seconds"]
+    progress.cpu_seconds = checkpoint.get("cpu_seconds", 0.0)  # absent before it was counted
     progress.history, progress.best = checkpoint["history"], checkpoint["best"]
     progress.best_weights = checkpoint["best_model"]
     mine = checkpoint["ranks"][distributed.rank()]

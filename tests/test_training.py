@@ -2,6 +2,7 @@
 validation figure come back, checkpoints are never torn, a budget is required."""
 import logging
 import math
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -10,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphseq.errors import GraphseqError
-from graphseq.io import load_checkpoint
+from graphseq.io import load_checkpoint, save_checkpoint
 from graphseq.training import train_steps
 
 
@@ -53,8 +54,9 @@ def train(out, steps, resume=False, **kwargs):
         x, y = batch(-1, 20)
         return {"val_loss": float(F.cross_entropy(model(x), y))}
 
+    kwargs.setdefault("evaluate", evaluate)
     result = train_steps(make_ctx(out, resume), model, optimizer, loss_fn, steps=steps,
-                         scheduler=scheduler, clip=1.0, evaluate=evaluate, eval_every=2,
+                         scheduler=scheduler, clip=1.0, eval_every=2,
                          checkpoint_every=2, extra_state=carried, **kwargs)
     return model, result
 
@@ -75,6 +77,23 @@ def test_two_steps_and_two_resumed_steps_equal_four_straight_steps(tmp_path):
     assert set(one.history[0]) == {"step", "train_loss", "train_accuracy", "val_loss", "minutes"}
     checkpoint = load_checkpoint(tmp_path / "split" / "checkpoint.pt")
     assert checkpoint["scheduler"]["last_epoch"] == 4
+
+
+def test_cpu_time_counts_the_training_steps_and_survives_a_resume(tmp_path):
+    def busy_evaluate(model):  # an evaluation that burns 0.3 CPU seconds
+        started = time.process_time()
+        while time.process_time() - started < 0.3:
+            pass
+        return {"val_loss": 0.0}
+
+    _, first = train(tmp_path, 2, evaluate=busy_evaluate)
+    saved = load_checkpoint(tmp_path / "checkpoint.pt")["cpu_seconds"]
+    assert 0 < first.cpu_seconds == saved < 0.3  # the evaluation is left out
+    checkpoint = load_checkpoint(tmp_path / "checkpoint.pt")
+    checkpoint["cpu_seconds"] = 1000.0  # as if the first part had run long
+    save_checkpoint(checkpoint, tmp_path / "checkpoint.pt")
+    _, resumed = train(tmp_path, 4, resume=True)
+    assert 1000.0 < resumed.cpu_seconds < 1000.3
 
 
 def test_resuming_a_finished_run_takes_no_step(tmp_path):

@@ -40,6 +40,7 @@ def test_omniglot_pipelines_train_and_test(name, tmp_path, data_root, mirror):
                            overrides=tiny(("train", "test")))
     figures = summary["runs"][0]
     assert figures["steps"] == 2 and figures["test_episodes"] == 6
+    assert figures["train_cpu_minutes"] > 0  # the CPU time of the training steps is counted
     assert whole_fraction(figures["test_accuracy"], 6) and whole_fraction(figures["val_accuracy"], 4)
     assert 0.0 <= figures["test_ci95_low"] < figures["test_ci95_high"] <= 1.0
     assert figures["test_ci95_low"] <= figures["test_accuracy"] <= figures["test_ci95_high"]
