@@ -12,7 +12,7 @@ label is written into its label slot before the remaining blocks run.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -118,7 +118,7 @@ class FewShotGNN(nn.Module):
     """
 
     def __init__(self, in_channels: int, num_ways: int, num_layers: int = 2, growth: int = 48,
-                 metric_ratios: List[float] = (2.0, 1.5, 1.0, 1.0), metric_width: int = 0,
+                 metric_ratios: Sequence[float] = (2.0, 1.5, 1.0, 1.0), metric_width: int = 0,
                  last_norm: bool = True, last_dropout: float = 0.3, query_after: int = 0,
                  negative_slope: float = 0.01):
         super().__init__()

@@ -104,7 +104,7 @@ def miniimagenet(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, siz
                               "growth": at_least(1), "metric_ratios": each(positive),
                               "metric_width": at_least(0), "last_dropout": probability})
 def fewshot_gnn(ctx, *, embedding: str = "", embedding_dim: int = 0, unknown_label: str = "zeros",
-                num_layers: int = 2, growth: int = 48, metric_ratios: List[float] = (2.0, 1.5, 1.0, 1.0),
+                num_layers: int = 2, growth: int = 48, metric_ratios: Sequence[float] = (2.0, 1.5, 1.0, 1.0),
                 metric_width: int = 0, last_norm: bool = True, last_dropout: float = 0.3,
                 active: bool = False) -> None:
     """The few-shot GNN (embedding CNN, blocks of learned adjacency +
