@@ -214,7 +214,8 @@ def test_channels_last_embedding_gives_the_same_numbers(embedding):
     plain.load_state_dict(model.state_dict())
     plain_convs = [m for m in plain.embedding if isinstance(m, torch.nn.Conv2d)]
     assert not convs[1].weight.is_contiguous() and plain_convs[1].weight.is_contiguous()
-    model.eval(), plain.eval()
+    model.eval()
+    plain.eval()
     batch.x = batch.x.double()
     scores, reference = model(batch), plain(batch)
     torch.testing.assert_close(scores, reference)
