@@ -220,14 +220,12 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
     bar = tqdm(total=steps if steps > 0 else None, initial=progress.step, desc=desc, unit="step",
                disable=ctx.quiet or not main, dynamic_ncols=True)
     started = time.perf_counter() - progress.seconds
-    ran = False
     model.train()
     # Log lines above the bar, not through it; with no bar (quiet, or not rank
     # 0) there is nothing to keep them off, and a quiet run's stderr is the log
     # itself, which tqdm's handler would write back into.
     with logging_redirect_tqdm(loggers=[ctx.log]) if not bar.disable else contextlib.nullcontext():
         while not out_of_budget():
-            ran = True
             cpu_started = time.process_time()
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast(device.type, enabled=use_amp):

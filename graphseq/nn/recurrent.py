@@ -720,7 +720,7 @@ class _LSTMStep(torch.autograd.Function):
             return (None,) + _differentiable_step_grads(
                 ctx.needs_input_grad[1:5], outputs, (d_carried, d_out, d_ended),
                 exact_inputs, message, w_hh, w_hr) + (None, None)
-        width, hidden = w_hh.size(0), g.size(1)
+        width = w_hh.size(0)
         d_state = _rows_of(message, carried, d_carried, d_ended)  # the state's three uses, summed
         if d_out is not None:
             d_state[:, :width].add_(d_out)
