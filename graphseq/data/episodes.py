@@ -136,37 +136,61 @@ class EpisodeSampler:
         query[-1] = True
         return way, labelled, query
 
-    def sample_indices(self, num_episodes: int, generator: Optional[torch.Generator] = None
-                       ) -> Tuple[Tensor, Tensor, Tensor]:
+    def check_per_support(self, num_episodes: int, per_support: int) -> None:
+        """Refuses a ``per_support`` that does not divide ``num_episodes`` or
+        asks for more queries than a class has images left."""
+        if per_support < 1 or num_episodes % per_support:
+            raise GraphseqError(f"episodes per support set ({per_support}) must be at least 1 and divide "
+                                f"the number of episodes ({num_episodes})")
+        need = self.shots + self.unlabelled + per_support
+        if need > self.classes.per_class:
+            raise GraphseqError(f"{per_support} episodes per support set need {self.shots} labelled + "
+                                f"{self.unlabelled} unlabelled + {per_support} query images of a class, "
+                                f"{need}; there are {self.classes.per_class}")
+
+    def sample_indices(self, num_episodes: int, generator: Optional[torch.Generator] = None,
+                       per_support: int = 1) -> Tuple[Tensor, Tensor, Tensor]:
         """The draw alone: the episodes' classes ``[num_episodes, ways]``
         (indices into the split), which of them the query belongs to
         ``[num_episodes]``, and each node's image as ``(class, image)``
-        indices ``[num_episodes, episode_size, 2]``."""
-        n, k, r = self.ways, self.shots, self.unlabelled
-        num = num_episodes
-        classes = distinct_draws(num, n, self.classes.num_classes, generator)  # [episodes, ways]
-        # A random order of each class's images: the first k are labelled,
-        # the next one is the query if the query is of that class, and the r
-        # after it are unlabelled. Distinct positions, so no image twice; and
-        # the same draw without the unlabelled images (r = 0) is the same
-        # episode with those nodes left out.
-        order = torch.rand(num, n, self.classes.per_class, generator=generator).argsort(dim=-1)
-        order = order[..., :k + r + 1]  # [episodes, ways, k + 1 + r]
-        target = torch.randint(n, (num,), generator=generator)
+        indices ``[num_episodes, episode_size, 2]``.
 
-        rows = torch.arange(num)
-        labelled = order[..., :k].flatten(1)                   # [episodes, n k], class-major
-        hidden = order[..., k + 1:].flatten(1)                 # [episodes, n r]
-        query = order[rows, target, k].unsqueeze(1)            # [episodes, 1]
-        image = torch.cat([labelled, hidden, query], dim=1)    # [episodes, episode_size]
+        With ``per_support`` > 1, each run of ``per_support`` consecutive
+        episodes shares its classes, labelled and unlabelled images and
+        differs only in the query (distinct images, none of them in the
+        support): the CNN then embeds an image once for several losses.
+        Each episode alone is still an ordinary draw."""
+        self.check_per_support(num_episodes, per_support)
+        n, k, r, m = self.ways, self.shots, self.unlabelled, per_support
+        groups = num_episodes // m
+        classes = distinct_draws(groups, n, self.classes.num_classes, generator)  # [groups, ways]
+        # A random order of each class's images: the first k are labelled,
+        # the next m are the group's queries of that class (query j takes
+        # position k + j if it is of that class), and the r after them are
+        # unlabelled. Distinct positions, so no image twice in an episode,
+        # nor a query twice in a group; and the same draw without the
+        # unlabelled images (r = 0) is the same episode with those nodes
+        # left out. With m = 1 this is the draw of one episode at a time.
+        order = torch.rand(groups, n, self.classes.per_class, generator=generator).argsort(dim=-1)
+        order = order[..., :k + m + r]  # [groups, ways, k + m + r]
+        target = torch.randint(n, (groups, m), generator=generator)
+
+        labelled = order[..., :k].flatten(1)                   # [groups, n k], class-major
+        hidden = order[..., k + m:].flatten(1)                 # [groups, n r]
+        rows = torch.arange(groups).unsqueeze(1)
+        query = order[rows, target, k + torch.arange(m)]       # [groups, m]
+        image = torch.cat([labelled.repeat_interleave(m, dim=0), hidden.repeat_interleave(m, dim=0),
+                           query.reshape(-1, 1)], dim=1)       # [episodes, episode_size]
+        classes = classes.repeat_interleave(m, dim=0)          # [episodes, ways]
+        target = target.flatten()                              # [episodes]
         way, _, _ = self.layout()
-        node_way = way.expand(num, -1).clone()
+        node_way = way.expand(num_episodes, -1).clone()
         node_way[:, -1] = target
         node_class = classes.gather(1, node_way)               # [episodes, episode_size]
         return classes, target, torch.stack([node_class, image], dim=-1)
 
     def sample(self, num_episodes: int, generator: Optional[torch.Generator] = None,
-               device: torch.device | str = "cpu") -> Data:
+               device: torch.device | str = "cpu", per_support: int = 1) -> Data:
         """``num_episodes`` episodes as one batched graph (a :class:`~torch_geometric.data.Data`):
 
         - ``x`` ``[num_nodes, channels, height, width]``: the images, normalised,
@@ -180,14 +204,27 @@ class EpisodeSampler:
         - ``classes`` ``[num_episodes, ways]``: the episode's classes as indices
           into the split's classes,
         - ``image`` ``[num_nodes, 2]``: each node's ``(class, image)`` index.
+
+        With ``per_support`` > 1 (see :meth:`sample_indices`), also
+        ``unique_nodes`` ``[num_images]``, the first node of each distinct
+        image, and ``node_image`` ``[num_nodes]``, the position of each
+        node's image among them: :class:`~graphseq.models.fewshot.FewShotModel`
+        then runs its CNN on the distinct images alone.
         """
-        classes, target, image = self.sample_indices(num_episodes, generator)
+        classes, target, image = self.sample_indices(num_episodes, generator, per_support)
         size = self.episode_size
         way, labelled, query = self.layout()
         y = way.expand(num_episodes, -1).clone()
         y[:, -1] = target
         image = image.flatten(0, 1)  # [num_nodes, 2]
         pixels = self.classes.images[image[:, 0], image[:, 1]]  # [num_nodes, channels, height, width]
+        shared = {}
+        if per_support > 1:
+            key = image[:, 0] * self.classes.per_class + image[:, 1]
+            _, node_image = torch.unique(key, return_inverse=True)
+            first = torch.full((int(node_image.max()) + 1,), key.numel(), dtype=torch.long)
+            first.scatter_reduce_(0, node_image, torch.arange(key.numel()), reduce="amin")
+            shared = {"unique_nodes": first.to(device), "node_image": node_image.to(device)}
         return Data(x=self.classes.normalize(pixels.to(device)),
                     y=y.flatten().to(device),
                     labelled=labelled.repeat(num_episodes).to(device),
@@ -196,7 +233,7 @@ class EpisodeSampler:
                     batch=torch.arange(num_episodes, device=device).repeat_interleave(size),
                     ptr=torch.arange(num_episodes + 1, device=device) * size,
                     target=target.to(device), classes=classes.to(device), image=image.to(device),
-                    num_nodes=num_episodes * size)
+                    num_nodes=num_episodes * size, **shared)
 
     def edges(self, num_episodes: int) -> Tensor:
         """Every episode fully connected (without self-loops), episodes numbered

@@ -210,11 +210,22 @@ class FewShotModel(nn.Module):
                               last_dropout=config.last_dropout, query_after=1 if config.active else 0)
         self.asked: Optional[Tensor] = None
 
+    def embed(self, episodes: Data) -> Tensor:
+        """The CNN's embedding ``[num_nodes, embedding_dim]`` of every node's
+        image. Episodes that share their support
+        (``EpisodeSampler.sample(..., per_support=m)``) carry
+        ``unique_nodes`` and ``node_image``: each distinct image is then
+        embedded once (in training, BatchNorm's batch statistics are those
+        of the distinct images)."""
+        if getattr(episodes, "unique_nodes", None) is None:
+            return self.embedding(episodes.x)
+        return self.embedding(episodes.x[episodes.unique_nodes])[episodes.node_image]
+
     def node_features(self, episodes: Data, embedding: Optional[Tensor] = None) -> Tensor:
         """``[embedding, label]`` of every node: one-hot where the label is
         known, zeros or ``1 / num_ways`` where it is hidden."""
         if embedding is None:
-            embedding = self.embedding(episodes.x)  # [num_nodes, embedding_dim]
+            embedding = self.embed(episodes)  # [num_nodes, embedding_dim]
         n = self.config.num_ways
         known = episodes.labelled.unsqueeze(1)
         one_hot = F.one_hot(episodes.y.clamp(min=0), n).to(embedding.dtype)

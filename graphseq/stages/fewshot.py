@@ -189,13 +189,14 @@ def wilson_interval(correct: int, total: int, z: float = 1.959964) -> Tuple[floa
                                   "halve_every": at_least(0), "weight_decay": non_negative,
                                   "query": one_of(*QUERY_MODES), "eval_every": at_least(0),
                                   "eval_episodes": at_least(0), "eval_batch_size": at_least(1),
-                                  "checkpoint_every": at_least(0), "name": NAME, "init": EXISTING_FILE},
+                                  "checkpoint_every": at_least(0), "name": NAME, "init": EXISTING_FILE,
+                                  "per_support": at_least(1)},
         resumes=CHECKPOINT, resume_may_change=("steps",))
 def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float = 1e-3,
                    halve_every: int = 10000, weight_decay: float = 0.0, labelled_only: bool = False,
                    query: str = "learned", eval_every: int = 2000, eval_episodes: int = 2000,
                    eval_batch_size: int = 100, checkpoint_every: int = 500, name: str = "",
-                   init: str = "") -> None:
+                   init: str = "", per_support: int = 1) -> None:
     """Trains the model on ``batch_size`` episodes a step for ``steps``
     steps with Adam at ``lr``, halved every ``halve_every`` steps (the
     authors' schedule). Every ``eval_every`` steps (and at the end) the
@@ -213,6 +214,12 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     shorter way to a 5-shot model is the 1-shot one): every tensor of the
     same name and shape is copied, the rest (say, the label slots of a model
     with more ways) keep their fresh initialisation, and the log says which.
+
+    ``per_support`` > 1 lets that many episodes of a batch share their
+    support set and differ in the query: the CNN embeds each distinct image
+    once, so a step gives ``per_support`` losses for little more than the
+    cost of one (the paper draws every episode on its own: ``1``). Each
+    episode's graph, and so the model, is unchanged; only the draw is.
     """
     data, model = ctx.require("data", "train_episodes"), ctx.require("model", "train_episodes")
     if query not in QUERY_MODES:
@@ -227,11 +234,15 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     if batch_size % world:
         raise GraphseqError(f"batch_size ({batch_size}) must be a multiple of the number of processes ({world})")
     local_batch = batch_size // world
+    try:
+        train.check_per_support(local_batch, per_support)
+    except GraphseqError as error:
+        raise GraphseqError(f"train_episodes.per_support: {error}") from None
     kwargs = {"query": query} if model.config.active else {}
 
     def loss_fn(module: FewShotModel, step: int):
         generator = torch.Generator().manual_seed(step_seed(ctx.seed, step, rank))
-        batch = train.sample(local_batch, generator, ctx.device)
+        batch = train.sample(local_batch, generator, ctx.device, per_support)
         logits = module(batch, **kwargs)
         loss = F.cross_entropy(logits, batch.target)
         return loss, {"accuracy": float((logits.argmax(dim=1) == batch.target).float().mean())}
@@ -254,7 +265,8 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
         _initialise(model, Path(init), ctx.log)
     episodes = train.episode_size
     ctx.log.info(f"training{' ' + name if name else ''}: {steps} steps of {batch_size} episodes "
-                 f"({episodes} nodes each{', labelled only' if labelled_only else ''}), Adam lr {lr}"
+                 f"({episodes} nodes each{', labelled only' if labelled_only else ''}"
+                 + (f", {per_support} to a support set" if per_support > 1 else "") + f"), Adam lr {lr}"
                  + (f" halved every {halve_every} steps" if halve_every > 0 else ""))
     result = train_steps(run_ctx, model, optimizer, loss_fn, steps=steps, scheduler=scheduler,
                          evaluate=evaluate if val is not None and eval_episodes > 0 else None,

@@ -81,3 +81,57 @@ def test_impossible_episodes_are_refused():
         EpisodeSampler(classes, 3, 2, 3)
     with pytest.raises(GraphseqError, match="at least 2 classes"):
         EpisodeSampler(classes, 1, 1)
+
+
+@pytest.mark.parametrize("ways,shots,unlabelled,per_support", [(5, 1, 0, 4), (5, 5, 0, 5), (20, 1, 0, 10),
+                                                               (3, 2, 3, 3)])
+def test_episodes_that_share_a_support_set_differ_only_in_the_query(ways, shots, unlabelled, per_support):
+    classes = numbered_classes()
+    sampler = EpisodeSampler(classes, ways, shots, unlabelled)
+    num = 6 * per_support
+    batch = sampler.sample(num, torch.Generator().manual_seed(0), per_support=per_support)
+    size = sampler.episode_size
+    assert torch.equal(pixels(batch), batch.image)
+    image = batch.image.view(num, size, 2)
+    targets = torch.bincount(batch.target, minlength=ways)
+    assert int((targets > 0).sum()) > 1  # queries of several classes
+    for group in range(num // per_support):
+        rows = slice(group * per_support, (group + 1) * per_support)
+        support = image[rows, :-1]
+        assert bool((support == support[:1]).all())                      # the same support in the group
+        assert bool((batch.classes[rows] == batch.classes[rows][:1]).all())
+        queries = {tuple(q) for q in image[rows, -1].tolist()}
+        assert len(queries) == per_support                             # distinct queries
+        assert not queries & {tuple(s) for s in support[0].tolist()}   # none of them in the support
+    # Each episode alone keeps every invariant of an ordinary draw.
+    for e in range(num):
+        nodes = batch.batch == e
+        assert len({tuple(i) for i in batch.image[nodes].tolist()}) == size
+        y = batch.y[nodes]
+        assert torch.equal(batch.image[nodes][:, 0], batch.classes[e][y])
+        assert int(y[batch.query[nodes]]) == int(batch.target[e])
+        for way in range(ways):
+            assert int((batch.labelled[nodes] & (y == way)).sum()) == shots
+    # The distinct images, and where each node's image is among them.
+    first = batch.unique_nodes
+    assert len({tuple(i) for i in batch.image[first].tolist()}) == first.numel()
+    assert torch.equal(batch.image[first][batch.node_image], batch.image)
+    # (two support sets may hold the same image by chance: it is embedded once)
+    assert first.numel() == len({tuple(i) for i in batch.image.tolist()}) <= num // per_support * (size - 1) + num
+
+
+def test_one_episode_per_support_set_is_the_ordinary_draw():
+    sampler = EpisodeSampler(numbered_classes(), 5, 1, 2)
+    a = sampler.sample(12, torch.Generator().manual_seed(4))
+    b = sampler.sample(12, torch.Generator().manual_seed(4), per_support=1)
+    assert torch.equal(a.image, b.image) and torch.equal(a.target, b.target)
+    assert "unique_nodes" not in b and "node_image" not in b
+
+
+def test_impossible_shared_support_sets_are_refused():
+    sampler = EpisodeSampler(numbered_classes(per_class=8), 5, 2, 1)
+    with pytest.raises(GraphseqError, match=r"episodes per support set \(3\) .* divide the number of episodes \(10\)"):
+        sampler.sample(10, per_support=3)
+    with pytest.raises(GraphseqError, match="need 2 labelled \\+ 1 unlabelled \\+ 6 query images of a class, 9; "
+                                            "there are 8"):
+        sampler.sample(12, per_support=6)

@@ -260,3 +260,29 @@ def test_evaluation_embeds_each_image_once_with_the_same_answers(active):
             batch = sampler.sample(size, generator)
             expected += int((model(batch).argmax(dim=1) == batch.target).sum())
     assert (correct, total) == (expected, 40)
+
+
+@pytest.mark.parametrize("active", [False, True])
+def test_shared_support_sets_embed_each_image_once(active):
+    torch.manual_seed(0)
+    sampler = EpisodeSampler(random_classes(per_class=8), 5, 1, 2 if active else 0)
+    model = FewShotModel(FewShotConfig(5, active=active))
+    batch = sampler.sample(8, torch.Generator().manual_seed(1), per_support=4)
+    seen = []
+    model.embedding.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0].size(0)))
+    # Training: the CNN sees each distinct image once (2 support sets of 5
+    # labelled and, active, 10 unlabelled images, and 8 queries; fewer where
+    # two support sets share an image by chance), and every parameter gets a
+    # gradient.
+    model.train()
+    F.cross_entropy(model(batch), batch.target).backward()
+    distinct = len({tuple(i) for i in batch.image.tolist()})
+    assert seen == [distinct] and distinct <= 2 * 5 * (1 + (2 if active else 0)) + 8 < batch.num_nodes
+    assert all(p.grad is not None for name, p in model.named_parameters() if not name.startswith("gnn.query"))
+    # Evaluation: the same scores as embedding every node's image.
+    model.eval()
+    plain = batch.clone()
+    del plain.unique_nodes, plain.node_image
+    with torch.no_grad():
+        torch.testing.assert_close(model(batch), model(plain), rtol=1e-5, atol=1e-5)
+    assert seen[-2:] == [distinct, batch.num_nodes]

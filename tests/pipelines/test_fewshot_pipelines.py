@@ -80,6 +80,23 @@ def test_init_starts_from_the_weights_of_another_run_that_fit(tmp_path, data_roo
                      quiet=True, overrides={**tiny(("train", "test")), "train.init": str(tmp_path / "broken.pt")})
 
 
+def test_episodes_can_share_their_support_sets(tmp_path, data_root, mirror):
+    overrides = {**tiny(("train", "test")), "train.batch_size": 4, "train.per_support": 2}
+    summary = graphseq.run("fewshot-omniglot-20w1s", out=tmp_path / "shared", data_root=data_root,
+                           data_mirror=mirror, quiet=True, overrides=overrides)
+    assert summary["runs"][0]["steps"] == 2
+    assert "2 steps of 4 episodes (21 nodes each, 2 to a support set)" in (tmp_path / "shared" / "log.txt").read_text()
+    # Refused before the run stores anything: the folder is not created.
+    for batch, per_support, problem in (
+            (4, 3, r"episodes per support set \(3\) must .* divide the number of episodes \(4\)"),
+            (20, 20, r"20 episodes per support set need 1 labelled \+ 0 unlabelled \+ 20 query")):
+        with pytest.raises(graphseq.GraphseqError, match=problem):
+            graphseq.run("fewshot-omniglot-20w1s", out=tmp_path / "refused", data_root=data_root,
+                         data_mirror=mirror, quiet=True,
+                         overrides={**overrides, "train.batch_size": batch, "train.per_support": per_support})
+        assert not (tmp_path / "refused").exists()
+
+
 def test_semi_supervised_compares_with_and_without_unlabelled_nodes(tmp_path, data_root, mirror):
     summary = graphseq.run("fewshot-omniglot-semi", out=tmp_path, data_root=data_root, data_mirror=mirror,
                            quiet=True, overrides=tiny(("train", "test"),
