@@ -88,19 +88,18 @@ def main():
     def gnn_dense():
         return dense.gnn(features.view(args.batch, size, -1))[:, -1]
 
-    contenders = {
-        "GNN, message passing": (gnn_ours, ours.gnn),
-        "GNN, dense reference": (gnn_dense, dense.gnn),
-        "step, message passing": (lambda: ours(episodes), ours),
-        "step, dense reference": (lambda: dense(episodes, size), dense),
+    contenders = {  # name: (forward, module, target)
+        "GNN, message passing": (gnn_ours, ours.gnn, target),
+        "GNN, dense reference": (gnn_dense, dense.gnn, target),
+        "step, message passing": (lambda: ours(episodes), ours, target),
+        "step, dense reference": (lambda: dense(episodes, size), dense, target),
     }
-    shared = None
     if args.per_support > 1:
         shared = sampler.sample(args.batch, generator, device, per_support=args.per_support)
-        contenders[f"step, {args.per_support} to a support"] = (lambda: ours(shared), ours)
+        contenders[f"step, {args.per_support} to a support"] = (lambda: ours(shared), ours, shared.target)
     with torch.no_grad():
         difference = float((gnn_ours() - gnn_dense()).abs().max())
-    optimizers = {name: torch.optim.Adam(module.parameters(), lr=1e-3) for name, (_, module) in contenders.items()}
+    optimizers = {name: torch.optim.Adam(module.parameters(), lr=1e-3) for name, (_, module, _) in contenders.items()}
 
     def training_step(forward, optimizer, target):
         def step():
@@ -109,8 +108,8 @@ def main():
             optimizer.step()
         return step
 
-    steps = {name: training_step(forward, optimizers[name], shared.target if "support" in name else target)
-             for name, (forward, _) in contenders.items()}
+    steps = {name: training_step(forward, optimizers[name], target)
+             for name, (forward, _, target) in contenders.items()}
     median = median_times(steps, args.repeats, device, clock, warmup=3)
     print(f"{args.ways}-way {args.shots}-shot" + (f" + {args.unlabelled} unlabelled" if args.unlabelled else "")
           + f", {args.batch} episodes of {size} nodes ({args.batch * size * (size - 1)} edges), on {device} "

@@ -20,20 +20,15 @@ def pixels(batch):
     return values
 
 
-@pytest.mark.parametrize("ways,shots,unlabelled", [(5, 1, 0), (5, 5, 0), (20, 1, 0), (5, 1, 4), (3, 2, 3)])
-def test_episode_invariants(ways, shots, unlabelled):
-    classes = numbered_classes()
-    sampler = EpisodeSampler(classes, ways, shots, unlabelled)
-    num = 50
-    batch = sampler.sample(num, torch.Generator().manual_seed(0))
-    size = ways * (shots + unlabelled) + 1
-    assert sampler.episode_size == size and batch.num_nodes == num * size
+def assert_each_episode_is_valid(batch, num, sampler, num_classes):
+    """The invariants of every episode of a batch, one at a time."""
+    ways, shots, unlabelled, size = sampler.ways, sampler.shots, sampler.unlabelled, sampler.episode_size
     assert torch.equal(pixels(batch), batch.image)  # the right images were gathered
     for e in range(num):
         nodes = batch.batch == e
         classes_e = batch.classes[e]
         assert len(set(classes_e.tolist())) == ways                   # distinct classes
-        assert bool((classes_e < classes.num_classes).all())
+        assert bool((classes_e < num_classes).all())
         images = batch.image[nodes]
         assert len({tuple(i) for i in images.tolist()}) == size        # no image twice
         y, labelled, query = batch.y[nodes], batch.labelled[nodes], batch.query[nodes]
@@ -42,6 +37,17 @@ def test_episode_invariants(ways, shots, unlabelled):
         for way in range(ways):
             assert int((labelled & (y == way)).sum()) == shots
             assert int((~labelled & ~query & (y == way)).sum()) == unlabelled
+
+
+@pytest.mark.parametrize("ways,shots,unlabelled", [(5, 1, 0), (5, 5, 0), (20, 1, 0), (5, 1, 4), (3, 2, 3)])
+def test_episode_invariants(ways, shots, unlabelled):
+    classes = numbered_classes()
+    sampler = EpisodeSampler(classes, ways, shots, unlabelled)
+    num = 50
+    batch = sampler.sample(num, torch.Generator().manual_seed(0))
+    size = ways * (shots + unlabelled) + 1
+    assert sampler.episode_size == size and batch.num_nodes == num * size
+    assert_each_episode_is_valid(batch, num, sampler, classes.num_classes)
     edges = batch.edge_index
     assert edges.size(1) == num * size * (size - 1)
     assert bool((batch.batch[edges[0]] == batch.batch[edges[1]]).all()) and bool((edges[0] != edges[1]).all())
@@ -91,7 +97,8 @@ def test_episodes_that_share_a_support_set_differ_only_in_the_query(ways, shots,
     num = 6 * per_support
     batch = sampler.sample(num, torch.Generator().manual_seed(0), per_support=per_support)
     size = sampler.episode_size
-    assert torch.equal(pixels(batch), batch.image)
+    # Each episode alone keeps every invariant of an ordinary draw.
+    assert_each_episode_is_valid(batch, num, sampler, classes.num_classes)
     image = batch.image.view(num, size, 2)
     targets = torch.bincount(batch.target, minlength=ways)
     assert int((targets > 0).sum()) > 1  # queries of several classes
@@ -103,15 +110,6 @@ def test_episodes_that_share_a_support_set_differ_only_in_the_query(ways, shots,
         queries = {tuple(q) for q in image[rows, -1].tolist()}
         assert len(queries) == per_support                             # distinct queries
         assert not queries & {tuple(s) for s in support[0].tolist()}   # none of them in the support
-    # Each episode alone keeps every invariant of an ordinary draw.
-    for e in range(num):
-        nodes = batch.batch == e
-        assert len({tuple(i) for i in batch.image[nodes].tolist()}) == size
-        y = batch.y[nodes]
-        assert torch.equal(batch.image[nodes][:, 0], batch.classes[e][y])
-        assert int(y[batch.query[nodes]]) == int(batch.target[e])
-        for way in range(ways):
-            assert int((batch.labelled[nodes] & (y == way)).sum()) == shots
     # The distinct images, and where each node's image is among them.
     first = batch.unique_nodes
     assert len({tuple(i) for i in batch.image[first].tolist()}) == first.numel()
