@@ -145,12 +145,21 @@ def locate_raw_files(folder: str, names: Sequence[str], root: Path,
 def download_url(url: str, path: Path) -> None:
     """Downloads ``url`` to ``path`` through a temporary file beside it, so
     an interrupted download never leaves a partial file under the name
-    (PyG's ``download_url`` writes in place)."""
+    (PyG's ``download_url`` writes in place). A failed download also takes
+    away the folders it made, so that no empty dataset folder is left."""
+    path = Path(path)
+    made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]  # deepest first
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary(path)
     try:
         with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
             shutil.copyfileobj(response, f)
         Path(tmp).replace(path)
-    finally:
+    except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:  # something else has been written there meanwhile
+                break
+        raise

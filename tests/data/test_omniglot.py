@@ -65,6 +65,22 @@ def test_missing_dataset_names_the_places(tmp_path):
         load_omniglot(tmp_path, None, download=False)
 
 
+def test_a_failed_download_leaves_no_folder_behind(tmp_path, monkeypatch):
+    def offline(*args, **kwargs):
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr("graphseq.data.files.urllib.request.urlopen", offline)
+    root = tmp_path / "datasets"
+    with pytest.raises(GraphseqError, match="download failed: Name or service not known"):
+        load_omniglot(root, None)
+    assert not root.exists()
+    root.mkdir()
+    (root / "README.md").write_text("kept")
+    with pytest.raises(GraphseqError, match="download failed"):
+        load_omniglot(root, None)
+    assert [p.name for p in root.iterdir()] == ["README.md"]
+
+
 def test_split_and_rotations():
     split = omniglot_split()
     assert [len(split[s]) for s in ("train", "val", "test")] == [1100, 100, 423]
