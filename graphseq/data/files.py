@@ -21,7 +21,7 @@ import shutil
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, List, Mapping, Optional, Sequence
 
 from ..errors import GraphseqError
 from ..io import _temporary
@@ -124,9 +124,11 @@ def locate_raw_files(folder: str, names: Sequence[str], root: Path,
                             " (no mirror set: --data-mirror or GRAPHSEQ_MIRROR)")
     if download is None:
         raise GraphseqError(f"missing dataset file(s) {', '.join(missing)}; looked in {places}")
+    made = _missing_folders(target)
     try:
         download(target)
     except Exception as error:  # Any failure of the network or the host.
+        _remove_empty(made)
         raise GraphseqError(f"missing dataset file(s) {', '.join(missing)}; looked in {places}, "
                             f"and the download failed: {error}") from None
     still = [n for n in names if not (target / n).exists()]
@@ -148,7 +150,7 @@ def download_url(url: str, path: Path) -> None:
     (PyG's ``download_url`` writes in place). A failed download also takes
     away the folders it made, so that no empty dataset folder is left."""
     path = Path(path)
-    made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]  # deepest first
+    made = _missing_folders(path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary(path)
     try:
@@ -157,9 +159,20 @@ def download_url(url: str, path: Path) -> None:
         Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
-        for folder in made:
-            try:
-                folder.rmdir()
-            except OSError:  # something else has been written there meanwhile
-                break
+        _remove_empty(made)
         raise
+
+
+def _missing_folders(folder: Path) -> List[Path]:
+    """``folder`` and those of its parents that do not exist yet, deepest first."""
+    return [f for f in (folder, *folder.parents) if not f.exists()]
+
+
+def _remove_empty(folders: List[Path]) -> None:
+    """Removes the folders a failed download made, deepest first, stopping at
+    the first that is not empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            break

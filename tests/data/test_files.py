@@ -74,6 +74,18 @@ def test_a_damaged_download_is_deleted(tmp_path):
     assert not (tmp_path / "root" / "set" / "a.txt").exists()
 
 
+def test_a_failed_download_leaves_no_empty_folder(tmp_path, monkeypatch):
+    def offline(*args, **kwargs):
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr("graphseq.data.files.urllib.request.urlopen", offline)
+    root = tmp_path / "datasets"
+    for load in (load_polarity, lambda r, m: text.load_tiny_shakespeare(r, m)):
+        with pytest.raises(GraphseqError, match="the download failed: Name or service not known"):
+            load(root, None)
+        assert not root.exists()  # polarity makes its folder before it downloads
+
+
 def test_good_files_are_copied_and_files_without_a_checksum_pass(tmp_path):
     (tmp_path / "mirror" / "set").mkdir(parents=True)
     (tmp_path / "mirror" / "set" / "a.txt").write_bytes(GOOD)
