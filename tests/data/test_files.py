@@ -80,7 +80,7 @@ def test_a_failed_download_leaves_no_empty_folder(tmp_path, monkeypatch):
 
     monkeypatch.setattr("graphseq.data.files.urllib.request.urlopen", offline)
     root = tmp_path / "datasets"
-    for load in (load_polarity, lambda r, m: text.load_tiny_shakespeare(r, m)):
+    for load in (load_polarity, text.load_tiny_shakespeare):
         with pytest.raises(GraphseqError, match="the download failed: Name or service not known"):
             load(root, None)
         assert not root.exists()  # polarity makes its folder before it downloads
