@@ -15,13 +15,14 @@ archive, say).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Mapping, Optional, Sequence
+from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 from ..errors import GraphseqError
 from ..io import _temporary
@@ -124,11 +125,10 @@ def locate_raw_files(folder: str, names: Sequence[str], root: Path,
                             " (no mirror set: --data-mirror or GRAPHSEQ_MIRROR)")
     if download is None:
         raise GraphseqError(f"missing dataset file(s) {', '.join(missing)}; looked in {places}")
-    made = _missing_folders(target)
     try:
-        download(target)
+        with _removed_if_failed(target):
+            download(target)
     except Exception as error:  # Any failure of the network or the host.
-        _remove_empty(made)
         raise GraphseqError(f"missing dataset file(s) {', '.join(missing)}; looked in {places}, "
                             f"and the download failed: {error}") from None
     still = [n for n in names if not (target / n).exists()]
@@ -150,29 +150,29 @@ def download_url(url: str, path: Path) -> None:
     (PyG's ``download_url`` writes in place). A failed download also takes
     away the folders it made, so that no empty dataset folder is left."""
     path = Path(path)
-    made = _missing_folders(path.parent)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary(path)
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
-            shutil.copyfileobj(response, f)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        _remove_empty(made)
-        raise
-
-
-def _missing_folders(folder: Path) -> List[Path]:
-    """``folder`` and those of its parents that do not exist yet, deepest first."""
-    return [f for f in (folder, *folder.parents) if not f.exists()]
-
-
-def _remove_empty(folders: List[Path]) -> None:
-    """Removes the folders a failed download made, deepest first, stopping at
-    the first that is not empty."""
-    for folder in folders:
+    with _removed_if_failed(path.parent):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temporary(path)
         try:
-            folder.rmdir()
-        except OSError:
-            break
+            with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
+                shutil.copyfileobj(response, f)
+            Path(tmp).replace(path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _removed_if_failed(folder: Path) -> Iterator[None]:
+    """If the block fails, removes ``folder`` and those of its parents that
+    did not exist before it, deepest first, stopping at the first that is
+    not empty."""
+    made = [f for f in (folder, *folder.parents) if not f.exists()]
+    try:
+        yield
+    except BaseException:
+        for f in made:
+            try:
+                f.rmdir()
+            except OSError:
+                break
+        raise
