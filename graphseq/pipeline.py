@@ -5,7 +5,8 @@ A pipeline file is data only: a ``description`` and one table per stage, in
 the order they run. A table's ``stage`` key names the registered stage (the
 table's own name if absent); every other key is a keyword argument of that
 stage function, checked against its signature and its domain
-(:mod:`graphseq.checks`) before anything is written.
+(:mod:`graphseq.checks`) before anything is written; so is what only the
+whole pipeline can tell, by the stages' prechecks (:func:`precheck`).
 
 A run folder's ``config.toml`` records how the run was started: the
 pipeline, every resolved setting, the seeds and the graphseq version. It is a
@@ -37,7 +38,7 @@ from .checks import refusal
 from .errors import GraphseqError
 from .io import atomic_write_bytes, atomic_write_text, check_stored_file, write_json
 from .seeding import MAX_SEED, seed_everything
-from .stages import get_stage, stage_params, stage_spec
+from .stages import Precheck, get_stage, stage_params, stage_spec
 
 # An installed wheel carries the pipelines inside the package (the build
 # copies the top-level pipelines/ there); a source checkout reads them from
@@ -197,6 +198,36 @@ def check_domains(config: Dict[str, Any], source: str) -> None:
         for key, value in table.items():
             if key in checks and not checks[key](value):
                 raise GraphseqError(f"{source}: {refusal(f'{name}.{key}', value, checks[key])}")
+
+
+def precheck(config: Dict[str, Any], data_root: str | os.PathLike | None = None,
+             data_mirror: str | os.PathLike | None = None) -> None:
+    """Each stage's precheck (see :func:`~graphseq.stages.registry.stage`),
+    in the pipeline's order: what only the whole pipeline or its data can
+    tell, checked before the run writes anything."""
+    root = Path(data_root) if data_root is not None else default_data_root()
+    mirror = Path(data_mirror) if data_mirror is not None else default_data_mirror()
+    check = Precheck(root, mirror)
+    for name, table in sections(config).items():
+        kind = table.get("stage", name)
+        if stage_spec(kind).precheck is None:
+            continue
+        params = {k: v for k, v in stage_params(get_stage(kind)).items() if v is not _REQUIRED}
+        params.update({k: v for k, v in table.items() if k != "stage"})
+        stage_spec(kind).precheck(check, **params)
+
+
+def checked_config(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] | None = None
+                   ) -> Dict[str, Any]:
+    """The settings of ``pipeline`` with ``overrides``, their keys, types and
+    domains checked as :func:`run` checks them; writes nothing. A stage that
+    runs a pipeline of its own checks it with this (and :func:`precheck`)
+    before its run writes a file."""
+    path = resolve_pipeline(pipeline)
+    config = read_config(path)
+    apply_overrides(config, overrides)
+    check_domains(config, config.get("pipeline") or path.stem)
+    return config
 
 
 def dump_toml(config: Dict[str, Any]) -> str:
@@ -487,6 +518,7 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         raise GraphseqError(f"--out {out} already holds a run; continue it with --resume, "
                             f"or choose another --out")
 
+    precheck(config, data_root, data_mirror)
     distributed.barrier()  # Every process has checked before rank 0 writes.
     # Checked: from here on the run writes.
     if threads is not None:

@@ -10,6 +10,7 @@ import pytest
 
 import graphseq
 from graphseq import run
+from graphseq.checks import at_least
 from graphseq.errors import GraphseqError
 from graphseq.cli import main
 from graphseq.pipeline import apply_overrides, dump_toml, parse_override, read_config, resolve_pipeline
@@ -220,6 +221,35 @@ def test_a_run_that_fails_before_storing_anything_leaves_no_folder(tmp_path, dat
         run("charlm-lstm", overrides={**CHARLM, "data.text_file": str(tmp_path / "missing.txt")},
             out=out, data_root=data_root, quiet=True)
     assert not out.exists()
+
+
+def _provide_count(check, *, count, **_):
+    check.facts["count"] = count
+
+
+def _demand_at_most_count(check, *, want, **_):
+    if want > check.facts["count"]:
+        raise GraphseqError(f"want = {want} is more than count = {check.facts['count']}")
+
+
+@stage("test_writes_first", checks={"count": at_least(0)}, precheck=_provide_count)
+def writes_first(ctx, *, count: int = 1):
+    (ctx.out / "stored.txt").write_text(f"{count} stored")
+
+
+@stage("test_checked_later", checks={"want": at_least(0)}, precheck=_demand_at_most_count)
+def checked_later(ctx, *, want: int = 1):
+    ctx.metrics["want"] = want
+
+
+def test_a_later_stage_is_prechecked_before_an_earlier_one_writes(tmp_path):
+    pipeline = tmp_path / "two.toml"
+    pipeline.write_text('[first]\nstage = "test_writes_first"\ncount = 2\n\n[second]\nstage = "test_checked_later"\n')
+    with pytest.raises(GraphseqError, match="want = 3 is more than count = 2"):
+        run(pipeline, overrides={"second.want": 3}, out=tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
+    assert run(pipeline, out=tmp_path / "run", quiet=True)["runs"][0]["want"] == 1  # prechecked at its default
+    assert (tmp_path / "run" / "stored.txt").read_text() == "2 stored"
 
 
 @stage("test_noisy_library")

@@ -2,7 +2,8 @@
 each module holds one kind of work (loading data, building a model, training,
 evaluating, reporting).
 """
-from .registry import SPECS, STAGES, StageSpec, get_stage, stage, stage_params, stage_spec  # noqa: F401
+from .registry import (SPECS, STAGES, Precheck, StageSpec, get_stage, stage, stage_params,  # noqa: F401
+                       stage_spec)
 
 # Stage modules register themselves on import.
 from . import planetoid, models, node_training  # noqa: F401,E402

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Sequence, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from ..checks import Domain
 from ..errors import GraphseqError
@@ -28,11 +29,23 @@ class StageSpec:
     resumes: str = ""                        # the file in its run folder it continues from
     resume_may_change: Tuple[str, ...] = ()  # keys --resume may set anew (budgets)
     data_parallel: bool = False              # trains in several processes when launched so
+    precheck: Optional[Callable[..., None]] = None  # checks the whole pipeline and its data before a write
+
+
+@dataclass
+class Precheck:
+    """What a stage's precheck may look at: where the data lives, and the
+    ``facts`` that the prechecks of the pipeline's earlier stages left for
+    later ones (say, the folds a pretraining stage provides)."""
+
+    data_root: Path
+    data_mirror: Optional[Path]
+    facts: Dict[str, Any] = field(default_factory=dict)
 
 
 def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequence[str] = (),
-          resumes: str = "", resume_may_change: Sequence[str] = (), data_parallel: bool = False
-          ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+          resumes: str = "", resume_may_change: Sequence[str] = (), data_parallel: bool = False,
+          precheck: Optional[Callable[..., None]] = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Registers ``fn`` as the stage ``name``; a second stage of the same name is refused.
 
     Args:
@@ -50,6 +63,13 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
         data_parallel: the stage trains with several processes when the run
             is launched with them (:mod:`graphseq.distributed`); a pipeline
             without such a stage refuses to run in several processes.
+        precheck: ``precheck(check, **params)``, with a :class:`Precheck`
+            and the stage's settings, raises :class:`GraphseqError` for what
+            neither a value's domain nor the stage's first step can tell
+            before the run writes a file: a fold that an earlier table must
+            provide, a pipeline the stage runs inside its own, data that a
+            stage after the first one reads. The runner calls the stages'
+            prechecks in the pipeline's order before it writes anything.
     """
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -64,7 +84,7 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
         fn.data_parallel = data_parallel
         STAGES[name] = fn
         SPECS[name] = StageSpec(name, dict(checks or {}), tuple(options), resumes, tuple(resume_may_change),
-                                data_parallel)
+                                data_parallel, precheck)
         return fn
 
     return register
