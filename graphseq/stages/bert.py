@@ -60,8 +60,38 @@ def _fold_list(values, folds: int, key: str) -> List[int]:
     return values
 
 
+def _corpus_documents(data_root: Path, data_mirror, folder: str, exclude_folds: list, folds: int,
+                      fold_seed: int, log=None) -> tuple[List[Document], str, List[int]]:
+    """The documents of ``bert_corpus``, where they came from, and the
+    polarity test folds left out."""
+    excluded = _fold_list(exclude_folds, folds, "exclude_folds")
+    if folder:
+        if excluded:
+            raise GraphseqError("exclude_folds leaves polarity folds out of the shared texts; "
+                                "it has no meaning with a corpus folder")
+        return read_text_folder(folder), str(Path(folder).resolve()), excluded
+    documents = shakespeare_speeches(load_tiny_shakespeare(data_root, data_mirror))
+    sentences, _ = load_polarity(data_root, data_mirror)
+    left_out = set()
+    for i, (_, _, test) in enumerate(cv_folds(len(sentences), folds, fold_seed)):
+        if i in excluded:
+            left_out.update(sentences[j] for j in test.tolist())
+    # By text, so that a duplicate of a test sentence elsewhere is left out too.
+    kept = [[s] for s in sentences if s not in left_out]
+    if log is not None:
+        log.info(f"corpus: {len(documents):,} tiny-shakespeare speeches and {len(kept):,} of "
+                 f"{len(sentences):,} polarity sentences (left out: test folds {excluded or 'none'})")
+    return documents + kept, "shared", excluded
+
+
+def _check_corpus(check, *, folder: str, exclude_folds: list, folds: int, fold_seed: int, **_) -> None:
+    # Read once more before a write, for bert-polarity, whose pretrainings come after its first file.
+    _corpus_documents(check.data_root, check.data_mirror, folder, exclude_folds, folds, fold_seed)
+
+
 @stage("bert_corpus", checks={"exclude_folds": FOLD_LIST, "folds": at_least(3),
-                              "fold_seed": between(0, MAX_SEED), "held_out": fraction})
+                              "fold_seed": between(0, MAX_SEED), "held_out": fraction},
+       precheck=_check_corpus)
 def bert_corpus(ctx, *, folder: str = "", exclude_folds: list = [], folds: int = 10, fold_seed: int = 0,
                 held_out: float = 0.05) -> None:
     """The pretraining documents: every ``*.txt`` of ``folder`` (one document
@@ -70,24 +100,8 @@ def bert_corpus(ctx, *, folder: str = "", exclude_folds: list = [], folds: int =
     out every snippet whose text is in one of the polarity test folds
     ``exclude_folds`` (of ``cv_folds(10662, folds, fold_seed)``). A seeded
     ``held_out`` fraction of the documents is kept for scoring."""
-    excluded = _fold_list(exclude_folds, folds, "exclude_folds")
-    if folder:
-        if excluded:
-            raise GraphseqError("exclude_folds leaves polarity folds out of the shared texts; "
-                                "it has no meaning with a corpus folder")
-        documents, source = read_text_folder(folder), str(Path(folder).resolve())
-    else:
-        documents = shakespeare_speeches(load_tiny_shakespeare(ctx.data_root, ctx.data_mirror))
-        sentences, _ = load_polarity(ctx.data_root, ctx.data_mirror)
-        left_out = set()
-        for i, (_, _, test) in enumerate(cv_folds(len(sentences), folds, fold_seed)):
-            if i in excluded:
-                left_out.update(sentences[j] for j in test.tolist())
-        # By text, so that a duplicate of a test sentence elsewhere is left out too.
-        kept = [[s] for s in sentences if s not in left_out]
-        ctx.log.info(f"corpus: {len(documents):,} tiny-shakespeare speeches and {len(kept):,} of "
-                     f"{len(sentences):,} polarity sentences (left out: test folds {excluded or 'none'})")
-        documents, source = documents + kept, "shared"
+    documents, source, excluded = _corpus_documents(ctx.data_root, ctx.data_mirror, folder, exclude_folds,
+                                                    folds, fold_seed, ctx.log)
     train, held = split_held_out(documents, held_out, seed=0)
     ctx.corpus = PretrainingCorpus(train, held, source, excluded, folds, fold_seed)
     ctx.log.info(f"corpus: {len(train):,} documents ({sum(map(len, train)):,} sentences) for training, "
@@ -271,39 +285,73 @@ def _pretrain_group(ctx, out: Path, overrides: List[str]) -> None:
         data_root=ctx.data_root, data_mirror=ctx.data_mirror, quiet=ctx.quiet, resume=started)
 
 
+def _groups(groups: int, folds: int) -> List[List[int]]:
+    """The ``folds`` test folds cut into ``groups`` contiguous groups."""
+    if groups > folds:
+        raise GraphseqError(f"pretrain.groups = {groups} is more than the {folds} folds")
+    return [part.tolist() for part in torch.arange(folds).tensor_split(groups)]
+
+
+def _group_overrides(pretrain_set: list, part: List[int], folds: int, fold_seed: int) -> List[str]:
+    """The settings of the pretraining that serves the test folds ``part``."""
+    return list(pretrain_set) + [f"corpus.exclude_folds={part}", f"corpus.folds={folds}",
+                                 f"corpus.fold_seed={fold_seed}"]
+
+
+def _runs_plan(runs: list, folds: int, fold_seed: int) -> Dict[int, Path]:
+    """Each test fold's first finished run (of ``runs``) that left its sentences out."""
+    plan: Dict[int, Path] = {}
+    for folder in map(Path, runs):
+        for fold in read_pretraining(folder, folds, fold_seed):
+            plan.setdefault(fold, folder)
+    return plan
+
+
+def _check_pretrained_groups(check, *, runs: list, groups: int, folds: int, fold_seed: int,
+                             pretrain_set: list, **_) -> None:
+    """The finished runs, or the settings and texts of the pretrainings to
+    run; leaves the folds served for bert_finetune's precheck."""
+    from ..pipeline import checked_config, precheck  # the runner's checks, for the run inside this one
+
+    if runs:
+        served = set(_runs_plan(runs, folds, fold_seed))
+    else:
+        overrides = _group_overrides(pretrain_set, _groups(groups, folds)[0], folds, fold_seed)
+        try:
+            config = checked_config("bert-pretrain", overrides)
+        except GraphseqError as error:
+            raise GraphseqError(f"pretrain_set: {error}") from None
+        precheck(config, check.data_root, check.data_mirror)
+        served = set(range(folds))
+    check.facts["bert_folds"] = (folds, served)
+
+
 @stage("bert_pretrained_groups", checks={"runs": TEXT_LIST, "groups": at_least(1), "folds": at_least(3),
                                          "fold_seed": between(0, MAX_SEED), "pretrain_set": TEXT_LIST},
-       resumes=PLAN_FILE)
+       resumes=PLAN_FILE, precheck=_check_pretrained_groups)
 def bert_pretrained_groups(ctx, *, runs: list = [], groups: int = 2, folds: int = 10, fold_seed: int = 0,
                            pretrain_set: list = []) -> None:
     """The pretrained model each test fold fine-tunes from, written to
     ``plan.json``. With ``runs`` (folders of finished ``bert-pretrain``
     runs), each test fold takes the first run that left its sentences out.
     Without, the ``folds`` test folds are cut into ``groups`` contiguous
-    groups and ``bert-pretrain`` runs once per group into ``pretrain-G/``,
-    leaving out the sentences of that group's test folds, with the
-    ``pretrain_set`` overrides (``"pretrain.steps=4000"``, ...); a resumed
-    run continues an unfinished pretraining."""
-    if groups > folds:
-        raise GraphseqError(f"pretrain.groups = {groups} is more than the {folds} folds")
+    groups, each served by a ``bert-pretrain`` run in ``pretrain-G/`` that
+    leaves out the sentences of the group's test folds, with the
+    ``pretrain_set`` overrides (``"pretrain.steps=4000"``, ...). Fine-tuning
+    runs a group's pretraining when it comes to the group's first fold, so
+    a run of some folds pretrains only for their groups; a resumed run
+    continues an unfinished pretraining."""
     if runs:
-        plan = {}
-        for folder in map(Path, runs):
-            for fold in read_pretraining(folder, folds, fold_seed):
-                plan.setdefault(fold, str(folder))
-        if distributed.is_main():
-            write_json(ctx.out / PLAN_FILE, {str(f): p for f, p in sorted(plan.items())})
+        plan, ctx.pending_pretraining = _runs_plan(runs, folds, fold_seed), {}
     else:
-        parts = [part.tolist() for part in torch.arange(folds).tensor_split(groups)]
-        plan = {fold: str(ctx.out / f"pretrain-{g}") for g, part in enumerate(parts) for fold in part}
-        if distributed.is_main():
-            write_json(ctx.out / PLAN_FILE, {str(f): p for f, p in sorted(plan.items())})
-        for g, part in enumerate(parts):
-            ctx.log.info(f"pretraining {g + 1} of {groups} in {ctx.out / f'pretrain-{g}'}, "
-                         f"leaving out the sentences of test folds {part}")
-            _pretrain_group(ctx, ctx.out / f"pretrain-{g}", list(pretrain_set) + [
-                f"corpus.exclude_folds={part}", f"corpus.folds={folds}", f"corpus.fold_seed={fold_seed}"])
-    ctx.pretrained = {fold: Path(folder) for fold, folder in plan.items()}
+        parts = _groups(groups, folds)
+        plan = {fold: ctx.out / f"pretrain-{g}" for g, part in enumerate(parts) for fold in part}
+        ctx.pending_pretraining = {ctx.out / f"pretrain-{g}": (part, _group_overrides(pretrain_set, part, folds,
+                                                                                     fold_seed))
+                                   for g, part in enumerate(parts)}
+    if distributed.is_main():
+        write_json(ctx.out / PLAN_FILE, {str(f): str(p) for f, p in sorted(plan.items())})
+    ctx.pretrained = plan
     ctx.fold_setup = (folds, fold_seed)
 
 
@@ -369,11 +417,29 @@ def finetune_fold(ctx, model: BertClassifier, data: SentenceFold, tokenizer: Wor
     return figures
 
 
+def _chosen_folds(run_folds: list, folds: int, served) -> List[int]:
+    """The folds to fine-tune (``run_folds``, or all), each served by a
+    pretraining that left its sentences out."""
+    chosen = _fold_list(run_folds, folds, "run_folds") or list(range(folds))
+    missing = [f for f in chosen if f not in served]
+    if missing:
+        raise GraphseqError(f"no pretraining left out the sentences of test fold(s) {missing}; pretrain with "
+                            f"corpus.exclude_folds naming them, or let bert-polarity pretrain")
+    return chosen
+
+
+def _check_finetune(check, *, run_folds: list, **_) -> None:
+    """The folds against the pretrainings (before they run), and the data."""
+    if "bert_folds" in check.facts:  # Without a pretraining stage, the stage itself says what it needs.
+        _chosen_folds(run_folds, *check.facts["bert_folds"])
+    load_polarity(check.data_root, check.data_mirror)
+
+
 @stage("bert_finetune", checks={"run_folds": FOLD_LIST, "epochs": at_least(1), "batch_size": at_least(1),
                                 "lr": positive, "scratch_lr": non_negative, "warmup": between(0, 1),
                                 "weight_decay": non_negative, "clip": non_negative, "evals_per_epoch": at_least(1),
                                 "max_steps": non_negative},
-       resume_may_change=("run_folds",))
+       resume_may_change=("run_folds",), precheck=_check_finetune)
 def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int = 32, lr: float = 1e-3,
                   scratch_lr: float = 0.0, pretrained_pooler: bool = False, warmup: float = 0.1,
                   weight_decay: float = 0.01, clip: float = 1.0, amp: bool = True, evals_per_epoch: int = 2,
@@ -392,11 +458,8 @@ def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int
     figures of every finished fold; a resumed run keeps them and runs the
     rest (an unfinished fold continues from its checkpoint)."""
     pretrained, (folds, fold_seed) = ctx.require("pretrained", "bert_finetune"), ctx.fold_setup
-    chosen = _fold_list(run_folds, folds, "run_folds") or list(range(folds))
-    missing = [f for f in chosen if f not in pretrained]
-    if missing:
-        raise GraphseqError(f"no pretraining left out the sentences of test fold(s) {missing}; pretrain with "
-                            f"corpus.exclude_folds naming them, or let bert-polarity pretrain")
+    chosen = _chosen_folds(run_folds, folds, pretrained)
+    pending = getattr(ctx, "pending_pretraining", {})
     sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
     labels = torch.tensor(labels)
     variants = ["pretrained", "scratch"] if scratch else ["pretrained"]
@@ -408,6 +471,10 @@ def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int
             ctx.log.info(f"fold {fold}: kept from {FOLDS_FILE}")
             continue
         source = pretrained[fold]
+        if source in pending:
+            part, overrides = pending.pop(source)
+            ctx.log.info(f"pretraining in {source}, leaving out the sentences of test folds {part}")
+            _pretrain_group(ctx, source, overrides)
         if source not in loaded:
             loaded = {source: load_pretrained(source, ctx.device)}  # one pretraining in memory at a time
         base, tokenizer = loaded[source]

@@ -117,22 +117,45 @@ def test_bert_polarity_fine_tunes_pretrained_and_scratch(pretrained, tmp_path, d
     assert (tmp_path / "folds.png").is_file()
 
 
-def test_bert_polarity_refuses_a_pretraining_that_read_the_test_fold(pretrained, tmp_path, data_root, mirror):
+@pytest.mark.parametrize("folds,message", [
+    ([1], r"no pretraining left out the sentences of test fold\(s\) \[1\]"),  # it read fold 1
+    ([0, 10], r"run_folds must name folds 0\.\.9, got \[10\]"),
+])
+def test_bert_polarity_refuses_folds_it_cannot_run_before_writing(pretrained, tmp_path, data_root, mirror,
+                                                                  folds, message):
     out, _ = pretrained
-    with pytest.raises(GraphseqError, match=r"test fold\(s\) \[1\]"):
-        run("bert-polarity", overrides={"pretrain.runs": [str(out)], "finetune.run_folds": [1]},
-            out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
+    with pytest.raises(GraphseqError, match=message):
+        run("bert-polarity", overrides={"pretrain.runs": [str(out)], "finetune.run_folds": folds},
+            out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_bert_polarity_checks_its_pretrainings_before_writing(tmp_path, monkeypatch, data_root, mirror):
+    # The pretrainings run inside the fine-tuning run, after its first file: their settings and
+    # texts are checked before it.
+    with pytest.raises(GraphseqError, match="pretrain_set: --set pretrain.stepz: unknown key 'stepz'"):
+        run("bert-polarity", overrides={"pretrain.pretrain_set": ["pretrain.stepz=5"]},
+            out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
+
+    def offline(*args, **kwargs):
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr("graphseq.data.files.urllib.request.urlopen", offline)
+    with pytest.raises(GraphseqError, match="missing dataset file.*input.txt"):
+        run("bert-polarity", out=tmp_path / "run", data_root=tmp_path / "datasets", data_mirror=None, quiet=True)
+    assert not (tmp_path / "run").exists()
 
 
 def test_bert_polarity_pretrains_first_when_given_no_run(tmp_path, data_root, mirror):
     pretrain_set = [f"{k}={json.dumps(v)}" for k, v in {**TINY, "pretrain.steps": 2}.items()]
-    summary = run("bert-polarity", overrides={"pretrain.groups": 1, "pretrain.pretrain_set": pretrain_set,
-                                              "finetune.run_folds": [4], "finetune.max_steps": 2,
+    summary = run("bert-polarity", overrides={"pretrain.groups": 2, "pretrain.pretrain_set": pretrain_set,
+                                              "finetune.run_folds": [7], "finetune.max_steps": 2,
                                               "finetune.scratch": False, "finetune.test": False},
                   out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
-    info = json.loads((tmp_path / "pretrain-0" / "pretraining.json").read_text())
-    assert info["excluded_polarity_folds"] == list(range(10))
+    info = json.loads((tmp_path / "pretrain-1" / "pretraining.json").read_text())
+    assert info["excluded_polarity_folds"] == [5, 6, 7, 8, 9]
+    assert not (tmp_path / "pretrain-0").exists()  # fold 7 needs only its own group's pretraining
     figures = summary["runs"][0]
-    assert figures["folds"] == [4] and "pretrained_val_accuracy" in figures
+    assert figures["folds"] == [7] and "pretrained_val_accuracy" in figures
     # Choosing settings: neither the test fold nor the model from scratch was read.
     assert not any("test" in key or "scratch" in key for key in figures)
