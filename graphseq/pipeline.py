@@ -201,13 +201,13 @@ def check_domains(config: Dict[str, Any], source: str) -> None:
 
 
 def precheck(config: Dict[str, Any], data_root: str | os.PathLike | None = None,
-             data_mirror: str | os.PathLike | None = None) -> None:
+             data_mirror: str | os.PathLike | None = None, options: Optional[Dict[str, Any]] = None) -> None:
     """Each stage's precheck (see :func:`~graphseq.stages.registry.stage`),
     in the pipeline's order: what only the whole pipeline or its data can
     tell, checked before the run writes anything."""
     root = Path(data_root) if data_root is not None else default_data_root()
     mirror = Path(data_mirror) if data_mirror is not None else default_data_mirror()
-    check = Precheck(root, mirror)
+    check = Precheck(root, mirror, dict(options or {}))
     for name, table in sections(config).items():
         kind = table.get("stage", name)
         if stage_spec(kind).precheck is None:
@@ -518,7 +518,7 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         raise GraphseqError(f"--out {out} already holds a run; continue it with --resume, "
                             f"or choose another --out")
 
-    precheck(config, data_root, data_mirror)
+    precheck(config, data_root, data_mirror, objects)
     distributed.barrier()  # Every process has checked before rank 0 writes.
     # Checked: from here on the run writes.
     if threads is not None:

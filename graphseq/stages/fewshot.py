@@ -65,9 +65,13 @@ class FewShotData:
                               0 if labelled_only else self.unlabelled)
 
 
+def _note_ways(check, *, ways: int, **_) -> None:
+    check.facts["fewshot_ways"] = ways  # for fewshot_oracle's precheck of a labels file
+
+
 @stage("omniglot", checks={"ways": at_least(2), "shots": at_least(1), "unlabelled": at_least(0),
                            "train_characters": at_least(1), "val_characters": at_least(0),
-                           "split_seed": at_least(0), "size": at_least(8)})
+                           "split_seed": at_least(0), "size": at_least(8)}, precheck=_note_ways)
 def omniglot(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, train_characters: int = 1200,
              val_characters: int = 100, split_seed: int = 0, size: int = 28, rotations: bool = True) -> None:
     """Omniglot episodes: ``ways`` classes, ``shots`` labelled and
@@ -87,7 +91,7 @@ def omniglot(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, train_c
 
 
 @stage("miniimagenet", checks={"ways": at_least(2), "shots": at_least(1), "unlabelled": at_least(0),
-                               "size": at_least(8)})
+                               "size": at_least(8)}, precheck=_note_ways)
 def miniimagenet(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, size: int = 84) -> None:
     """Mini-ImageNet episodes from the Ravi & Larochelle splits (64 training,
     16 validation and 20 test classes of 600 images)."""
@@ -99,10 +103,15 @@ def miniimagenet(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, siz
                  + f"; {ways}-way {shots}-shot" + (f", {unlabelled} unlabelled per class" if unlabelled else ""))
 
 
+def _note_model(check, *, active: bool, **_) -> None:
+    check.facts["fewshot_active"] = active  # for fewshot_oracle's precheck
+
+
 @stage("fewshot_gnn", checks={"embedding": one_of("", *EMBEDDINGS), "embedding_dim": at_least(0),
                               "unknown_label": one_of(*UNKNOWN_LABELS), "num_layers": at_least(1),
                               "growth": at_least(1), "metric_ratios": each(positive),
-                              "metric_width": at_least(0), "last_dropout": probability})
+                              "metric_width": at_least(0), "last_dropout": probability},
+       precheck=_note_model)
 def fewshot_gnn(ctx, *, embedding: str = "", embedding_dim: int = 0, unknown_label: str = "zeros",
                 num_layers: int = 2, growth: int = 48, metric_ratios: Sequence[float] = (2.0, 1.5, 1.0, 1.0),
                 metric_width: int = 0, last_norm: bool = True, last_dropout: float = 0.3,
@@ -185,13 +194,19 @@ def wilson_interval(correct: int, total: int, z: float = 1.959964) -> Tuple[floa
     return centre - half, centre + half
 
 
+def _note_training(check, *, name: str, **_) -> None:
+    # For fewshot_oracle's precheck: each training's name, and whether the model it trains (the
+    # latest one built) has a query head.
+    check.facts.setdefault("fewshot_trainings", {})[name] = check.facts.get("fewshot_active", False)
+
+
 @stage("train_episodes", checks={"steps": at_least(1), "batch_size": at_least(1), "lr": positive,
                                   "halve_every": at_least(0), "weight_decay": non_negative,
                                   "query": one_of(*QUERY_MODES), "eval_every": at_least(0),
                                   "eval_episodes": at_least(0), "eval_batch_size": at_least(1),
                                   "checkpoint_every": at_least(0), "name": NAME, "init": EXISTING_FILE,
                                   "per_support": at_least(1)},
-        resumes=CHECKPOINT, resume_may_change=("steps",))
+        resumes=CHECKPOINT, resume_may_change=("steps",), precheck=_note_training)
 def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float = 1e-3,
                    halve_every: int = 10000, weight_decay: float = 0.0, labelled_only: bool = False,
                    query: str = "learned", eval_every: int = 2000, eval_episodes: int = 2000,
@@ -404,10 +419,34 @@ def _describe_episode(batch, episode: int, asked: int, before: torch.Tensor, way
     return lines
 
 
+def _check_training(training: str, trainings: List[str], active: bool) -> None:
+    """The training the oracle asks for exists, and its model has a query head."""
+    if training not in trainings:
+        raise GraphseqError(f"fewshot_oracle.training = {training!r}: no earlier training of that name; "
+                            f"the trainings of this pipeline: {', '.join(repr(n) for n in trainings)}")
+    if not active:
+        raise GraphseqError("fewshot_oracle needs an active model (model.active = true)")
+
+
+def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: str, **_) -> None:
+    """What would stop the oracle after the training: the training it names,
+    an active model, and ``--oracle file``'s labels file, every row."""
+    if not oracle or "oracle" in check.options:
+        return  # No oracle: the stage is skipped. An oracle object answers as it is.
+    if "fewshot_trainings" in check.facts:  # Else the stage itself says what it needs.
+        trainings = check.facts["fewshot_trainings"]
+        _check_training(training, list(trainings), trainings.get(training, False))
+    if oracle == "file":
+        answers = make_oracle(oracle, labels, torch.zeros(0), 0.0, 0)  # a missing or unreadable file
+        if "fewshot_ways" in check.facts:
+            answers.check([str(way) for way in range(check.facts["fewshot_ways"])], torch.arange(episodes))
+
+
 @stage("fewshot_oracle", checks={"episodes": at_least(1), "oracle": one_of("", *ORACLES), "labels": EXISTING_FILE,
                                   "noise": probability, "query": one_of(*QUERY_MODES), "training": NAME,
                                   "picture_width": at_least(8)},
-        options=("oracle", "labels"), resume_may_change=("episodes", "oracle", "labels", "noise"))
+        options=("oracle", "labels"), resume_may_change=("episodes", "oracle", "labels", "noise"),
+        precheck=_check_oracle)
 def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "", noise: float = 0.0,
                    query: str = "learned", training: str = "", picture_width: int = 20) -> None:
     """An active model asks, in each of ``episodes`` test episodes, for the
@@ -431,12 +470,8 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
         return
     data = ctx.require("data", "fewshot_oracle")
     trained = ctx.require("trained", "fewshot_oracle")
-    if training not in trained:
-        raise GraphseqError(f"fewshot_oracle.training = {training!r}: no earlier training of that name; "
-                            f"the trainings of this pipeline: {', '.join(repr(n) for n in trained)}")
+    _check_training(training, list(trained), training in trained and trained[training].config.active)
     model = trained[training]
-    if not model.config.active:
-        raise GraphseqError("fewshot_oracle needs an active model (model.active = true)")
     if query not in QUERY_MODES:
         raise GraphseqError(f"fewshot_oracle.query must be one of {', '.join(QUERY_MODES)}, got {query!r}")
     if episodes < 1:

@@ -34,12 +34,14 @@ class StageSpec:
 
 @dataclass
 class Precheck:
-    """What a stage's precheck may look at: where the data lives, and the
-    ``facts`` that the prechecks of the pipeline's earlier stages left for
-    later ones (say, the folds a pretraining stage provides)."""
+    """What a stage's precheck may look at: where the data lives, the run
+    options handed in as objects (an oracle, through the Python API), and
+    the ``facts`` that the prechecks of the pipeline's earlier stages left
+    for later ones (say, the folds a pretraining stage provides)."""
 
     data_root: Path
     data_mirror: Optional[Path]
+    options: Dict[str, Any] = field(default_factory=dict)
     facts: Dict[str, Any] = field(default_factory=dict)
 
 

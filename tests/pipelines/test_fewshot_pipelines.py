@@ -158,6 +158,22 @@ def test_file_oracle_answers_the_episodes_it_lists(active_run, tmp_path, data_ro
         assert [(a.item, a.label, a.source) for a in store.answers("learned")] == [(1, "3", "file"), (3, "0", "file")]
 
 
+def test_an_oracle_that_could_not_ask_is_refused_before_the_training(tmp_path, data_root, mirror):
+    # The oracle comes after hours of training: what would stop it is found first.
+    answers = tmp_path / "answers.csv"
+    answers.write_text("item,label\n1,3\n2,7\n")  # 5-way: no class 7
+    for options, overrides, message in [
+        ({"oracle": "file"}, {}, r"--oracle file needs --labels"),
+        ({"oracle": "file", "labels": str(answers)}, {}, r"line 3: no class number 7; the numbers are 0 to 4"),
+        ({"oracle": "simulated"}, {"oracle.training": "nosuch"}, r"training = 'nosuch': no earlier training"),
+        ({"oracle": "simulated"}, {"model.active": False}, r"needs an active model"),
+    ]:
+        with pytest.raises(graphseq.GraphseqError, match=message):
+            graphseq.run("fewshot-omniglot-active", out=tmp_path / "refused", data_root=data_root,
+                         data_mirror=mirror, quiet=True, overrides={**ACTIVE, **overrides}, **options)
+        assert not (tmp_path / "refused").exists()
+
+
 def run_human(out, data_root, mirror, answers):
     """``graphseq run fewshot-omniglot-active --oracle human --resume`` as a
     process whose standard input is a pipe holding ``answers``."""
