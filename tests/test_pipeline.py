@@ -223,6 +223,20 @@ def test_a_run_that_fails_before_storing_anything_leaves_no_folder(tmp_path, dat
     assert not out.exists()
 
 
+@pytest.mark.parametrize("overrides,message", [
+    ({"sample.prime": "ROMEO\u20ac"}, r"sample.prime 'ROMEO\u20ac': 1 symbol\(s\) not in the vocabulary: '\u20ac'"),
+    ({"data.text_file": "{tmp}/latin1.txt"}, r"latin1.txt is not UTF-8 text: invalid continuation byte at byte 3"),
+])
+def test_a_run_that_would_fail_after_its_training_is_refused_before_it(tmp_path, data_root, mirror, overrides,
+                                                                       message):
+    (tmp_path / "latin1.txt").write_bytes("caf\u00e9 au lait".encode("latin-1"))
+    overrides = {k: v.replace("{tmp}", str(tmp_path)) for k, v in overrides.items()}
+    with pytest.raises(GraphseqError, match=message):
+        run("charlm-lstm", overrides={**CHARLM, **overrides}, out=tmp_path / "run", data_root=data_root,
+            data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
 def _provide_count(check, *, count, **_):
     check.facts["count"] = count
 

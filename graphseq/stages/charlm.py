@@ -31,18 +31,31 @@ class CharCorpus:
     val: Tensor
 
 
-@stage("char_corpus", checks={"val_fraction": fraction})
+def _read_text(text_file: str, data_root: Path, data_mirror) -> str:
+    """``text_file``, else tiny-shakespeare."""
+    if not text_file:
+        with distributed.main_first():  # One process copies or downloads the text.
+            return load_tiny_shakespeare(data_root, data_mirror)
+    path = Path(text_file)
+    if not path.is_file():
+        raise GraphseqError(f"text_file not found: {path}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise GraphseqError(f"{path} is not UTF-8 text: {error.reason} at byte {error.start}") from None
+
+
+def _note_vocabulary(check, *, text_file: str, **_) -> None:
+    # For char_sample's precheck: the prime must be spelled in the text's characters.
+    check.facts["char_vocabulary"] = Vocabulary.of_characters(_read_text(text_file, check.data_root,
+                                                                         check.data_mirror))
+
+
+@stage("char_corpus", checks={"val_fraction": fraction}, precheck=_note_vocabulary)
 def char_corpus(ctx, *, text_file: str = "", val_fraction: float = 0.1) -> None:
     """Tiny-shakespeare (or ``text_file``), its characters as the vocabulary,
     the first ``1 - val_fraction`` for training and the rest for validation."""
-    if text_file:
-        path = Path(text_file)
-        if not path.is_file():
-            raise GraphseqError(f"text_file not found: {path}")
-        text = path.read_text(encoding="utf-8")
-    else:
-        with distributed.main_first():  # One process copies or downloads the text.
-            text = load_tiny_shakespeare(ctx.data_root, ctx.data_mirror)
+    text = _read_text(text_file, ctx.data_root, ctx.data_mirror)
     vocab = Vocabulary.of_characters(text)
     train, val = split_stream(vocab.encode(text), val_fraction)
     ctx.data = CharCorpus(vocab, train, val)
@@ -174,7 +187,16 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
                      f"after {result.step} steps, {result.seconds / 60:.1f} min of training")
 
 
-@stage("char_sample", checks={"length": non_negative, "temperature": non_negative})
+def _check_prime(check, *, prime: str, **_) -> None:
+    """A prime the text never spells would stop the run after its training."""
+    if "char_vocabulary" in check.facts:
+        try:
+            check.facts["char_vocabulary"].encode(prime)
+        except GraphseqError as error:
+            raise GraphseqError(f"sample.prime {prime!r}: {error}") from None
+
+
+@stage("char_sample", checks={"length": non_negative, "temperature": non_negative}, precheck=_check_prime)
 def char_sample(ctx, *, prime: str = "ROMEO:", length: int = 500, temperature: float = 0.8) -> None:
     """Writes ``sample.txt``: ``length`` characters drawn after ``prime``."""
     model, data = ctx.require("model", "char_sample"), ctx.require("data", "char_sample")
