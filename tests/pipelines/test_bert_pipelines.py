@@ -141,6 +141,7 @@ def test_bert_polarity_checks_its_pretrainings_before_writing(tmp_path, monkeypa
         raise OSError("Name or service not known")
 
     monkeypatch.setattr("graphseq.data.files.urllib.request.urlopen", offline)
+    monkeypatch.delenv("GRAPHSEQ_MIRROR", raising=False)  # CI sets it; no mirror, no network: no texts
     with pytest.raises(GraphseqError, match="missing dataset file.*input.txt"):
         run("bert-polarity", out=tmp_path / "run", data_root=tmp_path / "datasets", data_mirror=None, quiet=True)
     assert not (tmp_path / "run").exists()
