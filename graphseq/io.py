@@ -18,6 +18,15 @@ import torch
 from .errors import GraphseqError
 
 
+def read_utf8(path: str | os.PathLike) -> str:
+    """The text of ``path``; one that is not UTF-8 is a one-line error naming
+    the file and the first bad byte."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise GraphseqError(f"{path} is not UTF-8 text: {error.reason} at byte {error.start}") from None
+
+
 def _file_mode() -> int:
     """The mode open() gives a new file (0o666 less the umask): a run's files
     are as readable as the user's other files; mkstemp alone makes them 0600."""

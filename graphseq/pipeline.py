@@ -205,9 +205,7 @@ def precheck(config: Dict[str, Any], data_root: str | os.PathLike | None = None,
     """Each stage's precheck (see :func:`~graphseq.stages.registry.stage`),
     in the pipeline's order: what only the whole pipeline or its data can
     tell, checked before the run writes anything."""
-    root = Path(data_root) if data_root is not None else default_data_root()
-    mirror = Path(data_mirror) if data_mirror is not None else default_data_mirror()
-    check = Precheck(root, mirror, dict(options or {}))
+    check = Precheck(*data_places(data_root, data_mirror), dict(options or {}))
     for name, table in sections(config).items():
         kind = table.get("stage", name)
         if stage_spec(kind).precheck is None:
@@ -310,6 +308,13 @@ def default_data_root() -> Path:
 def default_data_mirror() -> Optional[Path]:
     mirror = os.environ.get("GRAPHSEQ_MIRROR")
     return Path(mirror) if mirror else None
+
+
+def data_places(data_root: str | os.PathLike | None, data_mirror: str | os.PathLike | None
+                ) -> tuple[Path, Optional[Path]]:
+    """The data root and mirror a run reads: those given, else the defaults."""
+    return (Path(data_root) if data_root is not None else default_data_root(),
+            Path(data_mirror) if data_mirror is not None else default_data_mirror())
 
 
 def _logger(out: Path, quiet: bool) -> logging.Logger:
@@ -549,8 +554,7 @@ def _run_seeds(config: Dict[str, Any], name: str, out: Path, seed: int, runs: in
                device: torch.device, resume: bool, quiet: bool, log: logging.Logger,
                objects: Dict[str, Any], data_root: Any, data_mirror: Any,
                pipeline: str | os.PathLike) -> Dict[str, Any]:
-    root = Path(data_root) if data_root is not None else default_data_root()
-    mirror = Path(data_mirror) if data_mirror is not None else default_data_mirror()
+    root, mirror = data_places(data_root, data_mirror)
     log.info(f"pipeline {name} on {device}, seeds {seed}..{seed + runs - 1}, out {out}"
              + (" (resumed)" if resume else ""))
     resume_command = f"graphseq run {pipeline} --resume --out {out}"

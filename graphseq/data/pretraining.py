@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ..errors import GraphseqError
+from ..io import read_utf8
 from .wordpiece import SPECIAL_TOKENS
 
 Document = List[str]  # sentences
@@ -53,10 +54,7 @@ def read_text_folder(folder: str | Path) -> List[Document]:
         raise GraphseqError(f"corpus folder not found: {folder}")
     documents: List[Document] = []
     for path in sorted(folder.rglob("*.txt")):
-        try:
-            documents += split_documents(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as error:
-            raise GraphseqError(f"{path} is not UTF-8 text: {error.reason} at byte {error.start}") from None
+        documents += split_documents(read_utf8(path))
     if not documents:
         raise GraphseqError(f"corpus folder {folder} holds no sentences (one document per *.txt "
                             f"file, one sentence per line)")

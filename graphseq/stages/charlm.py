@@ -18,7 +18,7 @@ from .. import distributed
 from ..checks import at_least, fraction, non_negative, one_of, positive, probability
 from ..data.text import TextStreams, Vocabulary, load_tiny_shakespeare, split_stream
 from ..errors import GraphseqError
-from ..io import atomic_write_text, write_json
+from ..io import atomic_write_text, read_utf8, write_json
 from ..models.charlm import CELLS, CharLM, detach_state, nats_to_bits, sample
 from ..training import CHECKPOINT, plot_history, train_steps
 from .registry import stage
@@ -39,10 +39,7 @@ def _read_text(text_file: str, data_root: Path, data_mirror) -> str:
     path = Path(text_file)
     if not path.is_file():
         raise GraphseqError(f"text_file not found: {path}")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise GraphseqError(f"{path} is not UTF-8 text: {error.reason} at byte {error.start}") from None
+    return read_utf8(path)
 
 
 def _note_vocabulary(check, *, text_file: str, **_) -> None:
