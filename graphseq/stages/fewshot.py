@@ -419,12 +419,13 @@ def _describe_episode(batch, episode: int, asked: int, before: torch.Tensor, way
     return lines
 
 
-def _check_training(training: str, trainings: List[str], active: bool) -> None:
-    """The training the oracle asks for exists, and its model has a query head."""
+def _check_training(training: str, trainings: Dict[str, bool]) -> None:
+    """The training the oracle asks for exists, and its model has a query
+    head (``trainings``: each training's name, and whether its model has one)."""
     if training not in trainings:
         raise GraphseqError(f"fewshot_oracle.training = {training!r}: no earlier training of that name; "
                             f"the trainings of this pipeline: {', '.join(repr(n) for n in trainings)}")
-    if not active:
+    if not trainings[training]:
         raise GraphseqError("fewshot_oracle needs an active model (model.active = true)")
 
 
@@ -434,8 +435,7 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
     if not oracle or "oracle" in check.options:
         return  # No oracle: the stage is skipped. An oracle object answers as it is.
     if "fewshot_trainings" in check.facts:  # Else the stage itself says what it needs.
-        trainings = check.facts["fewshot_trainings"]
-        _check_training(training, list(trainings), trainings.get(training, False))
+        _check_training(training, check.facts["fewshot_trainings"])
     if oracle == "file":
         answers = make_oracle(oracle, labels, torch.zeros(0), 0.0, 0)  # a missing or unreadable file
         if "fewshot_ways" in check.facts:
@@ -470,7 +470,7 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
         return
     data = ctx.require("data", "fewshot_oracle")
     trained = ctx.require("trained", "fewshot_oracle")
-    _check_training(training, list(trained), training in trained and trained[training].config.active)
+    _check_training(training, {name: model.config.active for name, model in trained.items()})
     model = trained[training]
     if query not in QUERY_MODES:
         raise GraphseqError(f"fewshot_oracle.query must be one of {', '.join(QUERY_MODES)}, got {query!r}")
