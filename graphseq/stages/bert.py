@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import distributed
-from ..checks import Domain, at_least, between, fraction, non_negative, one_of, positive
+from ..checks import Domain, at_least, between, each, fraction, non_negative, one_of, positive
 from ..data.polarity import cv_folds, load_polarity
 from ..data.pretraining import (Document, SentencePairs, TokenGraphs, collate, pack_pair,
                                 read_text_folder, shakespeare_speeches, split_held_out)
@@ -39,6 +39,7 @@ PLAN_FILE = "plan.json"  # bert-polarity: the pretraining each test fold fine-tu
 FOLDS_FILE = "folds.json"  # bert-polarity: the figures of every finished fold
 
 TEXT_LIST = Domain("a list of strings", lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v))
+SHARED_TEXTS = ("shakespeare", "polarity")  # the shared texts bert_corpus reads without a folder
 DROPOUT = Domain("a number from 0 to 1, 1 excluded", lambda v: isinstance(v, (int, float)) and 0 <= v < 1)
 
 
@@ -60,7 +61,7 @@ def _fold_list(values, folds: int, key: str) -> List[int]:
     return values
 
 
-def _corpus_documents(data_root: Path, data_mirror, folder: str, exclude_folds: list, folds: int,
+def _corpus_documents(data_root: Path, data_mirror, folder: str, texts: list, exclude_folds: list, folds: int,
                       fold_seed: int, log=None) -> tuple[List[Document], str, List[int]]:
     """The documents of ``bert_corpus``, where they came from, and the
     polarity test folds left out."""
@@ -70,37 +71,44 @@ def _corpus_documents(data_root: Path, data_mirror, folder: str, exclude_folds: 
             raise GraphseqError("exclude_folds leaves polarity folds out of the shared texts; "
                                 "it has no meaning with a corpus folder")
         return read_text_folder(folder), str(Path(folder).resolve()), excluded
-    documents = shakespeare_speeches(load_tiny_shakespeare(data_root, data_mirror))
-    sentences, _ = load_polarity(data_root, data_mirror)
-    left_out = set()
-    for i, (_, _, test) in enumerate(cv_folds(len(sentences), folds, fold_seed)):
-        if i in excluded:
-            left_out.update(sentences[j] for j in test.tolist())
-    # By text, so that a duplicate of a test sentence elsewhere is left out too.
-    kept = [[s] for s in sentences if s not in left_out]
-    if log is not None:
-        log.info(f"corpus: {len(documents):,} tiny-shakespeare speeches and {len(kept):,} of "
-                 f"{len(sentences):,} polarity sentences (left out: test folds {excluded or 'none'})")
+    documents: List[Document] = []
+    if "shakespeare" in texts:
+        documents += shakespeare_speeches(load_tiny_shakespeare(data_root, data_mirror))
+    kept: List[Document] = []
+    if "polarity" in texts:
+        sentences, _ = load_polarity(data_root, data_mirror)
+        left_out = set()
+        for i, (_, _, test) in enumerate(cv_folds(len(sentences), folds, fold_seed)):
+            if i in excluded:
+                left_out.update(sentences[j] for j in test.tolist())
+        # By text, so that a duplicate of a test sentence elsewhere is left out too.
+        kept = [[s] for s in sentences if s not in left_out]
+        if log is not None:
+            log.info(f"corpus: {len(documents):,} tiny-shakespeare speeches and {len(kept):,} of "
+                     f"{len(sentences):,} polarity sentences (left out: test folds {excluded or 'none'})")
+    elif log is not None:
+        log.info(f"corpus: {len(documents):,} tiny-shakespeare speeches")
     return documents + kept, "shared", excluded
 
 
-def _check_corpus(check, *, folder: str, exclude_folds: list, folds: int, fold_seed: int, **_) -> None:
+def _check_corpus(check, *, folder: str, texts: list, exclude_folds: list, folds: int, fold_seed: int,
+                  **_) -> None:
     # Read once more before a write, for bert-polarity, whose pretrainings come after its first file.
-    _corpus_documents(check.data_root, check.data_mirror, folder, exclude_folds, folds, fold_seed)
+    _corpus_documents(check.data_root, check.data_mirror, folder, texts, exclude_folds, folds, fold_seed)
 
 
-@stage("bert_corpus", checks={"exclude_folds": FOLD_LIST, "folds": at_least(3),
-                              "fold_seed": between(0, MAX_SEED), "held_out": fraction},
+@stage("bert_corpus", checks={"texts": each(one_of(*SHARED_TEXTS)), "exclude_folds": FOLD_LIST,
+                              "folds": at_least(3), "fold_seed": between(0, MAX_SEED), "held_out": fraction},
        precheck=_check_corpus)
-def bert_corpus(ctx, *, folder: str = "", exclude_folds: list = [], folds: int = 10, fold_seed: int = 0,
-                held_out: float = 0.05) -> None:
+def bert_corpus(ctx, *, folder: str = "", texts: list = list(SHARED_TEXTS), exclude_folds: list = [],
+                folds: int = 10, fold_seed: int = 0, held_out: float = 0.05) -> None:
     """The pretraining documents: every ``*.txt`` of ``folder`` (one document
-    per file, one sentence per line), or by default the shared texts:
+    per file, one sentence per line), or by default the shared ``texts``:
     tiny-shakespeare's speeches and the sentence-polarity snippets, leaving
     out every snippet whose text is in one of the polarity test folds
     ``exclude_folds`` (of ``cv_folds(10662, folds, fold_seed)``). A seeded
     ``held_out`` fraction of the documents is kept for scoring."""
-    documents, source, excluded = _corpus_documents(ctx.data_root, ctx.data_mirror, folder, exclude_folds,
+    documents, source, excluded = _corpus_documents(ctx.data_root, ctx.data_mirror, folder, texts, exclude_folds,
                                                     folds, fold_seed, ctx.log)
     train, held = split_held_out(documents, held_out, seed=0)
     ctx.corpus = PretrainingCorpus(train, held, source, excluded, folds, fold_seed)

@@ -48,6 +48,26 @@ def test_corpus_leaves_out_every_sentence_of_the_held_out_folds(data_root, mirro
     assert any(len(doc) > 1 for doc in ctx.corpus.train)  # Shakespeare's speeches give sentence pairs
 
 
+
+def test_corpus_texts_choose_the_shared_texts(data_root, mirror):
+    ctx = types.SimpleNamespace(data_root=data_root, data_mirror=mirror, log=types.SimpleNamespace(info=print))
+    bert_corpus(ctx, texts=["polarity"], exclude_folds=[2, 5], held_out=0.05)
+    documents = ctx.corpus.train + ctx.corpus.held_out
+    sentences, _ = load_polarity(data_root, mirror)
+    folds = cv_folds(len(sentences))
+    kept = {sentences[i] for f in (0, 1, 3, 4, 6, 7, 8, 9) for i in folds[f][2].tolist()}
+    assert all(len(doc) == 1 for doc in documents)  # one-sentence documents: masked LM only
+    assert {doc[0] for doc in documents} == kept - {sentences[i] for f in (2, 5) for i in folds[f][2].tolist()}
+    bert_corpus(ctx, texts=["shakespeare"], held_out=0.05)
+    assert not {s for doc in ctx.corpus.train + ctx.corpus.held_out for s in doc} & set(sentences)
+
+
+def test_corpus_refuses_an_unknown_text(tmp_path, data_root, mirror):
+    with pytest.raises(GraphseqError, match="corpus.texts"):
+        run("bert-pretrain", overrides={**TINY, "corpus.texts": ["wikipedia"]}, out=tmp_path / "run",
+            data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
+
 def small_corpus(folder):
     """A corpus folder: documents of a few made-up sentences, one file each."""
     folder.mkdir()
