@@ -18,6 +18,7 @@ from typing import Dict, List, Tuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.nn import global_mean_pool
 
 from ..data.pretraining import IGNORE, TokenGraphs, collate, pack_pair
 from ..data.wordpiece import WordPieceTokenizer
@@ -156,13 +157,20 @@ class BertForPretraining(nn.Module):
         return mlm_loss + nsp_loss, figures
 
 
-class BertClassifier(nn.Module):
-    """The encoder and the pooler on the ``[CLS]`` node, then dropout and a
-    linear classifier: BERT's fine-tuning for a sentence's class."""
+POOLS = ("cls", "mean")  # what BertClassifier reads: the [CLS] node, or the mean of a graph's nodes
 
-    def __init__(self, config: BertConfig, num_classes: int = 2):
+
+class BertClassifier(nn.Module):
+    """The encoder and the pooler on the ``[CLS]`` node (``pool = "cls"``) or
+    on the mean of every node of the sentence's graph (``"mean"``), then
+    dropout and a linear classifier: BERT's fine-tuning for a sentence's
+    class."""
+
+    def __init__(self, config: BertConfig, num_classes: int = 2, pool: str = "cls"):
         super().__init__()
-        self.config = config
+        if pool not in POOLS:
+            raise GraphseqError(f"pool must be one of {', '.join(POOLS)}, got {pool!r}")
+        self.config, self.pool = config, pool
         self.encoder = BertEncoder(config)
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout = nn.Dropout(config.dropout)
@@ -170,11 +178,11 @@ class BertClassifier(nn.Module):
 
     @classmethod
     def from_pretraining(cls, pretrained: BertForPretraining, num_classes: int = 2,
-                         pooler: bool = True) -> "BertClassifier":
+                         pooler: bool = True, pool: str = "cls") -> "BertClassifier":
         """A classifier whose encoder (and, with ``pooler``, the pooler the
         next-sentence head trained) start from ``pretrained``'s; the
         classifier layer starts afresh."""
-        model = cls(pretrained.config, num_classes)
+        model = cls(pretrained.config, num_classes, pool)
         model.encoder.load_state_dict(pretrained.encoder.state_dict())
         if pooler:
             model.pooler.load_state_dict(pretrained.pooler.state_dict())
@@ -182,7 +190,9 @@ class BertClassifier(nn.Module):
 
     def forward(self, graphs: TokenGraphs) -> Tensor:
         states = self.encoder(graphs.tokens, graphs.segments, graphs.positions, graphs.batch)
-        pooled = torch.tanh(self.pooler(states[cls_nodes(graphs.positions)]))
+        read = (states[cls_nodes(graphs.positions)] if self.pool == "cls"
+                else global_mean_pool(states, graphs.batch, size=graphs.num_graphs))
+        pooled = torch.tanh(self.pooler(read))
         return self.classifier(self.dropout(pooled))  # [num_graphs, num_classes]
 
 

@@ -27,7 +27,7 @@ from ..data.text import load_tiny_shakespeare
 from ..data.wordpiece import TOKENIZER_FILE, WordPieceTokenizer
 from ..errors import GraphseqError
 from ..io import atomic_write_bytes, write_json
-from ..models.bert import (WEIGHTS_FILE, BertClassifier, BertConfig, BertForPretraining,
+from ..models.bert import (POOLS, WEIGHTS_FILE, BertClassifier, BertConfig, BertForPretraining,
                            load_pretrained, save_pretrained)
 from ..seeding import MAX_SEED
 from ..training import CHECKPOINT, train_steps
@@ -444,20 +444,21 @@ def _check_finetune(check, *, run_folds: list, **_) -> None:
 
 
 @stage("bert_finetune", checks={"run_folds": FOLD_LIST, "epochs": at_least(1), "batch_size": at_least(1),
-                                "lr": positive, "scratch_lr": non_negative, "warmup": between(0, 1),
-                                "weight_decay": non_negative, "clip": non_negative, "evals_per_epoch": at_least(1),
-                                "max_steps": non_negative},
+                                "lr": positive, "scratch_lr": non_negative, "pool": one_of(*POOLS),
+                                "warmup": between(0, 1), "weight_decay": non_negative, "clip": non_negative,
+                                "evals_per_epoch": at_least(1), "max_steps": non_negative},
        resume_may_change=("run_folds",), precheck=_check_finetune)
 def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int = 32, lr: float = 1e-3,
-                  scratch_lr: float = 0.0, pretrained_pooler: bool = False, warmup: float = 0.1,
+                  scratch_lr: float = 0.0, pool: str = "cls", pretrained_pooler: bool = False, warmup: float = 0.1,
                   weight_decay: float = 0.01, clip: float = 1.0, amp: bool = True, evals_per_epoch: int = 2,
                   scratch: bool = True, test: bool = True, max_steps: int = 0) -> None:
-    """Fine-tunes on sentence polarity from the ``[CLS]`` node, fold by fold
-    (``run_folds``, or every fold): from the pretrained weights and, with
-    ``scratch``, the same model and tokenizer from random weights (at
-    ``scratch_lr``, 0 for ``lr``: a model from scratch may want another
-    rate); ``pretrained_pooler`` starts the ``[CLS]`` pooler from the one
-    next-sentence prediction trained (else afresh). Each trains for
+    """Fine-tunes on sentence polarity, fold by fold (``run_folds``, or
+    every fold): from the pretrained weights and, with ``scratch``, the
+    same model and tokenizer from random weights (at ``scratch_lr``, 0 for
+    ``lr``: a model from scratch may want another rate). The classifier
+    reads the ``[CLS]`` node (``pool = "cls"``) or the mean of the
+    sentence's nodes (``"mean"``); ``pretrained_pooler`` starts its pooler
+    from the one next-sentence prediction trained (else afresh). Each trains for
     ``epochs`` epochs (``max_steps`` > 0 caps them, for smoke tests), AdamW
     with warm-up and linear decay (mixed precision on CUDA with ``amp``), is
     scored on its validation fold ``evals_per_epoch`` times an epoch, keeps
@@ -496,8 +497,8 @@ def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int
             out = ctx.out / f"fold-{fold}" / variant
             out.mkdir(parents=True, exist_ok=True)
             torch.manual_seed(ctx.seed * 1000 + fold)  # the same classifier layer for both variants
-            model = (BertClassifier.from_pretraining(base, pooler=pretrained_pooler) if variant == "pretrained"
-                     else BertClassifier(base.config)).to(ctx.device)
+            model = (BertClassifier.from_pretraining(base, pooler=pretrained_pooler, pool=pool)
+                     if variant == "pretrained" else BertClassifier(base.config, pool=pool)).to(ctx.device)
             sub = replace(ctx, out=out, resume=ctx.resume and (out / CHECKPOINT).is_file())
             result = finetune_fold(sub, model, data, tokenizer, fold=fold, epochs=epochs, batch_size=batch_size,
                                    lr=lr if variant == "pretrained" or scratch_lr <= 0 else scratch_lr,

@@ -102,6 +102,23 @@ def test_classifier_starts_from_the_pretrained_encoder_and_pooler():
     assert cls_nodes(graphs.positions).tolist() == [0, 4]
 
 
+
+def test_mean_pool_reads_each_sentence_alone():
+    torch.manual_seed(0)
+    pretrained = BertForPretraining(BertConfig(**CONFIG))
+    classifier = BertClassifier.from_pretraining(pretrained, pool="mean").eval()
+    graphs = random_sequences([4, 10, 7])
+    states = classifier.encoder(graphs.tokens, graphs.segments, graphs.positions, graphs.batch)
+    means = torch.stack([states[graphs.batch == g].mean(0) for g in range(3)])
+    expected = classifier.classifier(torch.tanh(classifier.pooler(means)))
+    torch.testing.assert_close(classifier(graphs), expected)
+    alone = collate([graphs.tokens[graphs.batch == 1].tolist()], [graphs.segments[graphs.batch == 1].tolist()])
+    torch.testing.assert_close(classifier(alone)[0], expected[1], rtol=1e-5, atol=1e-6)
+    cls_logits = BertClassifier.from_pretraining(pretrained).eval()(graphs)
+    assert not torch.allclose(cls_logits, expected)
+    with pytest.raises(Exception, match="pool must be one of cls, mean"):
+        BertClassifier(BertConfig(**CONFIG), pool="max")
+
 def test_too_long_sequence_is_refused():
     encoder = BertEncoder(BertConfig(**CONFIG))
     graphs = random_sequences([13])

@@ -122,10 +122,12 @@ def test_fill_mask_names_a_folder_without_a_model(tmp_path, capsys):
     assert "holds no pretrained BERT" in capsys.readouterr().err
 
 
-def test_bert_polarity_fine_tunes_pretrained_and_scratch(pretrained, tmp_path, data_root, mirror):
+@pytest.mark.parametrize("pool", ["cls", "mean"])
+def test_bert_polarity_fine_tunes_pretrained_and_scratch(pretrained, tmp_path, data_root, mirror, pool):
     out, _ = pretrained
     summary = run("bert-polarity", overrides={"pretrain.runs": [str(out)], "finetune.run_folds": [0],
-                                              "finetune.max_steps": 3, "finetune.batch_size": 8},
+                                              "finetune.max_steps": 3, "finetune.batch_size": 8,
+                                              "finetune.pool": pool},
                   out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
     figures = summary["runs"][0]
     assert figures["folds"] == [0]
