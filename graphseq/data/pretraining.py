@@ -173,6 +173,7 @@ class SentencePairs:
             raise GraphseqError("the corpus has no sentence with a token in it")
         self.max_len, self.cls_id, self.sep_id = max_len, cls_id, sep_id
         self.index = [(d, s) for d, doc in enumerate(self.documents) for s in range(len(doc))]
+        self.has_pairs = any(len(doc) > 1 for doc in self.documents)  # else masked LM only
 
     def __len__(self) -> int:
         return len(self.index)

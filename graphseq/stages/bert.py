@@ -189,6 +189,9 @@ def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
 
 @torch.no_grad()
 def score_pretraining(model: BertForPretraining, batches: List[TokenGraphs], device) -> Dict[str, float]:
+    """Held-out masked-LM accuracy and loss, and next-sentence accuracy and
+    loss where the batches hold sentence pairs (a corpus of one-sentence
+    documents has none, and no next-sentence figures)."""
     totals = dict.fromkeys(("mlm_loss", "nsp_loss", "mlm_correct", "mlm_count", "nsp_correct", "nsp_count"), 0.0)
     for batch in batches:
         _, figures = model.loss(batch.to(device))
@@ -196,10 +199,12 @@ def score_pretraining(model: BertForPretraining, batches: List[TokenGraphs], dev
         totals["nsp_loss"] += figures["nsp_loss"] * figures["nsp_count"]
         for key in ("mlm_correct", "mlm_count", "nsp_correct", "nsp_count"):
             totals[key] += figures[key]
-    return {"val_mlm_accuracy": totals["mlm_correct"] / max(totals["mlm_count"], 1),
-            "val_nsp_accuracy": totals["nsp_correct"] / max(totals["nsp_count"], 1),
-            "val_mlm_loss": totals["mlm_loss"] / max(totals["mlm_count"], 1),
-            "val_nsp_loss": totals["nsp_loss"] / max(totals["nsp_count"], 1)}
+    scores = {"val_mlm_accuracy": totals["mlm_correct"] / max(totals["mlm_count"], 1),
+              "val_mlm_loss": totals["mlm_loss"] / max(totals["mlm_count"], 1)}
+    if totals["nsp_count"]:
+        scores.update(val_nsp_accuracy=totals["nsp_correct"] / totals["nsp_count"],
+                      val_nsp_loss=totals["nsp_loss"] / totals["nsp_count"])
+    return scores
 
 
 @stage("bert_pretrain", checks={"steps": at_least(1), "batch_size": at_least(1), "lr": positive,
@@ -234,9 +239,12 @@ def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1
         batch = examples.batch(batch_size, step_generator(ctx.seed, step), tokenizer.vocab_size,
                                tokenizer.mask_id, mask_rate).to(ctx.device)
         loss, figures = model.loss(batch)
-        return loss, {"mlm_loss": figures["mlm_loss"], "nsp_loss": figures["nsp_loss"],
-                      "mlm_accuracy": figures["mlm_correct"] / max(figures["mlm_count"], 1),
-                      "nsp_accuracy": figures["nsp_correct"] / max(figures["nsp_count"], 1)}
+        shown = {"mlm_loss": figures["mlm_loss"],
+                 "mlm_accuracy": figures["mlm_correct"] / max(figures["mlm_count"], 1)}
+        if examples.has_pairs:
+            shown.update(nsp_loss=figures["nsp_loss"],
+                         nsp_accuracy=figures["nsp_correct"] / max(figures["nsp_count"], 1))
+        return loss, shown
 
     optimizer = adamw(model, lr, weight_decay)
     result = train_steps(ctx, model, optimizer, loss_fn, steps=steps,
@@ -251,11 +259,13 @@ def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1
             "source": corpus.source, "excluded_polarity_folds": corpus.excluded_folds,
             "folds": corpus.folds, "fold_seed": corpus.fold_seed,
             "training_documents": len(corpus.train), "held_out_documents": len(corpus.held_out)})
-    ctx.metrics.update(val_mlm_accuracy=final["val_mlm_accuracy"], val_nsp_accuracy=final["val_nsp_accuracy"],
-                       val_mlm_loss=final["val_mlm_loss"], val_nsp_loss=final["val_nsp_loss"],
+    ctx.metrics.update({key: final[key] for key in ("val_mlm_accuracy", "val_nsp_accuracy", "val_mlm_loss",
+                                                    "val_nsp_loss") if key in final},
                        steps=result.step, train_minutes=result.seconds / 60)
-    ctx.log.info(f"held-out masked-LM accuracy {final['val_mlm_accuracy']:.4f}, next-sentence accuracy "
-                 f"{final['val_nsp_accuracy']:.4f} after {result.step} steps, {result.seconds / 60:.1f} min")
+    pairs = (f", next-sentence accuracy {final['val_nsp_accuracy']:.4f}" if "val_nsp_accuracy" in final
+             else " (no sentence pairs in the corpus: masked LM only)")
+    ctx.log.info(f"held-out masked-LM accuracy {final['val_mlm_accuracy']:.4f}{pairs} after {result.step} steps, "
+                 f"{result.seconds / 60:.1f} min")
 
 
 # --------------------------------------------------------------------------- #

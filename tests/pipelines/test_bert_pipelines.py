@@ -62,6 +62,15 @@ def test_corpus_texts_choose_the_shared_texts(data_root, mirror):
     assert not {s for doc in ctx.corpus.train + ctx.corpus.held_out for s in doc} & set(sentences)
 
 
+def test_pretraining_on_one_sentence_documents_reports_no_next_sentence_figures(tmp_path, data_root, mirror):
+    summary = run("bert-pretrain", overrides={**TINY, "pretrain.steps": 2, "corpus.texts": ["polarity"]},
+                  out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
+    figures = summary["runs"][0]
+    assert {"val_mlm_accuracy", "val_mlm_loss"} <= set(figures)
+    assert "val_nsp_accuracy" not in figures and "val_nsp_loss" not in figures
+    assert "no sentence pairs in the corpus: masked LM only" in (tmp_path / "log.txt").read_text()
+
+
 def test_corpus_refuses_an_unknown_text(tmp_path, data_root, mirror):
     with pytest.raises(GraphseqError, match="corpus.texts"):
         run("bert-pretrain", overrides={**TINY, "corpus.texts": ["wikipedia"]}, out=tmp_path / "run",
