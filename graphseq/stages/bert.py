@@ -468,14 +468,15 @@ def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int
     ``lr``: a model from scratch may want another rate). The classifier
     reads the ``[CLS]`` node (``pool = "cls"``) or the mean of the
     sentence's nodes (``"mean"``); ``pretrained_pooler`` starts its pooler
-    from the one next-sentence prediction trained (else afresh). Each trains for
-    ``epochs`` epochs (``max_steps`` > 0 caps them, for smoke tests), AdamW
-    with warm-up and linear decay (mixed precision on CUDA with ``amp``), is
-    scored on its validation fold ``evals_per_epoch`` times an epoch, keeps
-    its best weights, and reads its test fold once (``test = false`` leaves
-    the test folds unread, for choosing settings). ``folds.json`` holds the
-    figures of every finished fold; a resumed run keeps them and runs the
-    rest (an unfinished fold continues from its checkpoint)."""
+    from the one next-sentence prediction trained (else afresh). Each
+    trains for ``epochs`` epochs (``max_steps`` > 0 caps them, for smoke
+    tests), AdamW with warm-up and linear decay (mixed precision on CUDA
+    with ``amp``), is scored on its validation fold ``evals_per_epoch``
+    times an epoch, keeps its best weights, and reads its test fold once
+    (``test = false`` leaves the test folds unread, for choosing settings).
+    ``folds.json`` holds the figures of every finished fold; a resumed run
+    keeps them and runs the rest (an unfinished fold continues from its
+    checkpoint)."""
     pretrained, (folds, fold_seed) = ctx.require("pretrained", "bert_finetune"), ctx.fold_setup
     chosen = _chosen_folds(run_folds, folds, pretrained)
     pending = getattr(ctx, "pending_pretraining", {})
