@@ -332,7 +332,10 @@ def _check_pretrained_groups(check, *, runs: list, groups: int, folds: int, fold
     from ..pipeline import checked_config, precheck  # the runner's checks, for the run inside this one
 
     if runs:
-        served = set(_runs_plan(runs, folds, fold_seed))
+        plan = _runs_plan(runs, folds, fold_seed)
+        for folder in dict.fromkeys(plan.values()):
+            load_pretrained(folder)  # a damaged model or tokenizer file is named now, not after plan.json
+        served = set(plan)
     else:
         overrides = _group_overrides(pretrain_set, _groups(groups, folds)[0], folds, fold_seed)
         try:

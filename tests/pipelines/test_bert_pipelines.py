@@ -161,6 +161,19 @@ def test_bert_polarity_refuses_folds_it_cannot_run_before_writing(pretrained, tm
     assert not (tmp_path / "run").exists()
 
 
+
+def test_bert_polarity_names_a_damaged_pretrained_model_before_writing(pretrained, tmp_path, data_root, mirror):
+    out, _ = pretrained
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for name in ("tokenizer.json", "pretraining.json"):
+        (damaged / name).write_bytes((out / name).read_bytes())
+    (damaged / "bert.pt").write_bytes((out / "bert.pt").read_bytes()[:300])
+    with pytest.raises(GraphseqError, match=r"damaged model file .*damaged/bert\.pt"):
+        run("bert-polarity", overrides={"pretrain.runs": [str(damaged)], "finetune.run_folds": [0]},
+            out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
+
 def test_bert_polarity_checks_its_pretrainings_before_writing(tmp_path, monkeypatch, data_root, mirror):
     # The pretrainings run inside the fine-tuning run, after its first file: their settings and
     # texts are checked before it.
