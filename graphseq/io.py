@@ -84,6 +84,17 @@ def save_checkpoint(obj: Any, path: str | os.PathLike) -> None:
         raise
 
 
+def first_sentence(error: BaseException, limit: int = 120) -> str:
+    """The first sentence of an error's message, cut at a word within
+    ``limit`` characters (torch's messages about a damaged file run on for
+    several sentences of advice)."""
+    text = str(error).strip()
+    if not text:
+        return type(error).__name__
+    sentence = text.splitlines()[0].split(". ")[0]
+    return sentence if len(sentence) <= limit else sentence[:limit].rsplit(" ", 1)[0] + " ..."
+
+
 def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
     """Loads tensors and plain containers only (``weights_only=True``): a
     checkpoint file can never run code. A missing, truncated or foreign file
@@ -93,9 +104,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
     except FileNotFoundError:
         raise GraphseqError(f"checkpoint not found: {path}") from None
     except Exception as error:  # torch raises many kinds for a damaged file.
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise GraphseqError(f"{path} is damaged or not a graphseq checkpoint "
-                            f"({reason[:120]}); it was left as it is") from None
+                            f"({first_sentence(error)}); it was left as it is") from None
 
 
 def check_sqlite(path: str | os.PathLike) -> None:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphseq.errors import GraphseqError
-from graphseq.io import load_checkpoint, save_checkpoint
+from graphseq.io import first_sentence, load_checkpoint, save_checkpoint
 from graphseq.training import train_steps
 
 
@@ -172,6 +172,22 @@ def test_resume_refuses_a_missing_or_damaged_checkpoint(tmp_path):
     (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(GraphseqError, match="cannot read .*checkpoint.pt"):
         train(tmp_path, 2, resume=True)
+
+
+
+def test_a_truncated_checkpoint_is_named_with_the_first_sentence_of_the_reason(tmp_path):
+    path = tmp_path / "model.pt"
+    save_checkpoint({"weight": torch.ones(64, 64)}, path)
+    path.write_bytes(path.read_bytes()[:500])
+    with pytest.raises(GraphseqError) as refusal:
+        load_checkpoint(path)
+    message = str(refusal.value)
+    assert message.startswith(f"{path} is damaged or not a graphseq checkpoint (")
+    assert message.endswith("); it was left as it is")
+    assert "If you" not in message  # torch's advice after its first sentence is left out
+    assert first_sentence(RuntimeError("one two three. Four")) == "one two three"
+    long = first_sentence(RuntimeError("word " * 40), limit=22)
+    assert long == "word word word word ..."  # cut at a word, never inside one
 
 
 def test_resume_refuses_a_checkpoint_of_another_model(tmp_path):

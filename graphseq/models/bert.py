@@ -218,6 +218,8 @@ def load_pretrained(folder: str | Path, device: torch.device | str = "cpu"
         saved = load_checkpoint(path, map_location=device)
         model = BertForPretraining(BertConfig(**saved["config"]))
         model.load_state_dict(saved["model"])
+    except GraphseqError:
+        raise  # load_checkpoint's refusal names the file already
     except Exception as error:
         raise GraphseqError(f"damaged model file {path}: {str(error).splitlines()[0]}") from None
     if model.config.vocab_size != tokenizer.vocab_size:
