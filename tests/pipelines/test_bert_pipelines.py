@@ -35,31 +35,39 @@ def test_bert_pretrain_writes_model_tokenizer_and_scores(pretrained):
     assert json.loads((out / "pretraining.json").read_text())["excluded_polarity_folds"] == [0]
 
 
-def test_corpus_leaves_out_every_sentence_of_the_held_out_folds(data_root, mirror):
+def read_corpus(data_root, mirror, **settings):
+    """The corpus bert_corpus reads with ``settings``."""
     ctx = types.SimpleNamespace(data_root=data_root, data_mirror=mirror, log=types.SimpleNamespace(info=print))
-    bert_corpus(ctx, exclude_folds=[2, 5], held_out=0.05)
-    read = {s for doc in ctx.corpus.train + ctx.corpus.held_out for s in doc}
+    bert_corpus(ctx, held_out=0.05, **settings)
+    return ctx.corpus
+
+
+def polarity_test_folds(data_root, mirror, *chosen):
+    """The polarity sentences, and those of the test folds ``chosen`` (of the shared folds)."""
     sentences, _ = load_polarity(data_root, mirror)
     folds = cv_folds(len(sentences))
-    left_out = {sentences[i] for f in (2, 5) for i in folds[f][2].tolist()}
-    kept = {sentences[i] for f in (0, 1, 3, 4, 6, 7, 8, 9) for i in folds[f][2].tolist()}
+    return sentences, {sentences[i] for f in chosen for i in folds[f][2].tolist()}
+
+
+def test_corpus_leaves_out_every_sentence_of_the_held_out_folds(data_root, mirror):
+    corpus = read_corpus(data_root, mirror, exclude_folds=[2, 5])
+    read = {s for doc in corpus.train + corpus.held_out for s in doc}
+    _, left_out = polarity_test_folds(data_root, mirror, 2, 5)
+    _, kept = polarity_test_folds(data_root, mirror, 0, 1, 3, 4, 6, 7, 8, 9)
     assert not read & left_out
     assert kept - left_out <= read
-    assert any(len(doc) > 1 for doc in ctx.corpus.train)  # Shakespeare's speeches give sentence pairs
-
+    assert any(len(doc) > 1 for doc in corpus.train)  # Shakespeare's speeches give sentence pairs
 
 
 def test_corpus_texts_choose_the_shared_texts(data_root, mirror):
-    ctx = types.SimpleNamespace(data_root=data_root, data_mirror=mirror, log=types.SimpleNamespace(info=print))
-    bert_corpus(ctx, texts=["polarity"], exclude_folds=[2, 5], held_out=0.05)
-    documents = ctx.corpus.train + ctx.corpus.held_out
-    sentences, _ = load_polarity(data_root, mirror)
-    folds = cv_folds(len(sentences))
-    kept = {sentences[i] for f in (0, 1, 3, 4, 6, 7, 8, 9) for i in folds[f][2].tolist()}
+    corpus = read_corpus(data_root, mirror, texts=["polarity"], exclude_folds=[2, 5])
+    documents = corpus.train + corpus.held_out
+    _, left_out = polarity_test_folds(data_root, mirror, 2, 5)
+    sentences, kept = polarity_test_folds(data_root, mirror, 0, 1, 3, 4, 6, 7, 8, 9)
     assert all(len(doc) == 1 for doc in documents)  # one-sentence documents: masked LM only
-    assert {doc[0] for doc in documents} == kept - {sentences[i] for f in (2, 5) for i in folds[f][2].tolist()}
-    bert_corpus(ctx, texts=["shakespeare"], held_out=0.05)
-    assert not {s for doc in ctx.corpus.train + ctx.corpus.held_out for s in doc} & set(sentences)
+    assert {doc[0] for doc in documents} == kept - left_out
+    corpus = read_corpus(data_root, mirror, texts=["shakespeare"])
+    assert not {s for doc in corpus.train + corpus.held_out for s in doc} & set(sentences)
 
 
 def test_pretraining_on_one_sentence_documents_reports_no_next_sentence_figures(tmp_path, data_root, mirror):
