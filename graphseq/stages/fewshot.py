@@ -31,7 +31,7 @@ from ..data.omniglot import load_omniglot, omniglot_split
 from ..errors import GraphseqError
 from ..active.oracles import QUIT, SKIP, UNDO, FileOracle, Question
 from ..active.store import STORE_NAME, LabelStore
-from ..io import write_json
+from ..io import first_sentence, load_checkpoint, write_json
 from ..models.fewshot import EMBEDDINGS, QUERY_MODES, UNKNOWN_LABELS, FewShotConfig, FewShotModel
 from ..training import CHECKPOINT, train_steps
 from ..views import image_blocks, side_by_side
@@ -194,10 +194,12 @@ def wilson_interval(correct: int, total: int, z: float = 1.959964) -> Tuple[floa
     return centre - half, centre + half
 
 
-def _note_training(check, *, name: str, **_) -> None:
+def _note_training(check, *, name: str, init: str = "", **_) -> None:
     # For fewshot_oracle's precheck: each training's name, and whether the model it trains (the
     # latest one built) has a query head.
     check.facts.setdefault("fewshot_trainings", {})[name] = check.facts.get("fewshot_active", False)
+    if init:
+        _init_weights(Path(init))  # a damaged file is refused before the run folder is written
 
 
 @stage("train_episodes", checks={"steps": at_least(1), "batch_size": at_least(1), "lr": positive,
@@ -303,15 +305,25 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
         ctx.metrics[f"best_step{suffix}"] = int(result.best["step"])
 
 
+def _init_weights(path: Path) -> Dict[str, Tensor]:
+    """The kept (else last) weights of the training checkpoint ``path``."""
+    try:
+        saved = load_checkpoint(path)
+        weights = saved.get("best_model") or saved["model"]
+        if not all(isinstance(k, str) and isinstance(v, Tensor) for k, v in weights.items()):
+            raise TypeError("its weights are not named tensors")
+    except GraphseqError as error:  # A damaged file, named by load_checkpoint.
+        raise GraphseqError(f"train_episodes.init: {error}") from None
+    except Exception as error:  # A checkpoint of something else: name it, in one line.
+        raise GraphseqError(f"train_episodes.init: cannot read weights from {path}: "
+                            f"{first_sentence(error)}") from None
+    return weights
+
+
 def _initialise(model: FewShotModel, path: Path, log) -> None:
     """Copies the tensors of ``path``'s kept (else last) weights that match
     ``model``'s by name and shape."""
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-        weights = saved.get("best_model") or saved["model"]
-    except Exception as error:  # A damaged or foreign file: name it, in one line.
-        raise GraphseqError(f"train_episodes.init: cannot read weights from {path}: "
-                            f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
+    weights = _init_weights(path)
     own = model.state_dict()
     copied = {k: v for k, v in weights.items() if k in own and own[k].shape == v.shape}
     if not copied:

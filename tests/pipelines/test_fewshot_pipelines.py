@@ -74,10 +74,18 @@ def test_init_starts_from_the_weights_of_another_run_that_fit(tmp_path, data_roo
     log = (tmp_path / "twenty" / "log.txt").read_text()
     assert "initialised 58 of 141 tensors" in log and "83 fresh (other shapes) in gnn.convs.0, gnn.convs.1," in log
 
+    # A damaged or foreign file is refused, in one line that names it once, before the run folder is made.
     (tmp_path / "broken.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(graphseq.GraphseqError, match="broken.pt"):
-        graphseq.run("fewshot-omniglot-5w5s", out=tmp_path / "five", data_root=data_root, data_mirror=mirror,
-                     quiet=True, overrides={**tiny(("train", "test")), "train.init": str(tmp_path / "broken.pt")})
+    torch.save({"model": [1, 2]}, tmp_path / "foreign.pt")
+    for name, problem in (("broken.pt", "is damaged or not a graphseq checkpoint"),
+                          ("foreign.pt", "cannot read weights from")):
+        with pytest.raises(graphseq.GraphseqError) as refusal:
+            graphseq.run("fewshot-omniglot-5w5s", out=tmp_path / "five", data_root=data_root, data_mirror=mirror,
+                         quiet=True, overrides={**tiny(("train", "test")), "train.init": str(tmp_path / name)})
+        message = str(refusal.value)
+        assert message.startswith("train_episodes.init: ") and problem in message
+        assert message.count(name) == 1 and "\n" not in message
+        assert not (tmp_path / "five").exists()
 
 
 def test_episodes_can_share_their_support_sets(tmp_path, data_root, mirror):
