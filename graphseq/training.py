@@ -361,8 +361,8 @@ def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer
                             f"first checkpoint, so start it again without --resume")
     try:
         checkpoint = load_checkpoint(path, map_location=ctx.device)
-    except Exception as error:  # A truncated or foreign file: name it, in one line.
-        raise GraphseqError(f"--resume: cannot read {path}: {str(error).splitlines()[0]}") from None
+    except GraphseqError as error:  # A truncated or foreign file, named by load_checkpoint.
+        raise GraphseqError(f"--resume: {error}") from None
     for key, value in meta.items():
         if checkpoint.get(key) != value:
             raise GraphseqError(f"--resume: {path} was written with {key} = {_short(checkpoint.get(key))}, "

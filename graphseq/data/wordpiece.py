@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterable, List
 
 from ..errors import GraphseqError
-from ..io import atomic_write_text
+from ..io import atomic_write_text, first_sentence
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]  # ids 0..4, in this order
@@ -78,7 +78,7 @@ class WordPieceTokenizer:
         try:
             tokenizer = _tokenizers().Tokenizer.from_file(str(path))
         except Exception as error:  # tokenizers raises a bare Exception on bad JSON.
-            raise GraphseqError(f"damaged tokenizer file {path}: {str(error).splitlines()[0]}") from None
+            raise GraphseqError(f"damaged tokenizer file {path}: {first_sentence(error)}") from None
         return cls(tokenizer)
 
     def save(self, path: str | Path) -> None:

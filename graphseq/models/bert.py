@@ -23,7 +23,7 @@ from torch_geometric.nn import global_mean_pool
 from ..data.pretraining import IGNORE, TokenGraphs, collate, pack_pair
 from ..data.wordpiece import WordPieceTokenizer
 from ..errors import GraphseqError
-from ..io import load_checkpoint, save_checkpoint
+from ..io import first_sentence, load_checkpoint, save_checkpoint
 from ..nn.transformer import TransformerEncoderLayer
 
 WEIGHTS_FILE = "bert.pt"
@@ -221,7 +221,7 @@ def load_pretrained(folder: str | Path, device: torch.device | str = "cpu"
     except GraphseqError:
         raise  # load_checkpoint's refusal names the file already
     except Exception as error:
-        raise GraphseqError(f"damaged model file {path}: {str(error).splitlines()[0]}") from None
+        raise GraphseqError(f"damaged model file {path}: {first_sentence(error)}") from None
     if model.config.vocab_size != tokenizer.vocab_size:
         raise GraphseqError(f"{path} has {model.config.vocab_size} tokens but its tokenizer "
                             f"{tokenizer.vocab_size}: the files come from different runs")

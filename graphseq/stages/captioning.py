@@ -22,7 +22,7 @@ from ..data.captions import COCO_SPLITS, CaptionSet, caption_vocabulary, locate_
 from ..data.shapes import MAX_OBJECTS, SPLITS, load_shapes, score_objects
 from ..data.text import Vocabulary
 from ..errors import GraphseqError
-from ..io import load_checkpoint, save_checkpoint, write_json
+from ..io import first_sentence, load_checkpoint, save_checkpoint, write_json
 from ..models.caption_search import Generated, beam_search, greedy
 from ..models.captioner import DECODERS, MODEL_FILE, Captioner, ConvEncoder
 from ..seeding import MAX_SEED
@@ -226,7 +226,7 @@ def _copy_encoder(ctx, encoder: ConvEncoder, run_dir: Path, names: List[str]) ->
     except GraphseqError:
         raise
     except Exception as error:  # A torn file, or an encoder of other channels.
-        raise GraphseqError(f"encoder.from_run: cannot use {path}: {str(error).splitlines()[0]}") from None
+        raise GraphseqError(f"encoder.from_run: cannot use {path}: {first_sentence(error)}") from None
     if path != own:
         save_checkpoint(checkpoint, own)
     ctx.log.info(f"encoder: copied from {path} (step {checkpoint['step']})")

@@ -58,6 +58,19 @@ def test_damaged_tokenizer_file_is_named(tmp_path):
         WordPieceTokenizer.load(path)
 
 
+def test_a_reason_without_words_still_gives_a_one_line_refusal(tmp_path, monkeypatch):
+    # The tokenizers library may raise a bare Exception(); the refusal then names its kind.
+    import tokenizers
+
+    def from_file(path):
+        raise Exception()
+
+    monkeypatch.setattr(tokenizers.Tokenizer, "from_file", from_file)
+    (tmp_path / "tokenizer.json").write_text("{}")
+    with pytest.raises(GraphseqError, match=r"^damaged tokenizer file .*tokenizer.json: Exception$"):
+        WordPieceTokenizer.load(tmp_path)
+
+
 
 def test_the_same_pieces_get_the_same_ids(tokenizer):
     # The trainer's own numbering follows hash order, which varies between processes.
