@@ -48,6 +48,7 @@ class PretrainingCorpus:
     train: List[Document]
     held_out: List[Document]
     source: str
+    texts: List[str]  # the shared texts read ([] for a corpus folder)
     excluded_folds: List[int]
     folds: int
     fold_seed: int
@@ -111,7 +112,7 @@ def bert_corpus(ctx, *, folder: str = "", texts: list = list(SHARED_TEXTS), excl
     documents, source, excluded = _corpus_documents(ctx.data_root, ctx.data_mirror, folder, texts, exclude_folds,
                                                     folds, fold_seed, ctx.log)
     train, held = split_held_out(documents, held_out, seed=0)
-    ctx.corpus = PretrainingCorpus(train, held, source, excluded, folds, fold_seed)
+    ctx.corpus = PretrainingCorpus(train, held, source, [] if folder else list(texts), excluded, folds, fold_seed)
     ctx.log.info(f"corpus: {len(train):,} documents ({sum(map(len, train)):,} sentences) for training, "
                  f"{len(held):,} held out")
 
@@ -256,7 +257,7 @@ def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1
     if distributed.is_main():
         save_pretrained(model, ctx.out)
         write_json(ctx.out / CORPUS_FILE, {
-            "source": corpus.source, "excluded_polarity_folds": corpus.excluded_folds,
+            "source": corpus.source, "texts": corpus.texts, "excluded_polarity_folds": corpus.excluded_folds,
             "folds": corpus.folds, "fold_seed": corpus.fold_seed,
             "training_documents": len(corpus.train), "held_out_documents": len(corpus.held_out)})
     ctx.metrics.update({key: final[key] for key in ("val_mlm_accuracy", "val_nsp_accuracy", "val_mlm_loss",
@@ -273,8 +274,9 @@ def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1
 # --------------------------------------------------------------------------- #
 
 def read_pretraining(folder: Path, folds: int, fold_seed: int) -> List[int]:
-    """The polarity test folds a finished ``bert-pretrain`` run left out
-    (none if it read another corpus or cut other folds)."""
+    """The polarity test folds a finished ``bert-pretrain`` run left out:
+    all of them if it read no polarity sentence, none if it read another
+    corpus or cut other folds."""
     path = folder / CORPUS_FILE
     if not (folder / WEIGHTS_FILE).is_file() or not path.is_file():
         raise GraphseqError(f"{folder} is not a finished bert-pretrain run (no {WEIGHTS_FILE} "
@@ -282,9 +284,13 @@ def read_pretraining(folder: Path, folds: int, fold_seed: int) -> List[int]:
     try:
         info = json.loads(path.read_text())
         excluded = [int(f) for f in info["excluded_polarity_folds"]]
-        same_folds = info["source"] == "shared" and info["folds"] == folds and info["fold_seed"] == fold_seed
+        shared = info["source"] == "shared"
+        same_folds = shared and info["folds"] == folds and info["fold_seed"] == fold_seed
+        texts = info.get("texts", list(SHARED_TEXTS))  # runs before texts was recorded read polarity
     except (ValueError, KeyError, TypeError) as error:
         raise GraphseqError(f"damaged {path}: {error}") from None
+    if shared and "polarity" not in texts:
+        return list(range(folds))
     return excluded if same_folds else []
 
 

@@ -12,7 +12,7 @@ from graphseq.cli import main
 from graphseq.data.polarity import cv_folds, load_polarity
 from graphseq.errors import GraphseqError
 from graphseq.io import load_checkpoint
-from graphseq.stages.bert import bert_corpus
+from graphseq.stages.bert import bert_corpus, read_pretraining
 
 TINY = {"model.hidden_size": 16, "model.feedforward_size": 32, "model.num_heads": 2, "tokenizer.vocab_size": 300,
         "pretrain.batch_size": 4, "pretrain.eval_examples": 16, "pretrain.eval_every": 2}
@@ -32,7 +32,10 @@ def test_bert_pretrain_writes_model_tokenizer_and_scores(pretrained):
         assert (out / name).is_file(), name
     assert figures["steps"] == 4
     assert set(figures) >= {"val_mlm_accuracy", "val_nsp_accuracy", "val_mlm_loss", "train_minutes"}
-    assert json.loads((out / "pretraining.json").read_text())["excluded_polarity_folds"] == [0]
+    info = json.loads((out / "pretraining.json").read_text())
+    assert info["excluded_polarity_folds"] == [0] and info["texts"] == ["shakespeare", "polarity"]
+    assert read_pretraining(out, folds=10, fold_seed=0) == [0]
+    assert read_pretraining(out, folds=10, fold_seed=1) == []  # other folds: it may have read any sentence
 
 
 def read_corpus(data_root, mirror, **settings):
@@ -77,6 +80,16 @@ def test_pretraining_on_one_sentence_documents_reports_no_next_sentence_figures(
     assert {"val_mlm_accuracy", "val_mlm_loss"} <= set(figures)
     assert "val_nsp_accuracy" not in figures and "val_nsp_loss" not in figures
     assert "no sentence pairs in the corpus: masked LM only" in (tmp_path / "log.txt").read_text()
+    assert json.loads((tmp_path / "pretraining.json").read_text())["texts"] == ["polarity"]
+
+
+def test_a_pretraining_without_polarity_text_serves_every_test_fold(tmp_path, data_root, mirror):
+    run("bert-pretrain", overrides={**TINY, "pretrain.steps": 1, "corpus.texts": ["shakespeare"],
+                                    "corpus.exclude_folds": [3]},
+        out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
+    assert json.loads((tmp_path / "pretraining.json").read_text())["texts"] == ["shakespeare"]
+    assert read_pretraining(tmp_path, folds=10, fold_seed=0) == list(range(10))
+    assert read_pretraining(tmp_path, folds=5, fold_seed=1) == list(range(5))
 
 
 def test_corpus_refuses_an_unknown_text(tmp_path, data_root, mirror):
