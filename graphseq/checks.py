@@ -32,6 +32,12 @@ class Domain:
         return self.test(value)
 
 
+def is_whole_number(text: str) -> bool:
+    """``text`` is written with the digits 0-9 only (``str.isdigit`` also
+    accepts superscripts such as "²", which ``int`` refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 def is_number(value: Any) -> bool:
     """A finite int or float (not a bool, not nan or inf)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

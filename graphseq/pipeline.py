@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from . import __version__, distributed
-from .checks import refusal
+from .checks import is_whole_number, refusal
 from .errors import GraphseqError
 from .io import atomic_write_bytes, atomic_write_text, check_stored_file, write_json
 from .seeding import MAX_SEED, seed_everything
@@ -289,7 +289,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cpu":
         return torch.device("cpu")
-    if name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit()):
+    if name == "cuda" or (name.startswith("cuda:") and is_whole_number(name[5:])):
         if not torch.cuda.is_available():
             raise GraphseqError(f"--device {name} was asked for, but this machine has no CUDA device "
                                 "(or this torch build has no CUDA); use --device cpu or auto")

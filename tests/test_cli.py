@@ -45,6 +45,7 @@ BAD_COMMANDS = [
     (["run", "gat-cora", "--threads", "0"], "--threads must be at least 1"),
     (["run", "gat-cora", "--device", "mps"], "--device 'mps' is not supported; use auto, cpu, cuda or cuda:N"),
     (["run", "gat-cora", "--device", "meta"], "--device 'meta' is not supported"),
+    (["run", "gat-cora", "--device", "cuda:\u00b2"], "--device 'cuda:\u00b2' is not supported"),  # isdigit, not int
     (["run", "gat-cora", "--oracle", "human"], "--oracle has no use in pipeline gat-cora"),
     (["run", "gat-cora", "--labels", "answers.csv"], "--oracle has no use in pipeline gat-cora"),
     (["run", "charlm-lstm", "--oracle", "simulated"], "--oracle has no use in pipeline charlm-lstm"),

@@ -19,6 +19,7 @@ from typing import Dict, List, Sequence, Union
 import torch
 from torch import Tensor
 
+from ..checks import is_whole_number
 from ..errors import GraphseqError
 
 
@@ -46,7 +47,7 @@ def parse_class(text: str, class_names: Sequence[str]) -> int:
     """A class index from its number or its name (case-insensitive; a unique
     prefix is enough). Raises ValueError with a message a person can act on."""
     text = text.strip()
-    if text.isdigit():
+    if is_whole_number(text):
         index = int(text)
         if index < len(class_names):
             return index
@@ -121,24 +122,29 @@ class FileOracle:
             raise GraphseqError(f"{self.path}, line {line}: not UTF-8 text (byte 0x{raw[error.start]:02x}); "
                                 f"save the file as UTF-8") from None
         problems = []
-        for number, row in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):
-            cells = [cell.strip() for cell in row]
-            if not any(cells):
-                continue
-            if number == 1 and [c.lower() for c in cells] == ["item", "label"]:
-                continue
-            if len(cells) != 2 or not cells[0].isdigit() or not cells[1]:
-                problems.append(f"line {number}: expected item,label with a whole-number item, "
-                                f"got {','.join(row)!r}")
-            elif int(cells[0]) in self.rows:
-                problems.append(f"line {number}: item {cells[0]} again (first on line "
-                                f"{self.lines[int(cells[0])]})")
-            else:
-                self.rows[int(cells[0])] = cells[1]
-                self.lines[int(cells[0])] = number
+        reader = csv.reader(io.StringIO(text, newline=""))
+        try:
+            for number, row in enumerate(reader, start=1):
+                self._read_row(number, row, problems)
+        except csv.Error as error:  # a field over csv's size limit, a stray quote, ...
+            raise GraphseqError(f"{self.path}, line {reader.line_num}: {error}") from None
         self._raise(problems)
         if not self.rows:
             raise GraphseqError(f"{self.path} holds no answers; expected rows item,label")
+
+    def _read_row(self, number: int, row: List[str], problems: List[str]) -> None:
+        cells = [cell.strip() for cell in row]
+        if not any(cells) or (number == 1 and [c.lower() for c in cells] == ["item", "label"]):
+            return
+        if len(cells) != 2 or not is_whole_number(cells[0]) or not cells[1]:
+            problems.append(f"line {number}: expected item,label with a whole-number item, "
+                            f"got {','.join(row)[:80]!r}")
+        elif int(cells[0]) in self.rows:
+            problems.append(f"line {number}: item {cells[0]} again (first on line "
+                            f"{self.lines[int(cells[0])]})")
+        else:
+            self.rows[int(cells[0])] = cells[1]
+            self.lines[int(cells[0])] = number
 
     def _raise(self, problems: List[str]) -> None:
         if problems:

@@ -21,7 +21,8 @@ def test_parse_class_accepts_names_unique_prefixes_and_numbers(text, index):
 
 
 @pytest.mark.parametrize("text,problem", [("r", "could be Reinforcement_Learning or Rule_Learning"),
-                                          ("4", "no class number 4"), ("xyz", "is no class")])
+                                          ("4", "no class number 4"), ("xyz", "is no class"),
+                                          ("\u00b2", "is no class")])
 def test_parse_class_says_what_is_wrong(text, problem):
     with pytest.raises(ValueError, match=problem):
         parse_class(text, CLASSES)
@@ -92,6 +93,8 @@ def test_file_oracle_names_a_bad_line(tmp_path):
     (b"5,gen,extra\n", "line 1: expected item,label"),
     (b"5,\n", "line 1: expected item,label"),
     (b"-5,gen\n", "line 1: expected item,label with a whole-number item"),
+    ("\u00b2,gen\n".encode(), "line 1: expected item,label with a whole-number item"),  # isdigit, not int
+    (b"5,gen\n6," + b"x" * 200_000 + b"\n", "line 2: field larger than field limit"),
     (b"item,label\n5,R\xe9sum\xe9\n", "line 2: not UTF-8 text (byte 0xe9); save the file as UTF-8"),
     ("".join(f"x{i},gen\n" for i in range(8)).encode(), "8 problems: line 1: "),
 ])
