@@ -38,12 +38,19 @@ def node_encodings(data: Data, kind: str, dim: int) -> torch.Tensor | None:
     return graph.pe.to(data.edge_index.device)
 
 
+def _check_heads(check, *, variants: List[str], hidden_channels: int, heads: int, **_) -> None:
+    if any(v != "gat" for v in variants) and hidden_channels % heads:
+        raise GraphseqError(f"attention_comparison: hidden_channels = {hidden_channels} must be divisible by "
+                            f"heads = {heads} (each head reads hidden_channels / heads features)")
+
+
 @stage("attention_comparison", checks={
     "variants": each(one_of(*VARIANTS)), "hidden_channels": at_least(1), "heads": at_least(1),
     "layers": at_least(1), "dim_feedforward": at_least(1), "dropout": probability,
     "layer_dropout": probability, "attention_dropout": probability,
     "positional_encoding": one_of("random_walk", "laplacian", "none"), "encoding_dim": at_least(1),
-    "lr": positive, "weight_decay": non_negative, "max_epochs": at_least(1), "patience": at_least(1)})
+    "lr": positive, "weight_decay": non_negative, "max_epochs": at_least(1), "patience": at_least(1)},
+       precheck=_check_heads)
 def attention_comparison(ctx, *, variants: List[str] = list(VARIANTS), hidden_channels: int = 64,
                          heads: int = 2, layers: int = 2, dim_feedforward: int = 128,
                          dropout: float = 0.6, layer_dropout: float = 0.5, attention_dropout: float = 0.6,

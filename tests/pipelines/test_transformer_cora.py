@@ -22,3 +22,13 @@ def test_unknown_variant_is_named(tmp_path, data_root, mirror):
     with pytest.raises(GraphseqError, match="compare.variants = \\['everyone'\\] is not allowed"):
         run("transformer-cora", overrides={"compare.variants": ["everyone"]}, out=tmp_path,
             data_root=data_root, data_mirror=mirror, quiet=True)
+
+
+def test_heads_that_do_not_divide_the_width_are_refused_before_writing(tmp_path, data_root, mirror):
+    with pytest.raises(GraphseqError, match="hidden_channels = 64 must be divisible by heads = 3"):
+        run("transformer-cora", overrides={"compare.heads": 3}, out=tmp_path / "run",
+            data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
+    # GAT alone has its own widths: nothing to divide.
+    run("transformer-cora", overrides={"compare.heads": 3, "compare.variants": ["gat"], "compare.max_epochs": 1},
+        out=tmp_path / "gat", data_root=data_root, data_mirror=mirror, quiet=True)
