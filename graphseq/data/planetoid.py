@@ -3,6 +3,8 @@ loader, with raw files taken from the data root, a mirror, or the web, and
 checked against their known checksums before PyG reads them."""
 from __future__ import annotations
 
+import logging
+import shutil
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -11,6 +13,7 @@ from torch_geometric.data import Data
 from torch_geometric.datasets import Planetoid
 
 from ..errors import GraphseqError
+from ..io import first_sentence
 from .files import Checksum, download_url, locate_raw_files
 
 NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
@@ -55,8 +58,10 @@ CHECKSUMS: Dict[str, Dict[str, Checksum]] = {
 
 
 def load_planetoid(name: str, root: Path, mirror: Optional[Path] = None,
-                   split: str = "public", normalize_features: bool = True) -> Data:
-    """Loads one Planetoid graph with its standard split masks."""
+                   split: str = "public", normalize_features: bool = True,
+                   log: Optional[logging.Logger] = None) -> Data:
+    """Loads one Planetoid graph with its standard split masks. A torn
+    ``processed/`` cache (PyG's, beside ``raw/``) is rebuilt."""
     canonical = NAMES.get(name.lower())
     if canonical is None:
         raise GraphseqError(f"unknown Planetoid dataset {name!r}; known: {', '.join(NAMES.values())}")
@@ -71,8 +76,15 @@ def load_planetoid(name: str, root: Path, mirror: Optional[Path] = None,
 
     raw_dir = locate_raw_files(f"{canonical}/raw", raw, Path(root), mirror, download, CHECKSUMS[canonical])
     transform = T.NormalizeFeatures() if normalize_features else None
+    processed = Path(root) / canonical / "processed"
+    cached = (processed / "data.pt").is_file()
     try:
         return Planetoid(str(root), canonical, split=split, transform=transform)[0]
-    except Exception as error:  # A file no checksum covers (generated data) that PyG cannot parse.
-        raise GraphseqError(f"cannot read the {canonical} files in {raw_dir}: {type(error).__name__}: "
-                            f"{error}; one of them may be damaged") from None
+    except Exception as error:
+        if not cached:  # A raw file no checksum covers (generated data) that PyG cannot parse.
+            raise GraphseqError(f"cannot read the {canonical} files in {raw_dir}: {type(error).__name__}: "
+                                f"{first_sentence(error)}; one of them may be damaged") from None
+    # PyG's cache of the raw files is torn: it is rebuilt from them (they were checked above).
+    (log or logging.getLogger("graphseq")).info(f"{processed} is unreadable; rebuilding it")
+    shutil.rmtree(processed)
+    return load_planetoid(name, root, mirror, split, normalize_features, log)

@@ -16,7 +16,7 @@ def planetoid(ctx, *, name: str = "Cora", split: str = "public", normalize_featu
     ``ctx.num_features`` and ``ctx.num_classes``."""
     with distributed.main_first():  # One process downloads and processes the files.
         data = load_planetoid(name, ctx.data_root, ctx.data_mirror, split=split,
-                              normalize_features=normalize_features)
+                              normalize_features=normalize_features, log=ctx.log)
     ctx.log.info(f"{name}: {data.num_nodes} nodes, {data.num_edges} edges, "
                  f"{data.num_features} features, split {split} "
                  f"({int(data.train_mask.sum())}/{int(data.val_mask.sum())}/{int(data.test_mask.sum())})")

@@ -14,6 +14,7 @@ from graphseq.data.files import Checksum, DamagedFileError, check_file, locate_r
 from graphseq.data.planetoid import load_planetoid
 from graphseq.data.polarity import load_polarity
 from graphseq.errors import GraphseqError
+from graphseq.io import load_checkpoint
 
 GOOD = b"first line\nsecond line\n"
 CHECKSUMS = {"a.txt": Checksum(hashlib.sha256(GOOD).hexdigest(), len(GOOD))}
@@ -160,3 +161,15 @@ def test_an_unreadable_file_without_a_checksum_is_a_one_line_error(tmp_path, wri
     graph.write_bytes(graph.read_bytes()[:100])
     with pytest.raises(GraphseqError, match="cannot read the PubMed files in .* may be damaged"):
         load_planetoid("PubMed", tmp_path / "root", tmp_path / "mirror")
+
+
+@pytest.mark.parametrize("damage", [lambda b: b[:5000], lambda b: b"", lambda b: b"garbage"])
+def test_a_torn_processed_cache_is_rebuilt_from_the_checked_raw_files(tmp_path, mirror, damage, caplog):
+    first = load_planetoid("Cora", tmp_path / "root", mirror)
+    cache = tmp_path / "root" / "Cora" / "processed" / "data.pt"
+    cache.write_bytes(damage(cache.read_bytes()))
+    with caplog.at_level("INFO", logger="graphseq"):
+        again = load_planetoid("Cora", tmp_path / "root", mirror)
+    assert "processed is unreadable; rebuilding it" in caplog.text
+    assert again.x.equal(first.x) and again.edge_index.equal(first.edge_index) and again.y.equal(first.y)
+    assert load_checkpoint(cache)  # whole again
