@@ -519,6 +519,8 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
                     raise GraphseqError(f"--resume: {folder / file} is missing, so the run cannot "
                                         f"continue where it stopped; start a new run with another --out")
                 check_stored_file(folder / file)
+            for store in sorted(set(folder.glob("*.sqlite")) - {folder / file for file in files}):
+                check_stored_file(store)  # a later stage's answers (fewshot_oracle's), read on resuming
     elif (out / "config.toml").is_file():
         raise GraphseqError(f"--out {out} already holds a run; continue it with --resume, "
                             f"or choose another --out")

@@ -12,6 +12,7 @@ the learning curve.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
@@ -62,6 +63,23 @@ class Outcome:
     stopped: bool             # the oracle asked to stop before the budget was spent
 
 
+def _check_stored_items(store: LabelStore, strategy: str, pool: Tensor) -> None:
+    """The stored answers and questions name items of the pool, each answered
+    once: a store edited by hand or taken from another task is refused, not
+    trained on."""
+    allowed = set(pool.tolist())
+    answered = [a.item for a in store.answers(strategy, skips=True)]
+    outside = [item for item in answered + store.pending(strategy) if item not in allowed]
+    if outside:
+        raise GraphseqError(f"{store.path}: item {outside[0]} is not among the items that may be labelled "
+                            f"(the pool of this task); was the store edited, or taken from another run? "
+                            f"It was left as it is")
+    twice = sorted(item for item, count in Counter(answered).items() if count > 1)
+    if twice:
+        raise GraphseqError(f"{store.path}: item {twice[0]} is answered more than once; was the store edited? "
+                            f"It was left as it is")
+
+
 def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelStore, *,
                     strategy: str, initial: Mapping[int, int] | Sequence[int], budget: int,
                     batch_size: int, generator: Optional[torch.Generator] = None, resume: bool = False,
@@ -99,6 +117,7 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                 store.add(strategy, item, names[label], "initial")
         else:
             store.set_pending(strategy, [int(i) for i in initial])
+    _check_stored_items(store, strategy, task.pool)
     labelled: Dict[int, int] = {}
     for answer in store.answers(strategy):
         if answer.label not in index_of:

@@ -86,6 +86,23 @@ def test_resume_asks_only_unanswered_unskipped_items_and_keeps_the_curve(tmp_pat
     assert [n for n, _ in curve] == [1, 3, 4, 6]
 
 
+@pytest.mark.parametrize("edit,problem", [
+    (lambda store: store.add("entropy", 99, "Theory", "human"), "item 99 is not among the items"),
+    (lambda store: store.set_pending("entropy", [-5]), "item -5 is not among the items"),
+    (lambda store: store.add("entropy", 3, "Case_Based", "human"), "item 3 is answered more than once"),
+])
+def test_resume_refuses_a_store_whose_items_were_edited(tmp_path, edit, problem):
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        run(store, HumanOracle(io.StringIO("t\n"), io.StringIO()))  # 3 answered, then EOF
+        edit(store)
+    before = (tmp_path / STORE_NAME).read_bytes()
+    learner = FractionLearner()
+    with LabelStore(tmp_path / STORE_NAME) as store, pytest.raises(GraphseqError, match=problem):
+        run(store, HumanOracle(io.StringIO("t\nt\nt\n"), io.StringIO()), resume=True, learner=learner)
+    assert learner.fitted == []  # nothing trained on it
+    assert (tmp_path / STORE_NAME).read_bytes() == before
+
+
 def test_a_resumed_run_asks_and_plots_what_an_uninterrupted_one_does(tmp_path):
     answers = ["t", "r", "s", "c", "t", "r"]
     straight_output = io.StringIO()

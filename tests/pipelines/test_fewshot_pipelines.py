@@ -157,6 +157,17 @@ def test_simulated_oracle_answers_every_episode_truthfully(active_run, tmp_path,
         assert [(a.item, a.source) for a in store.answers("learned")] == [(e, "simulated") for e in range(5)]
 
 
+def test_resume_with_a_damaged_answer_store_changes_no_file(active_run, tmp_path, data_root, mirror):
+    out, _ = resumed(active_run, tmp_path, data_root, mirror, oracle="simulated")
+    store = out / STORE_NAME
+    store.write_bytes(store.read_bytes()[:2000])
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(graphseq.GraphseqError, match=f"{store} is damaged or not an SQLite database"):
+        graphseq.run("fewshot-omniglot-active", out=out, data_root=data_root, data_mirror=mirror, quiet=True,
+                     overrides=ACTIVE, resume=True, oracle="simulated")
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # it used to test again first
+
+
 def test_file_oracle_answers_the_episodes_it_lists(active_run, tmp_path, data_root, mirror):
     labels = tmp_path / "answers.csv"
     labels.write_text("item,label\n1,3\n3,0\n")
