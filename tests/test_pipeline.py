@@ -237,6 +237,21 @@ def test_a_run_that_would_fail_after_its_training_is_refused_before_it(tmp_path,
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("pipeline,overrides,message", [
+    ("charlm-onlstm", {"model.hidden_size": 20}, r"chunk_size = 8 must divide hidden_size = 20"),
+    ("polarity-bilstm", {"data.test_folds": [True]}, r"data.test_folds = \[True\] is not allowed"),
+    ("polarity-bilstm", {"data.test_folds": [0, 0]}, r"data.test_folds = \[0, 0\] is not allowed: it must be "
+                                                     r"a list of distinct fold numbers"),
+    ("spv-polarity", {"spv.run_folds": [False]}, r"spv.run_folds = \[False\] is not allowed"),
+])
+def test_settings_that_could_not_run_are_refused_before_the_run_folder_is_made(tmp_path, data_root, mirror,
+                                                                              pipeline, overrides, message):
+    with pytest.raises(GraphseqError, match=message):
+        run(pipeline, overrides=overrides, out=tmp_path / "run", data_root=data_root, data_mirror=mirror,
+            quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
 def _provide_count(check, *, count, **_):
     check.facts["count"] = count
 

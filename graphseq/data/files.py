@@ -108,6 +108,8 @@ def locate_raw_files(folder: str, names: Sequence[str], root: Path,
     checksums = checksums or {}
     target = Path(root) / folder
     for name in names:
+        if (target / name).exists() and not (target / name).is_file():
+            raise GraphseqError(f"{target / name} is not a file (a folder?); move it away and run again")
         if (target / name).is_file() and name in checksums:
             check_file(target / name, checksums[name], "in the data root; delete it to fetch it again")
     missing = [n for n in names if not (target / n).exists()]

@@ -60,8 +60,15 @@ def char_corpus(ctx, *, text_file: str = "", val_fraction: float = 0.1) -> None:
                  f"{train.numel():,} for training, {val.numel():,} for validation")
 
 
+def _check_chunks(check, *, cell: str, hidden_size: int, chunk_size: int, **_) -> None:
+    if cell == "onlstm" and hidden_size % chunk_size:
+        raise GraphseqError(f"char_lm: chunk_size = {chunk_size} must divide hidden_size = {hidden_size} "
+                            f"(ON-LSTM's master gates rank chunks of neurons)")
+
+
 @stage("char_lm", checks={"cell": one_of(*CELLS), "embedding_dim": at_least(1), "hidden_size": at_least(1),
-                          "num_layers": at_least(1), "dropout": probability, "chunk_size": at_least(1)})
+                          "num_layers": at_least(1), "dropout": probability, "chunk_size": at_least(1)},
+       precheck=_check_chunks)
 def char_lm(ctx, *, cell: str = "lstm", embedding_dim: int = 64, hidden_size: int = 256,
             num_layers: int = 1, dropout: float = 0.0, chunk_size: int = 8) -> None:
     """A character language model: embedding, chain recurrent layers, read-out."""

@@ -65,8 +65,9 @@ class SentenceFolds:
                          encode(test), self.labels[test])
 
 
-FOLD_LIST = Domain("a list of fold numbers (empty: every fold)",
-                   lambda v: isinstance(v, list) and all(isinstance(i, int) and i >= 0 for i in v))
+FOLD_LIST = Domain("a list of distinct fold numbers (empty: every fold)",
+                   lambda v: isinstance(v, list) and len(set(v)) == len(v)
+                   and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v))
 
 
 @stage("sentence_polarity", checks={"folds": at_least(3), "split_seed": between(0, MAX_SEED),

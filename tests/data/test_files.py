@@ -173,3 +173,9 @@ def test_a_torn_processed_cache_is_rebuilt_from_the_checked_raw_files(tmp_path, 
     assert "processed is unreadable; rebuilding it" in caplog.text
     assert again.x.equal(first.x) and again.edge_index.equal(first.edge_index) and again.y.equal(first.y)
     assert load_checkpoint(cache)  # whole again
+
+
+def test_a_folder_where_a_dataset_file_belongs_is_named(tmp_path, mirror):
+    (tmp_path / "root" / "tinyshakespeare" / "input.txt").mkdir(parents=True)
+    with pytest.raises(GraphseqError, match=r"tinyshakespeare/input.txt is not a file \(a folder\?\)"):
+        text.load_tiny_shakespeare(tmp_path / "root", mirror)
