@@ -237,9 +237,16 @@ def _copy_encoder(ctx, encoder: ConvEncoder, run_dir: Path, names: List[str]) ->
 # The captioner and its training
 # --------------------------------------------------------------------------- #
 
+def _check_heads(check, *, decoder: str, hidden_size: int, heads: int, **_) -> None:
+    # Before the encoder's pretraining writes its checkpoint.
+    if decoder == "attention" and hidden_size % heads:
+        raise GraphseqError(f"model.heads = {heads} must divide model.hidden_size = {hidden_size}")
+
+
 @stage("captioner", checks={
     "decoder": one_of(*DECODERS), "embedding_dim": at_least(1), "hidden_size": at_least(1),
-    "num_layers": at_least(1), "heads": at_least(1), "attention_layers": at_least(1), "dropout": probability})
+    "num_layers": at_least(1), "heads": at_least(1), "attention_layers": at_least(1), "dropout": probability},
+       precheck=_check_heads)
 def captioner(ctx, *, decoder: str = "attention", embedding_dim: int = 64, hidden_size: int = 128,
               num_layers: int = 1, heads: int = 1, attention_layers: int = 2,
               dropout: float = 0.0) -> None:
@@ -249,8 +256,6 @@ def captioner(ctx, *, decoder: str = "attention", embedding_dim: int = 64, hidde
     attention, apply to ``attention`` only)."""
     data: CaptionData = ctx.require("data", "captioner")
     encoder: ConvEncoder = ctx.require("encoder", "captioner")
-    if decoder == "attention" and hidden_size % heads:
-        raise GraphseqError(f"model.heads = {heads} must divide model.hidden_size = {hidden_size}")
     args: Dict[str, Any] = dict(embedding_dim=embedding_dim, hidden_size=hidden_size,
                                 num_layers=num_layers, dropout=dropout)
     if decoder == "attention":

@@ -86,6 +86,13 @@ def test_an_encoder_from_a_run_of_other_data_is_refused(attention_run, tmp_path)
         _run("caption-shapes-init", tmp_path, **{"encoder.from_run": str(tmp_path)})
 
 
+def test_heads_that_do_not_divide_the_width_are_refused_before_writing(tmp_path):
+    # Found by the captioner stage, it came after the encoder's pretraining had written its checkpoint.
+    with pytest.raises(GraphseqError, match="model.heads = 3 must divide model.hidden_size = 16"):
+        _run("caption-shapes-attention", tmp_path / "run", **{"model.heads": 3})
+    assert not (tmp_path / "run").exists()
+
+
 def test_resume_continues_from_the_checkpoint(init_run, tmp_path):
     straight_out, straight = init_run
     _run("caption-shapes-init", tmp_path, **{"train.steps": 2})
