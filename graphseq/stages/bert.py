@@ -140,9 +140,25 @@ def bert_tokenizer(ctx, *, vocab_size: int = 8000, min_frequency: int = 2, file:
     ctx.log.info(f"tokenizer: {tokenizer.vocab_size:,} WordPiece pieces, saved as {path}")
 
 
+def _pretraining_model(config: BertConfig) -> BertForPretraining:
+    try:
+        return BertForPretraining(config)
+    except ValueError as error:  # the layers' own checks: heads must divide the width, ...
+        raise GraphseqError(f"bert_model: {error}") from None
+
+
+def _check_model(check, *, hidden_size: int, num_layers: int, num_heads: int, feedforward_size: int,
+                 max_len: int, dropout: float, activation: str, norm_first: bool, **_) -> None:
+    # The layers' checks before the tokenizer is trained and saved. The vocabulary is not known yet and
+    # checks nothing; on the meta device the model takes no memory.
+    with torch.device("meta"):
+        _pretraining_model(BertConfig(16, hidden_size, num_layers, num_heads, feedforward_size, max_len,
+                                      dropout, activation, norm_first))
+
+
 @stage("bert_model", checks={"hidden_size": at_least(1), "num_layers": at_least(1), "num_heads": at_least(1),
                              "feedforward_size": at_least(1), "max_len": at_least(4), "dropout": DROPOUT,
-                             "activation": one_of("gelu", "relu")})
+                             "activation": one_of("gelu", "relu")}, precheck=_check_model)
 def bert_model(ctx, *, hidden_size: int = 128, num_layers: int = 2, num_heads: int = 4,
                feedforward_size: int = 512, max_len: int = 64, dropout: float = 0.1,
                activation: str = "gelu", norm_first: bool = False) -> None:
@@ -150,10 +166,7 @@ def bert_model(ctx, *, hidden_size: int = 128, num_layers: int = 2, num_heads: i
     tokenizer = ctx.require("tokenizer", "bert_model")
     config = BertConfig(tokenizer.vocab_size, hidden_size, num_layers, num_heads, feedforward_size,
                         max_len, dropout, activation, norm_first)
-    try:
-        ctx.model = BertForPretraining(config).to(ctx.device)
-    except ValueError as error:  # the layers' own checks: heads must divide the width, ...
-        raise GraphseqError(f"bert_model: {error}") from None
+    ctx.model = _pretraining_model(config).to(ctx.device)
     size = sum(p.numel() for p in ctx.model.parameters())
     ctx.log.info(f"model: {num_layers} layers, {hidden_size} wide, {num_heads} heads, "
                  f"{size:,} parameters ({tokenizer.vocab_size * hidden_size:,} in the token embedding)")

@@ -98,6 +98,20 @@ def test_corpus_refuses_an_unknown_text(tmp_path, data_root, mirror):
             data_root=data_root, data_mirror=mirror, quiet=True)
     assert not (tmp_path / "run").exists()
 
+def test_heads_that_do_not_divide_the_width_are_refused_before_writing(tmp_path, data_root, mirror):
+    # The model is built after the tokenizer is trained and saved; bert-polarity runs the same pretraining.
+    message = r"bert_model: embed_dim \(16\) must be divisible by num_heads \(3\)"
+    with pytest.raises(GraphseqError, match=message):
+        run("bert-pretrain", overrides={**TINY, "model.num_heads": 3}, out=tmp_path / "run",
+            data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
+    pretrain_set = [f"{k}={json.dumps(v)}" for k, v in {**TINY, "model.num_heads": 3}.items()]
+    with pytest.raises(GraphseqError, match=message):
+        run("bert-polarity", overrides={"pretrain.pretrain_set": pretrain_set}, out=tmp_path / "polarity",
+            data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "polarity").exists()
+
+
 def small_corpus(folder):
     """A corpus folder: documents of a few made-up sentences, one file each."""
     folder.mkdir()
