@@ -47,6 +47,17 @@ def words_of(sentence: str) -> List[str]:
     return sentence.lower().split()
 
 
+def fold_vocabulary(words: Sequence[List[str]], train: torch.Tensor, min_count: int
+                    ) -> tuple[List[str], Counter]:
+    """The words that occur at least ``min_count`` times in the training
+    sentences ``train``, the most frequent first, and every word's count there."""
+    counts = Counter(w for i in train.tolist() for w in words[i])
+    vocabulary = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+    if not vocabulary:
+        raise GraphseqError(f"no word occurs min_count={min_count} times in the training sentences")
+    return vocabulary, counts
+
+
 def spv_fold(sentences: Sequence[str], labels: torch.Tensor, split, *, mode: str, dim: int = 100,
              window: int = 5, negative: int = 5, sample: float = 1e-3, min_count: int = 2, epochs: int = 10,
              infer_epochs: int = 10, lr: float = 0.1, batch_size: int = 1024, train_words: bool = False,
@@ -64,10 +75,7 @@ def spv_fold(sentences: Sequence[str], labels: torch.Tensor, split, *, mode: str
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     words = [words_of(s) for s in sentences]
-    counts = Counter(w for i in train.tolist() for w in words[i])
-    vocabulary = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
-    if not vocabulary:
-        raise GraphseqError(f"no word occurs min_count={min_count} times in the training sentences")
+    vocabulary, counts = fold_vocabulary(words, train, min_count)
     index = {w: i for i, w in enumerate(vocabulary)}
     frequency = torch.tensor([counts[w] for w in vocabulary])
     # Words outside the vocabulary are skipped, as word2vec and Doc2Vec do.
@@ -112,12 +120,29 @@ def spv_fold(sentences: Sequence[str], labels: torch.Tensor, split, *, mode: str
     return result
 
 
+def _chosen_folds(run_folds: list, folds: int) -> List[int]:
+    chosen = sorted(set(run_folds)) or list(range(folds))
+    if any(f >= folds for f in chosen):
+        raise GraphseqError(f"spv.run_folds must name folds 0..{folds - 1}, got {list(run_folds)}")
+    return chosen
+
+
+def _check_vocabulary(check, *, folds: int, fold_seed: int, run_folds: list, min_count: int, **_) -> None:
+    # Each chosen fold's vocabulary before folds.json is written (the words of all ten folds are
+    # counted in under a second).
+    sentences, _ = load_polarity(check.data_root, check.data_mirror)
+    words = [words_of(s) for s in sentences]
+    splits = cv_folds(len(sentences), folds, fold_seed)
+    for fold in _chosen_folds(run_folds, folds):
+        fold_vocabulary(words, splits[fold][0], min_count)
+
+
 @stage("spv_polarity", checks={"modes": MODE_LIST, "folds": at_least(3), "fold_seed": between(0, MAX_SEED),
                                "run_folds": FOLD_LIST, "dim": at_least(1), "window": at_least(1),
                                "negative": at_least(1), "sample": non_negative, "min_count": at_least(1),
                                "epochs": at_least(1), "infer_epochs": at_least(1), "lr": positive,
                                "batch_size": at_least(1), "classify": one_of(*RULES)},
-       resumes=FOLDS_FILE, resume_may_change=("run_folds",))
+       resumes=FOLDS_FILE, resume_may_change=("run_folds",), precheck=_check_vocabulary)
 def spv_polarity(ctx, *, modes: list = ["dm", "dbow"], folds: int = 10, fold_seed: int = 0, run_folds: list = [],
                  dim: int = 100, window: int = 5, negative: int = 5, sample: float = 1e-3, min_count: int = 2,
                  epochs: int = 10, infer_epochs: int = 10, lr: float = 0.1, batch_size: int = 1024,
@@ -135,9 +160,7 @@ def spv_polarity(ctx, *, modes: list = ["dm", "dbow"], folds: int = 10, fold_see
     sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
     labels = torch.tensor(labels)
     splits = cv_folds(len(sentences), folds, fold_seed)
-    chosen = sorted(set(run_folds)) or list(range(folds))
-    if any(f >= folds for f in chosen):
-        raise GraphseqError(f"spv.run_folds must name folds 0..{folds - 1}, got {list(run_folds)}")
+    chosen = _chosen_folds(run_folds, folds)
     settings = dict(dim=dim, window=window, negative=negative, sample=sample, min_count=min_count, epochs=epochs,
                     infer_epochs=infer_epochs, lr=lr, batch_size=batch_size, train_words=train_words)
     done = {(r["fold"], r["mode"]): r for r in (_read_folds(ctx.out / FOLDS_FILE) if ctx.resume else [])}

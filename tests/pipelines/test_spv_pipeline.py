@@ -1,7 +1,9 @@
 """A smoke run of spv-polarity on one fold of the real sentences."""
 import json
 
-from graphseq import run
+import pytest
+
+from graphseq import GraphseqError, run
 
 
 def test_spv_polarity_runs_one_fold_of_both_modes(tmp_path, data_root, mirror):
@@ -18,3 +20,10 @@ def test_spv_polarity_runs_one_fold_of_both_modes(tmp_path, data_root, mirror):
     words = (tmp_path / "class_words.txt").read_text().splitlines()
     assert len(words) == 4 and words[0].startswith("SPV-DM fold 3, nearest words to the negative class vector")
     assert (tmp_path / "curves.png").is_file()
+
+
+def test_a_min_count_that_leaves_no_word_is_refused_before_writing(tmp_path, data_root, mirror):
+    with pytest.raises(GraphseqError, match="no word occurs min_count=100000 times in the training sentences"):
+        run("spv-polarity", overrides={"spv.run_folds": [0], "spv.modes": ["dbow"], "spv.min_count": 100000},
+            out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
