@@ -409,6 +409,16 @@ def _resumable(config: Dict[str, Any]) -> List[str]:
             if stage_spec(t.get("stage", n)).resumes]
 
 
+def _read_on_resume(folder: Path, config: Dict[str, Any]) -> List[Path]:
+    """The files of ``folder`` besides the ones continued from that the
+    pipeline's stages read on resuming: a later stage's answers
+    (fewshot_oracle's ``*.sqlite``) and what the stages declare."""
+    patterns = ["*.sqlite"] + [pattern for n, t in sections(config).items()
+                               for pattern in stage_spec(t.get("stage", n)).resume_reads]
+    found = {path for pattern in patterns for path in folder.glob(pattern)}
+    return sorted(found - {folder / file for file in _resumable(config)})
+
+
 def _differences(started: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
     """Settings of ``now`` that differ from the run as ``started``, except
     those the stages let a resumed run change."""
@@ -519,8 +529,8 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
                     raise GraphseqError(f"--resume: {folder / file} is missing, so the run cannot "
                                         f"continue where it stopped; start a new run with another --out")
                 check_stored_file(folder / file)
-            for store in sorted(set(folder.glob("*.sqlite")) - {folder / file for file in files}):
-                check_stored_file(store)  # a later stage's answers (fewshot_oracle's), read on resuming
+            for stored in _read_on_resume(folder, config):
+                check_stored_file(stored)
     elif (out / "config.toml").is_file():
         raise GraphseqError(f"--out {out} already holds a run; continue it with --resume, "
                             f"or choose another --out")

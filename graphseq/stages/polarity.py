@@ -209,7 +209,7 @@ def _mean_std(values: List[float]) -> Tuple[float, float]:
 @stage("train_sentences", checks={"max_epochs": at_least(1), "patience": at_least(0), "batch_size": at_least(1),
                                   "lr": positive, "weight_decay": non_negative, "clip": positive,
                                   "max_batches": non_negative},
-       resumes=FOLDS_FILE)
+       resumes=FOLDS_FILE, resume_reads=("fold-*.pt",))
 def train_sentences(ctx, *, max_epochs: int = 10, patience: int = 3, batch_size: int = 50, lr: float = 4e-3,
                     weight_decay: float = 0.0, clip: float = 5.0, test: bool = True,
                     max_batches: int = 0) -> None:

@@ -30,6 +30,7 @@ class StageSpec:
     resume_may_change: Tuple[str, ...] = ()  # keys --resume may set anew (budgets)
     data_parallel: bool = False              # trains in several processes when launched so
     precheck: Optional[Callable[..., None]] = None  # checks the whole pipeline and its data before a write
+    resume_reads: Tuple[str, ...] = ()       # files (globs) a resumed run reads where they exist
 
 
 @dataclass
@@ -47,7 +48,8 @@ class Precheck:
 
 def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequence[str] = (),
           resumes: str = "", resume_may_change: Sequence[str] = (), data_parallel: bool = False,
-          precheck: Optional[Callable[..., None]] = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+          precheck: Optional[Callable[..., None]] = None, resume_reads: Sequence[str] = ()
+          ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Registers ``fn`` as the stage ``name``; a second stage of the same name is refused.
 
     Args:
@@ -72,6 +74,12 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
             provide, a pipeline the stage runs inside its own, data that a
             stage after the first one reads. The runner calls the stages'
             prechecks in the pipeline's order before it writes anything.
+        resume_reads: files of the run folder (globs, ``"fold-*.pt"``)
+            that a resumed run reads where they exist, besides ``resumes``:
+            the results of finished folds it keeps, a checkpoint that a run
+            stopped in an earlier stage has not written yet. The runner
+            reads each one there before it writes, so a damaged one is
+            refused before a file changes.
     """
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -86,7 +94,7 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
         fn.data_parallel = data_parallel
         STAGES[name] = fn
         SPECS[name] = StageSpec(name, dict(checks or {}), tuple(options), resumes, tuple(resume_may_change),
-                                data_parallel, precheck)
+                                data_parallel, precheck, tuple(resume_reads))
         return fn
 
     return register

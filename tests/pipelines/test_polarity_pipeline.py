@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from graphseq import run
+from graphseq import GraphseqError, run
 from graphseq.graphs import chain, lengths_to_batch
 from graphseq.io import load_checkpoint
 from graphseq.models.sentence import SentenceClassifier
@@ -44,6 +44,20 @@ def test_a_fold_gives_the_same_figures_alone_and_resumed(tmp_path, data_root, mi
                   data_root=data_root, data_mirror=mirror, quiet=True)["runs"][0]["folds"]
     assert resumed[0] == alone and resumed[1]["fold"] == 5
     assert "fold 3: kept from" in (both / "log.txt").read_text()
+
+
+def test_a_damaged_fold_checkpoint_is_refused_on_resume_before_writing(tmp_path, data_root, mirror):
+    # A finished fold is kept on resuming because of its fold-<i>.pt: a torn one was kept all the same.
+    run("polarity-bilstm", overrides={**TINY, "data.test_folds": [3]}, out=tmp_path,
+        data_root=data_root, data_mirror=mirror, quiet=True)
+    whole = (tmp_path / "fold-3.pt").read_bytes()
+    for damaged in (whole[:len(whole) // 2], b""):
+        (tmp_path / "fold-3.pt").write_bytes(damaged)
+        before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+        with pytest.raises(GraphseqError, match=r"fold-3\.pt is damaged or not a graphseq checkpoint"):
+            run("polarity-bilstm", overrides={**TINY, "data.test_folds": [3, 5]}, out=tmp_path, resume=True,
+                data_root=data_root, data_mirror=mirror, quiet=True)
+        assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
 
 
 def test_settings_can_be_chosen_without_a_test_figure(tmp_path, data_root, mirror):
