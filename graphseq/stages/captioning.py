@@ -349,7 +349,8 @@ class FeatureCache:
 @stage("train_captioner", checks={
     "steps": at_least(1), "batch_size": at_least(1), "lr": positive, "final_lr_fraction": probability,
     "clip": non_negative, "encoder_lr": positive, "eval_every": at_least(1), "eval_images": at_least(1),
-    "max_length": at_least(1), "checkpoint_every": at_least(1)}, resume_may_change=("steps",))
+    "max_length": at_least(1), "checkpoint_every": at_least(1)}, resume_may_change=("steps",),
+    resume_reads=(CHECKPOINT,))
 def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float = 0.002,
                     final_lr_fraction: float = 0.1, clip: float = 5.0, finetune_encoder: bool = False,
                     encoder_lr: float = 0.0002, eval_every: int = 500, eval_images: int = 500,

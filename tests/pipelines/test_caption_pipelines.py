@@ -113,6 +113,16 @@ def test_a_run_stopped_before_the_decoders_first_checkpoint_resumes(tmp_path):
     assert "resumed from" in (tmp_path / "log.txt").read_text()  # the encoder's checkpoint
 
 
+def test_a_damaged_decoder_checkpoint_is_refused_on_resume_and_changes_no_file(tmp_path):
+    # It was found by the decoder's training, after the encoder's stage had rewritten its files.
+    _run("caption-shapes-init", tmp_path, **{"train.steps": 2})
+    (tmp_path / "checkpoint.pt").write_bytes((tmp_path / "checkpoint.pt").read_bytes()[:300])
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    with pytest.raises(GraphseqError, match=r"checkpoint\.pt is damaged or not a graphseq checkpoint"):
+        _run("caption-shapes-init", tmp_path, resume=True)
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
+
+
 def _write_coco(root, split, count, offset):
     data = generate_split("train", count, seed=offset, image_size=32)
     (root / split).mkdir(parents=True)
