@@ -421,14 +421,16 @@ def _read_on_resume(folder: Path, config: Dict[str, Any]) -> List[Path]:
 
 def _differences(started: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
     """Settings of ``now`` that differ from the run as ``started``, except
-    those the stages let a resumed run change."""
+    those the stages let a resumed run change, each with its stage's note
+    of why it may not change where it has one."""
     found = []
     for name, table in sections(now).items():
-        may_change = stage_spec(table.get("stage", name)).resume_may_change
+        spec = stage_spec(table.get("stage", name))
         before = started.get(name, {})
         for key in sorted(set(table) | set(before)):
-            if key not in may_change and table.get(key) != before.get(key):
-                found.append(f"{name}.{key} = {table.get(key)!r} (the run has {before.get(key)!r})")
+            if key not in spec.resume_may_change and table.get(key) != before.get(key):
+                note = f": {spec.resume_notes[key]}" if key in spec.resume_notes else ""
+                found.append(f"{name}.{key} = {table.get(key)!r} (the run has {before.get(key)!r}){note}")
     return found
 
 

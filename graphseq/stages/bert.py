@@ -225,7 +225,10 @@ def score_pretraining(model: BertForPretraining, batches: List[TokenGraphs], dev
                                 "warmup": between(0, 1), "weight_decay": non_negative, "clip": non_negative,
                                 "mask_rate": fraction, "eval_every": non_negative, "eval_examples": at_least(1),
                                 "checkpoint_every": non_negative, "minutes": non_negative},
-       resumes=CHECKPOINT, resume_may_change=("minutes",), data_parallel=True)
+       resumes=CHECKPOINT, resume_may_change=("minutes",), data_parallel=True,
+       resume_notes={"steps": "the learning rate warms up and decays to zero over the steps the run was "
+                              "started with, so more steps would be another schedule (start a new run, "
+                              "with another --out, to pretrain longer)"})
 def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1e-3, warmup: float = 0.06,
                   weight_decay: float = 0.01, clip: float = 1.0, mask_rate: float = 0.15, amp: bool = True,
                   eval_every: int = 250, eval_examples: int = 2000, checkpoint_every: int = 250,

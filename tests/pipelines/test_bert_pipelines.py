@@ -142,6 +142,19 @@ def test_resumed_pretraining_equals_straight_pretraining(tmp_path):
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+def test_a_longer_resumed_pretraining_is_refused_and_says_why(pretrained, tmp_path, data_root, mirror):
+    # Warm-up and linear decay are laid over the whole budget: a longer one is not the same schedule.
+    out, _ = pretrained
+    for path in out.iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    before = {path: path.read_bytes() for path in tmp_path.iterdir()}
+    with pytest.raises(GraphseqError, match=r"pretrain\.steps = 8 \(the run has 4\): the learning rate warms up "
+                                            r"and decays to zero over the steps the run was started with"):
+        run("bert-pretrain", overrides={"pretrain.steps": 8}, out=tmp_path, resume=True, data_root=data_root,
+            data_mirror=mirror, quiet=True)
+    assert {path: path.read_bytes() for path in tmp_path.iterdir()} == before
+
+
 def test_fill_mask_prints_the_likeliest_pieces(pretrained, capsys):
     out, _ = pretrained
     assert main(["fill-mask", str(out), "the movie was [MASK] .", "--top-k", "3"]) == 0
