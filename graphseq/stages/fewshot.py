@@ -208,7 +208,8 @@ def _note_training(check, *, name: str, init: str = "", **_) -> None:
                                   "eval_episodes": at_least(0), "eval_batch_size": at_least(1),
                                   "checkpoint_every": at_least(0), "name": NAME, "init": EXISTING_FILE,
                                   "per_support": at_least(1)},
-        resumes=CHECKPOINT, resume_may_change=("steps",), precheck=_note_training)
+        resumes=CHECKPOINT, resume_may_change=("steps",), resume_reads=("checkpoint-*.pt",),
+        precheck=_note_training)
 def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float = 1e-3,
                    halve_every: int = 10000, weight_decay: float = 0.0, labelled_only: bool = False,
                    query: str = "learned", eval_every: int = 2000, eval_episodes: int = 2000,

@@ -168,6 +168,17 @@ def test_resume_with_a_damaged_answer_store_changes_no_file(active_run, tmp_path
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # it used to test again first
 
 
+def test_resume_with_a_damaged_named_checkpoint_changes_no_file(active_run, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(active_run[0], out)
+    named = out / "checkpoint-random_trained.pt"  # the second training's, which --resume also continues
+    named.write_bytes(named.read_bytes()[:3000])
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(graphseq.GraphseqError, match=f"{named} is damaged or not a graphseq checkpoint"):
+        graphseq.run("fewshot-omniglot-active", out=out, quiet=True, overrides=ACTIVE, resume=True)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
 def test_file_oracle_answers_the_episodes_it_lists(active_run, tmp_path, data_root, mirror):
     labels = tmp_path / "answers.csv"
     labels.write_text("item,label\n1,3\n3,0\n")
