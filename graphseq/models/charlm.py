@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from ..data.text import Vocabulary
 from ..errors import GraphseqError
 from ..graphs import chain, lengths_to_batch
-from ..io import load_checkpoint
+from ..io import first_sentence, load_checkpoint
 from ..nn.recurrent import ChainGRU, ChainLSTM, ChainONLSTM, ChainRNN
 
 State = Union[Tensor, Tuple[Tensor, ...]]
@@ -110,10 +110,14 @@ def load_char_lm(run_dir: str | Path, device: str | torch.device = "cpu") -> Tup
             "; is it the output folder of a charlm pipeline?"
         raise GraphseqError(f"no {CHECKPOINT} in {run_dir}{hint}")
     checkpoint = load_checkpoint(path, map_location=device)
-    model = CharLM(**checkpoint["model_config"]).to(device)
-    model.load_state_dict(checkpoint["model"])
-    model.eval()
-    return model, Vocabulary(checkpoint["vocabulary"])
+    try:
+        model = CharLM(**checkpoint["model_config"])
+        model.load_state_dict(checkpoint["model"])
+        vocab = Vocabulary(checkpoint["vocabulary"])
+    except Exception as error:  # The checkpoint of another pipeline (a captioner, BERT) or a foreign file.
+        reason = f"no {error}" if isinstance(error, KeyError) else first_sentence(error)
+        raise GraphseqError(f"{path} is not a charlm checkpoint ({reason})") from None
+    return model.to(device).eval(), vocab
 
 
 @torch.no_grad()

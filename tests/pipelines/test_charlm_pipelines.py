@@ -9,7 +9,7 @@ import torch
 
 from graphseq import GraphseqError, run, training
 from graphseq.cli import main
-from graphseq.io import load_checkpoint
+from graphseq.io import load_checkpoint, save_checkpoint
 
 # A model and budget small enough for seconds on a CPU; real data all the same.
 TINY = {"model.hidden_size": 16, "model.embedding_dim": 8, "train.batch_size": 4,
@@ -115,3 +115,19 @@ def test_sample_writes_a_heat_map_of_the_chosen_units(trained, tmp_path, capsys)
 def test_sample_of_a_folder_without_a_checkpoint_fails_cleanly(tmp_path, capsys):
     assert main(["sample", str(tmp_path)]) == 2
     assert "no checkpoint.pt" in capsys.readouterr().err
+
+
+# What the checkpoint.pt of a bert-pretrain and of a caption-* run hold at the top.
+OTHER_CHECKPOINTS = {"bert": {"model": {}, "config": {"vocab_size": 300, "hidden_size": 16}},
+                     "caption": {"model": {}, "model_config": {"decoder": "attention", "image_size": 64},
+                                 "vocabulary": ["<pad>", "<start>", "<end>", "<unk>", "a"]}}
+
+
+@pytest.mark.parametrize("kind, reason", [("bert", "no 'model_config'"),
+                                          ("caption", "unexpected keyword argument 'decoder'")])
+def test_sample_of_another_pipelines_checkpoint_fails_cleanly(kind, reason, tmp_path, capsys):
+    save_checkpoint(OTHER_CHECKPOINTS[kind], tmp_path / "checkpoint.pt")
+    assert main(["sample", str(tmp_path), "--length", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"graphseq: error: {tmp_path / 'checkpoint.pt'} is not a charlm checkpoint (")
+    assert reason in err and err.count("\n") == 1
