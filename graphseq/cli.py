@@ -227,8 +227,10 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _read_text(path) -> str:
+    from .io import read_utf8
+
     try:
-        return path.read_text(encoding="utf-8")
+        return read_utf8(path)
     except OSError as error:
         raise GraphseqError(f"cannot read --text-file {path}: {error.strerror}") from None
 

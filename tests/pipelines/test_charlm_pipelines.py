@@ -131,3 +131,14 @@ def test_sample_of_another_pipelines_checkpoint_fails_cleanly(kind, reason, tmp_
     err = capsys.readouterr().err
     assert err.startswith(f"graphseq: error: {tmp_path / 'checkpoint.pt'} is not a charlm checkpoint (")
     assert reason in err and err.count("\n") == 1
+
+
+def test_sample_refuses_a_text_file_that_is_not_utf8(trained, tmp_path, capsys):
+    out, _ = trained
+    source = tmp_path / "latin1.txt"
+    source.write_bytes("ROMEO: Adi\xf3s\n".encode("latin-1"))
+    page = tmp_path / "units.html"
+    assert main(["sample", str(out), "--text-file", str(source), "--html", str(page)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"graphseq: error: {source} is not UTF-8 text: invalid continuation byte at byte 10\n"
+    assert not page.exists()
