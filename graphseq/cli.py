@@ -184,7 +184,8 @@ def _add_sample(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=_whole, default=None, help="seed of the draws (default: random)")
     p.add_argument("--device", default="cpu", help="auto, cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--html", default=None, metavar="OUT.html",
-                   help="instead of sampling, write a heat map of hidden units over a text")
+                   help="instead of sampling, write a heat map of hidden units over a text (an "
+                        "existing file is replaced only if its name ends in .html)")
     p.add_argument("--cells", default=None, metavar="I,J,K",
                    help="the units --html draws (default: those that best track line position, "
                         "speaker lines, words, ...)")
@@ -208,12 +209,16 @@ def _sample(args: argparse.Namespace) -> int:
         raise GraphseqError(f"--seed must be a whole number from 0 to {2**32 - 1}, got {args.seed}")
     cells = None if args.cells is None else _int_list(args.cells, "--cells")
     from . import views
+    from .io import check_output_file
     from .models import charlm
     from .pipeline import resolve_device
 
+    if args.html:
+        check_output_file(args.html, ".html", "--html")
+    text = None if args.text_file is None else _read_text(Path(args.text_file))
     model, vocab = charlm.load_char_lm(args.dir, resolve_device(args.device))
-    text = charlm.sample(model, vocab, args.prime, args.length, args.temperature, args.seed) \
-        if args.text_file is None else _read_text(Path(args.text_file))
+    if text is None:
+        text = charlm.sample(model, vocab, args.prime, args.length, args.temperature, args.seed)
     if not args.html and not args.units:
         print(text)
         return 0

@@ -6,6 +6,7 @@ error that names it, and the file is left as it was.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -60,6 +61,29 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def check_output_file(path: str | os.PathLike, suffix: str, option: str) -> None:
+    """Refuses, before any work, an output file of ``option`` that cannot be
+    written, or an existing file that is not of the kind it writes (named by
+    ``suffix``), so that ``--html RUN/config.toml`` cannot replace a run's own
+    file. Missing folders above it are made when it is written."""
+    path = Path(path)
+    if path.is_dir():
+        raise GraphseqError(f"cannot write {option} {path}: Is a directory")
+    if path.exists() and path.suffix.lower() != suffix:
+        raise GraphseqError(f"{option} {path}: will not overwrite a file that is not {suffix}")
+    existing = path.parent
+    while not existing.exists():
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        # Permissions and read-only mounts say too little (root may write
+        # anywhere but /proc): a temporary file made and removed answers.
+        os.unlink(_temporary(existing / path.name))
+    except OSError as error:
+        raise GraphseqError(f"cannot write {option} {path}: {error.strerror}") from None
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -59,6 +59,11 @@ BAD_COMMANDS = [
     (["sample", "{tmp}", "--temperature", "-1"], "--temperature must be a finite number >= 0"),
     (["sample", "{tmp}", "--length", "-5"], "--length must be at least 0"),
     (["sample", "{tmp}", "--cells", "3,-1", "--html", "x.html"], "--cells takes comma-separated whole numbers"),
+    (["sample", "{tmp}", "--html", "{tmp}"], "cannot write --html {tmp}: Is a directory"),
+    (["sample", "{tmp}", "--html", "{tmp}/file"], "--html {tmp}/file: will not overwrite a file that is not .html"),
+    (["sample", "{tmp}", "--html", "{tmp}/file/units.html"], "cannot write --html {tmp}/file/units.html: "
+                                                             "Not a directory"),
+    (["sample", "{tmp}", "--html", "/proc/units.html"], "cannot write --html /proc/units.html: "),
 ]
 
 

@@ -142,3 +142,13 @@ def test_sample_refuses_a_text_file_that_is_not_utf8(trained, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == f"graphseq: error: {source} is not UTF-8 text: invalid continuation byte at byte 10\n"
     assert not page.exists()
+
+
+@pytest.mark.parametrize("name", ["config.toml", "checkpoint.pt", "metrics.json"])
+def test_sample_html_never_overwrites_a_file_of_the_run(trained, name, capsys):
+    out, _ = trained
+    before = (out / name).read_bytes()
+    assert main(["sample", str(out), "--length", "20", "--html", str(out / name)]) == 2
+    assert capsys.readouterr().err == (f"graphseq: error: --html {out / name}: "
+                                       f"will not overwrite a file that is not .html\n")
+    assert (out / name).read_bytes() == before
