@@ -222,9 +222,15 @@ def _sample(args: argparse.Namespace) -> int:
     if not args.html and not args.units:
         print(text)
         return 0
+    if len(text) < 2:  # One character varies in nothing a unit could track.
+        raise GraphseqError(f"the text is {'empty' if not text else '1 character long'}; "
+                            f"--html and --units need at least 2 characters")
     if args.units:
         activations = views.hidden_activations(model, vocab, text)
-        print(views.describe_units(views.interesting_units(text, activations, args.units)))
+        found = views.interesting_units(text, activations, args.units)
+        if not found:
+            raise GraphseqError(views.NOTHING_VARIES)
+        print(views.describe_units(found))
     if args.html:
         drawn = views.write_heatmap(model, vocab, text, args.html, cells)
         print(f"wrote {args.html}: units {', '.join(map(str, drawn))} over {len(text)} characters")

@@ -132,6 +132,10 @@ def text_features(text: str) -> Dict[str, Tensor]:
     return {name: torch.tensor(values[:n], dtype=torch.float) for name, values in features.items()}
 
 
+NOTHING_VARIES = ("no feature of the text (line position, quotes, words, ...) varies along it, "
+                  "so no unit tracks one")
+
+
 def interesting_units(text: str, activations: Tensor, top: int = 5) -> Dict[str, List[Tuple[int, float]]]:
     """For each feature of :func:`text_features` that varies over ``text``,
     the ``top`` units whose activation correlates most strongly with it, as
@@ -165,6 +169,8 @@ def write_heatmap(model: CharLM, vocab: Vocabulary, text: str, path: str | Path,
     if cells is None:
         found = interesting_units(text, activations, top)
         cells = list(dict.fromkeys(u for units in found.values() for u, _ in units))
+        if not cells:
+            raise GraphseqError(f"{NOTHING_VARIES}; name the units to draw with --cells")
     distances = master_forget_distances(model, vocab, text)
     rows = None if distances is None else {"master-forget distance (top layer, share of chunks)": distances}
     atomic_write_text(path, heatmap_html(text, activations, cells, rows=rows,

@@ -152,3 +152,27 @@ def test_sample_html_never_overwrites_a_file_of_the_run(trained, name, capsys):
     assert capsys.readouterr().err == (f"graphseq: error: --html {out / name}: "
                                        f"will not overwrite a file that is not .html\n")
     assert (out / name).read_bytes() == before
+
+
+NOTHING_VARIES = ("no feature of the text (line position, quotes, words, ...) varies along it, "
+                  "so no unit tracks one")
+
+
+@pytest.mark.parametrize("text, args, message", [
+    ("", ["--html"], "the text is empty; --html and --units need at least 2 characters"),
+    ("R", ["--html"], "the text is 1 character long; --html and --units need at least 2 characters"),
+    (None, ["--length", "0", "--html"], "the text is empty; --html and --units need at least 2 characters"),
+    (None, ["--prime", "R", "--length", "0", "--units", "2", "--html"], "the text is 1 character long"),
+    ("\n\n\n", ["--html"], f"{NOTHING_VARIES}; name the units to draw with --cells"),
+    ("\n\n\n", ["--units", "2", "--html"], NOTHING_VARIES),
+], ids=["empty", "one character", "length 0", "prime only", "no feature varies", "units"])
+def test_sample_refuses_to_map_units_over_a_text_too_short(trained, tmp_path, capsys, text, args, message):
+    out, _ = trained
+    if text is not None:
+        (tmp_path / "speech.txt").write_text(text)
+        args = ["--text-file", str(tmp_path / "speech.txt")] + args
+    page = tmp_path / "units.html"
+    assert main(["sample", str(out)] + args + [str(page)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not page.exists()
