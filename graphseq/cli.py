@@ -207,6 +207,7 @@ def _sample(args: argparse.Namespace) -> int:
         raise GraphseqError(f"--units must be at least 0, got {args.units}")
     if args.seed is not None and not 0 <= args.seed < 2**32:
         raise GraphseqError(f"--seed must be a whole number from 0 to {2**32 - 1}, got {args.seed}")
+    _check_utf8(args.prime, "--prime")
     cells = None if args.cells is None else _int_list(args.cells, "--cells")
     from . import views
     from .io import check_output_file
@@ -235,6 +236,17 @@ def _sample(args: argparse.Namespace) -> int:
         drawn = views.write_heatmap(model, vocab, text, args.html, cells)
         print(f"wrote {args.html}: units {', '.join(map(str, drawn))} over {len(text)} characters")
     return 0
+
+
+def _check_utf8(text: str, what: str) -> None:
+    """Python hands the bytes of an argument that are not UTF-8 over as lone
+    surrogates, which no tokenizer or vocabulary takes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        byte = ord(text[error.start]) & 0xFF
+        raise GraphseqError(f"{what} is not valid UTF-8: byte 0x{byte:02x} at character "
+                            f"{error.start}") from None
 
 
 def _read_text(path) -> str:
@@ -309,6 +321,7 @@ def _fill_mask(args: argparse.Namespace) -> int:
 
     if args.top_k < 1:
         raise GraphseqError(f"--top-k must be at least 1, got {args.top_k}")
+    _check_utf8(args.text, "the text")
     model, tokenizer = load_pretrained(args.dir, resolve_device(args.device))
     for i, candidates in enumerate(fill_mask(model, tokenizer, args.text, args.top_k), start=1):
         print(f"[MASK] {i}")

@@ -167,6 +167,7 @@ def test_fill_mask_prints_the_likeliest_pieces(pretrained, capsys):
 @pytest.mark.parametrize("args,message", [
     (["the movie was good ."], "no [MASK] to fill"),
     (["[MASK]", "--top-k", "0"], "--top-k must be at least 1"),
+    (["\udcff\udcfe [MASK]"], "the text is not valid UTF-8: byte 0xff at character 0"),  # argv of bytes 0xff 0xfe
 ])
 def test_fill_mask_refuses_bad_requests(pretrained, capsys, args, message):
     out, _ = pretrained
