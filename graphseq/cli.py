@@ -201,12 +201,9 @@ def _sample(args: argparse.Namespace) -> int:
 
     if args.length < 0:
         raise GraphseqError(f"--length must be at least 0, got {args.length}")
-    if not math.isfinite(args.temperature) or args.temperature < 0:
-        raise GraphseqError(f"--temperature must be a finite number >= 0, got {args.temperature}")
+    _check_draws(args.temperature, args.seed)
     if args.units < 0:
         raise GraphseqError(f"--units must be at least 0, got {args.units}")
-    if args.seed is not None and not 0 <= args.seed < 2**32:
-        raise GraphseqError(f"--seed must be a whole number from 0 to {2**32 - 1}, got {args.seed}")
     _check_utf8(args.prime, "--prime")
     cells = None if args.cells is None else _int_list(args.cells, "--cells")
     from . import views
@@ -236,6 +233,14 @@ def _sample(args: argparse.Namespace) -> int:
         drawn = views.write_heatmap(model, vocab, text, args.html, cells)
         print(f"wrote {args.html}: units {', '.join(map(str, drawn))} over {len(text)} characters")
     return 0
+
+
+def _check_draws(temperature: float, seed: Optional[int]) -> None:
+    """The temperature and seed of random draws (``sample``, ``caption --sample``)."""
+    if not math.isfinite(temperature) or temperature < 0:
+        raise GraphseqError(f"--temperature must be a finite number >= 0, got {temperature}")
+    if seed is not None and not 0 <= seed < 2**32:
+        raise GraphseqError(f"--seed must be a whole number from 0 to {2**32 - 1}, got {seed}")
 
 
 def _check_utf8(text: str, what: str) -> None:
@@ -285,7 +290,7 @@ def _add_caption(commands: argparse._SubParsersAction) -> None:
                    help="instead print N captions drawn at --temperature")
     p.add_argument("--temperature", type=float, default=1.0,
                    help="softmax temperature of --sample; 0 always takes the likeliest word (default 1)")
-    p.add_argument("--seed", type=int, default=None, help="seed of --sample's draws (default: random)")
+    p.add_argument("--seed", type=_whole, default=None, help="seed of --sample's draws (default: random)")
     p.add_argument("--max-length", type=int, default=20, help="longest caption in words (default 20)")
     p.add_argument("--attention", default=None, metavar="OUT.png",
                    help="attention decoder: draw each word's attention over the image")
@@ -296,6 +301,7 @@ def _add_caption(commands: argparse._SubParsersAction) -> None:
 def _caption(args: argparse.Namespace) -> int:
     from .models.caption_search import caption_image
 
+    _check_draws(args.temperature, args.seed)
     out = caption_image(args.dir, args.image, beam_size=args.beam, samples=args.sample,
                         temperature=args.temperature, seed=args.seed, max_length=args.max_length,
                         attention=args.attention, device=args.device)

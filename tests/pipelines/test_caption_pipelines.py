@@ -204,3 +204,16 @@ def test_caption_refuses_bad_requests_before_writing_anything(init_run, tmp_path
     assert "image not found" in capsys.readouterr().err
     assert main(["caption", str(init_run), str(picture), "--beam", "0"]) == 2
     assert "beam_size >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sample", "2", "--temperature", "inf"], "--temperature must be a finite number >= 0, got inf"),
+    (["--sample", "2", "--temperature", "nan"], "--temperature must be a finite number >= 0, got nan"),
+    (["--sample", "2", "--seed", str(2**64)], "--seed must be a whole number from 0 to 4294967295"),
+    (["--sample", "2", "--seed", "-1"], "--seed must be a whole number from 0 to 4294967295"),
+])
+def test_caption_refuses_bad_options_in_one_line(attention_run, picture, capsys, args, message):
+    out, _ = attention_run
+    assert main(["caption", str(out), str(picture)] + args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("graphseq: error: ") and message in err and err.count("\n") == 1
