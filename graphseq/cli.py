@@ -293,7 +293,8 @@ def _add_caption(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=_whole, default=None, help="seed of --sample's draws (default: random)")
     p.add_argument("--max-length", type=int, default=20, help="longest caption in words (default 20)")
     p.add_argument("--attention", default=None, metavar="OUT.png",
-                   help="attention decoder: draw each word's attention over the image")
+                   help="attention decoder: draw each word's attention over the image (an existing "
+                        "file is replaced only if its name ends in .png)")
     p.add_argument("--device", default="cpu", help="auto, cpu or cuda (default cpu)")
     p.set_defaults(handler=_caption)
 

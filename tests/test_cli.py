@@ -69,6 +69,8 @@ BAD_COMMANDS = [
     (["sample", "{tmp}", "--html", "{tmp}/file/units.html"], "cannot write --html {tmp}/file/units.html: "
                                                              "Not a directory"),
     (["sample", "{tmp}", "--html", "/proc/units.html"], "cannot write --html /proc/units.html: "),
+    (["caption", "{tmp}", "{tmp}/file", "--attention", "{tmp}/file"], "--attention {tmp}/file: will not overwrite "
+                                                                      "a file that is not .png"),
     (["sample", "{tmp}", "--prime", "RO\udcffMEO"], "--prime is not valid UTF-8: byte 0xff at character 2"),
     (["fill-mask", "{tmp}", "\udcff\udcfe [MASK]"], "the text is not valid UTF-8: byte 0xff at character 0"),
 ]

@@ -154,9 +154,10 @@ def caption_image(run_dir: str | Path, image: str | Path, *, beam_size: int = 3,
     best caption of a beam search of width ``beam_size`` (1: greedy), or
     ``samples`` captions drawn at ``temperature``. With ``attention`` (an
     attention decoder only) writes the picture of each word's attention over
-    the image's regions there. Everything is checked before anything is
-    written."""
+    the image's regions there (an existing file only if its name ends in
+    ``.png``). Everything is checked before anything is written."""
     from ..data.captions import read_image
+    from ..io import check_output_file
     from ..pipeline import resolve_device
     from ..views import draw_attention
     from .captioner import load_captioner
@@ -164,6 +165,8 @@ def caption_image(run_dir: str | Path, image: str | Path, *, beam_size: int = 3,
     if beam_size < 1 or samples < 0 or temperature < 0 or max_length < 1:
         raise GraphseqError(f"need beam_size >= 1, samples >= 0, temperature >= 0 and max_length >= 1; "
                             f"got {beam_size}, {samples}, {temperature}, {max_length}")
+    if attention is not None:
+        check_output_file(attention, ".png", "--attention")
     model = load_captioner(run_dir, resolve_device(device))
     if attention is not None and model.config["decoder"] != "attention":
         raise GraphseqError(f"--attention draws an attention decoder's weights, but {run_dir} holds "

@@ -211,9 +211,23 @@ def test_caption_refuses_bad_requests_before_writing_anything(init_run, tmp_path
     (["--sample", "2", "--temperature", "nan"], "--temperature must be a finite number >= 0, got nan"),
     (["--sample", "2", "--seed", str(2**64)], "--seed must be a whole number from 0 to 4294967295"),
     (["--sample", "2", "--seed", "-1"], "--seed must be a whole number from 0 to 4294967295"),
+    (["--attention", "{run}"], "cannot write --attention {run}: Is a directory"),
+    (["--attention", "{run}/config.toml/a.png"], "cannot write --attention {run}/config.toml/a.png: Not a directory"),
+    (["--attention", "/proc/attention.png"], "cannot write --attention /proc/attention.png: "),
 ])
 def test_caption_refuses_bad_options_in_one_line(attention_run, picture, capsys, args, message):
     out, _ = attention_run
-    assert main(["caption", str(out), str(picture)] + args) == 2
+    assert main(["caption", str(out), str(picture)] + [a.replace("{run}", str(out)) for a in args]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("graphseq: error: ") and message in err and err.count("\n") == 1
+    assert err.startswith("graphseq: error: ") and message.replace("{run}", str(out)) in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["captioner.pt", "config.toml", "metrics.json", "captions_test.json"])
+def test_caption_attention_never_overwrites_a_file_of_the_run(attention_run, picture, capsys, name):
+    out, _ = attention_run
+    before = (out / name).read_bytes()
+    assert main(["caption", str(out), str(picture), "--attention", str(out / name)]) == 2
+    assert capsys.readouterr().err == (f"graphseq: error: --attention {out / name}: "
+                                       f"will not overwrite a file that is not .png\n")
+    assert (out / name).read_bytes() == before
