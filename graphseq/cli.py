@@ -285,13 +285,15 @@ def _add_caption(commands: argparse._SubParsersAction) -> None:
     p.add_argument("dir", help="the run's --out directory (holding captioner.pt)")
     p.add_argument("image", help="an image file (PNG, JPEG, ...); it is resized to the model's input")
     p.add_argument("--beam", type=int, default=3, metavar="K",
-                   help="beam width; the best caption is printed (1: greedy; default 3)")
+                   help="beam width, at most the model's vocabulary size; the best caption is printed "
+                        "(1: greedy; default 3)")
     p.add_argument("--sample", type=int, default=0, metavar="N",
-                   help="instead print N captions drawn at --temperature")
+                   help="instead print N captions drawn at --temperature (at most 1000)")
     p.add_argument("--temperature", type=float, default=1.0,
                    help="softmax temperature of --sample; 0 always takes the likeliest word (default 1)")
     p.add_argument("--seed", type=_whole, default=None, help="seed of --sample's draws (default: random)")
-    p.add_argument("--max-length", type=int, default=20, help="longest caption in words (default 20)")
+    p.add_argument("--max-length", type=int, default=20,
+                   help="longest caption in words (default 20, at most 100)")
     p.add_argument("--attention", default=None, metavar="OUT.png",
                    help="attention decoder: draw each word's attention over the image (an existing "
                         "file is replaced only if its name ends in .png)")

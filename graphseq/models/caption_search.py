@@ -16,6 +16,12 @@ from torch import Tensor
 from ..errors import GraphseqError
 from .captioner import Captioner
 
+# Bounds of a request, so that a mistyped number is refused rather than
+# filling the memory: captions of the models trained here run to a dozen
+# words, and a thousand drawn captions show their spread well enough.
+MAX_CAPTION_WORDS = 100
+MAX_SAMPLES = 1000
+
 
 @dataclass
 class Generated:
@@ -165,12 +171,19 @@ def caption_image(run_dir: str | Path, image: str | Path, *, beam_size: int = 3,
     if beam_size < 1 or samples < 0 or temperature < 0 or max_length < 1:
         raise GraphseqError(f"need beam_size >= 1, samples >= 0, temperature >= 0 and max_length >= 1; "
                             f"got {beam_size}, {samples}, {temperature}, {max_length}")
+    if max_length > MAX_CAPTION_WORDS:
+        raise GraphseqError(f"--max-length must be at most {MAX_CAPTION_WORDS} words, got {max_length}")
+    if samples > MAX_SAMPLES:
+        raise GraphseqError(f"--sample must be at most {MAX_SAMPLES} captions, got {samples}")
     if attention is not None:
         check_output_file(attention, ".png", "--attention")
     model = load_captioner(run_dir, resolve_device(device))
     if attention is not None and model.config["decoder"] != "attention":
         raise GraphseqError(f"--attention draws an attention decoder's weights, but {run_dir} holds "
                             f"a {model.config['decoder']!r} decoder")
+    if beam_size > len(model.vocab):  # A wider beam holds nothing more, only takes longer.
+        raise GraphseqError(f"--beam must be at most {len(model.vocab)}, the number of words the model "
+                            f"knows, got {beam_size}")
     picture = read_image(Path(image), model.config["image_size"])
     images = picture.unsqueeze(0).to(next(model.parameters()).device)
     if samples > 0:

@@ -12,6 +12,7 @@ from graphseq import GraphseqError, run
 from graphseq.cli import main
 from graphseq.data.shapes import generate_split
 from graphseq.io import load_checkpoint
+from graphseq.models.captioner import load_captioner
 
 # Data, model and budget small enough for seconds on a CPU.
 TINY = {"data.train": 64, "data.val": 12, "data.test": 12, "data.test_unseen": 12,
@@ -211,6 +212,9 @@ def test_caption_refuses_bad_requests_before_writing_anything(init_run, tmp_path
     (["--sample", "2", "--temperature", "nan"], "--temperature must be a finite number >= 0, got nan"),
     (["--sample", "2", "--seed", str(2**64)], "--seed must be a whole number from 0 to 4294967295"),
     (["--sample", "2", "--seed", "-1"], "--seed must be a whole number from 0 to 4294967295"),
+    (["--max-length", "1000000000000"], "--max-length must be at most 100 words, got 1000000000000"),
+    (["--sample", "1000000000000"], "--sample must be at most 1000 captions, got 1000000000000"),
+    (["--beam", "100000"], "the number of words the model knows, got 100000"),
     (["--attention", "{run}"], "cannot write --attention {run}: Is a directory"),
     (["--attention", "{run}/config.toml/a.png"], "cannot write --attention {run}/config.toml/a.png: Not a directory"),
     (["--attention", "/proc/attention.png"], "cannot write --attention /proc/attention.png: "),
@@ -231,3 +235,13 @@ def test_caption_attention_never_overwrites_a_file_of_the_run(attention_run, pic
     assert capsys.readouterr().err == (f"graphseq: error: --attention {out / name}: "
                                        f"will not overwrite a file that is not .png\n")
     assert (out / name).read_bytes() == before
+
+
+def test_caption_beam_may_be_as_wide_as_the_vocabulary(attention_run, picture, capsys):
+    out, _ = attention_run
+    words = len(load_captioner(out).vocab)
+    assert main(["caption", str(out), str(picture), "--beam", str(words), "--max-length", "4"]) == 0
+    assert len(capsys.readouterr().out.split()) <= 4
+    assert main(["caption", str(out), str(picture), "--beam", str(words + 1)]) == 2
+    assert capsys.readouterr().err == (f"graphseq: error: --beam must be at most {words}, the number of "
+                                       f"words the model knows, got {words + 1}\n")
