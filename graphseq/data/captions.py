@@ -12,6 +12,7 @@ import re
 import shutil
 import tempfile
 import urllib.request
+import warnings
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -131,11 +132,19 @@ def read_image(path: Path, size: int) -> Tensor:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as image:
-            image = image.convert("RGB").resize((size, size), Image.BILINEAR)
-            array = np.asarray(image, dtype=np.uint8).copy()
+        with warnings.catch_warnings():
+            # Pillow only warns of an image over MAX_IMAGE_PIXELS (and refuses
+            # one over twice that); both are refused here, before decoding.
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                image = image.convert("RGB").resize((size, size), Image.BILINEAR)
+                array = np.asarray(image, dtype=np.uint8).copy()
     except FileNotFoundError:
         raise GraphseqError(f"image not found: {path}") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+        pixels = re.search(r"\d+", str(error))  # "Image size (N pixels) exceeds limit ..."
+        raise GraphseqError(f"cannot read image {path}: too large "
+                            f"({pixels[0] if pixels else 'too many'} pixels)") from None
     except (UnidentifiedImageError, OSError) as error:
         raise GraphseqError(f"cannot read image {path}: {error}") from None
     return torch.from_numpy(array).permute(2, 0, 1).float().div_(255.0)

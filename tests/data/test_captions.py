@@ -92,6 +92,29 @@ def test_a_missing_or_damaged_image_is_named(tmp_path):
         read_image(tmp_path / "bad.png", 16)
 
 
+def _png_header(width, height):
+    """The first chunks of a grey PNG of ``width`` x ``height``: all Pillow
+    reads before it decides whether to decode the pixels."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("side", [10_000, 30_000])  # Pillow warns of the first and refuses the second
+def test_an_image_too_large_to_decode_is_refused_without_a_warning(tmp_path, side, recwarn):
+    path = tmp_path / "huge.png"
+    path.write_bytes(_png_header(side, side))
+    with pytest.raises(GraphseqError) as refusal:
+        read_image(path, 16)
+    assert str(refusal.value) == f"cannot read image {path}: too large ({side * side} pixels)"
+    assert not [w for w in recwarn if issubclass(w.category, Image.DecompressionBombWarning)]
+
+
 def test_locate_coco_reads_the_mirror_in_place(tmp_path):
     _write_coco(tmp_path / "mirror" / "coco")
     annotation, images = locate_coco("train2014", tmp_path / "root", tmp_path / "mirror", download=False)
