@@ -63,6 +63,17 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON document in ``path``; a truncated, empty or garbled file is a
+    :class:`GraphseqError` that names it."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise GraphseqError(f"{path} is damaged ({first_sentence(error)}); it was left as it is") from None
+    except OSError as error:
+        raise GraphseqError(f"cannot read {path}: {error.strerror}") from None
+
+
 def check_output_file(path: str | os.PathLike, suffix: str, option: str) -> None:
     """Refuses, before any work, an output file of ``option`` that cannot be
     written, or an existing file that is not of the kind it writes (named by

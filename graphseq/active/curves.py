@@ -5,13 +5,13 @@ strategies can be read against the seed-to-seed spread.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 from ..errors import GraphseqError
+from ..io import first_sentence, read_json
 
 Curves = Dict[str, List[List[float]]]  # strategy -> [[num_labels, accuracy], ...]
 PLOT_NAME = "learning_curves.png"
@@ -67,9 +67,17 @@ def plot_run(run_dir: str | Path) -> Path:
     metrics_path = Path(run_dir) / "metrics.json"
     if not metrics_path.is_file():
         raise GraphseqError(f"{run_dir} holds no metrics.json; is it the --out of a finished run?")
-    metrics = json.loads(metrics_path.read_text())
-    runs = [r.get("curves") for r in metrics.get("runs", []) if r.get("curves")]
+    metrics = read_json(metrics_path)
+    try:  # Every point is read before anything is drawn.
+        runs = [{strategy: [[int(n), float(accuracy)] for n, accuracy in curve]
+                 for strategy, curve in r["curves"].items()}
+                for r in metrics.get("runs", []) if r.get("curves")]
+        reference = metrics.get("mean", {}).get("standard_split_accuracy")
+        reference = None if reference is None else float(reference)
+    except (AttributeError, TypeError, ValueError) as error:
+        raise GraphseqError(f"{metrics_path} is damaged ({first_sentence(error)}); "
+                            f"it was left as it is") from None
     if not runs:
         raise GraphseqError(f"{metrics_path} holds no learning curves; was it an active-learning run?")
-    reference = metrics.get("mean", {}).get("standard_split_accuracy")
-    return plot_learning_curves(runs, Path(run_dir) / PLOT_NAME, metrics.get("pipeline", "active"), reference)
+    return plot_learning_curves(runs, Path(run_dir) / PLOT_NAME, str(metrics.get("pipeline", "active")),
+                                reference)

@@ -1,0 +1,45 @@
+"""Learning-curve figures from a run's metrics.json: ``graphseq plot-curves``
+draws them, and refuses a damaged file in one line without touching it."""
+import json
+
+import pytest
+
+from graphseq.active.curves import PLOT_NAME
+from graphseq.cli import main
+
+METRICS = {"pipeline": "active-cora", "mean": {"standard_split_accuracy": 0.8},
+           "runs": [{"curves": {"random": [[2, 0.3], [4, 0.5]], "entropy": [[2, 0.3], [4, 0.6]]}},
+                    {"curves": {"random": [[2, 0.35], [4, 0.45]], "entropy": [[2, 0.3], [4, 0.7]]}}]}
+
+
+def test_plot_curves_draws_every_seed_of_a_run(tmp_path, capsys):
+    (tmp_path / "metrics.json").write_text(json.dumps(METRICS))
+    assert main(["plot-curves", str(tmp_path)]) == 0
+    assert (tmp_path / PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
+    assert capsys.readouterr().out == f"{tmp_path / PLOT_NAME}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["learning_curves.png", "metrics.json"]
+
+
+DAMAGED = {
+    "truncated": (json.dumps(METRICS)[:40].encode(), "Unterminated string starting at: line 1 column 38"),
+    "empty": (b"", "Expecting value: line 1 column 1 (char 0)"),
+    "not UTF-8": (b'{"pipeline": "\xff"}', "'utf-8' codec can't decode byte 0xff in position 14"),
+    "a list": (b"[1, 2]", "'list' object has no attribute 'get'"),
+    "a point of one number": (json.dumps({"runs": [{"curves": {"random": [[2]]}}]}).encode(),
+                              "not enough values to unpack"),
+    "a point of words": (json.dumps({"runs": [{"curves": {"random": [["two", 0.3]]}}]}).encode(),
+                         "invalid literal for int()"),
+    "curves as a list": (json.dumps({"runs": [{"curves": [[2, 0.3]]}]}).encode(),
+                         "'list' object has no attribute 'items'"),
+}
+
+
+@pytest.mark.parametrize("content, reason", DAMAGED.values(), ids=DAMAGED.keys())
+def test_plot_curves_names_a_damaged_metrics_file_and_leaves_it(tmp_path, capsys, content, reason):
+    (tmp_path / "metrics.json").write_bytes(content)
+    assert main(["plot-curves", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"graphseq: error: {tmp_path / 'metrics.json'} is damaged (")
+    assert reason in err and err.endswith("); it was left as it is\n") and err.count("\n") == 1
+    assert (tmp_path / "metrics.json").read_bytes() == content
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
