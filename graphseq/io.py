@@ -7,6 +7,7 @@ error that names it, and the file is left as it was.
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import sqlite3
@@ -74,16 +75,17 @@ def read_json(path: str | os.PathLike) -> Any:
         raise GraphseqError(f"cannot read {path}: {error.strerror}") from None
 
 
-def check_output_file(path: str | os.PathLike, suffix: str, option: str) -> None:
+def check_output_file(path: str | os.PathLike, suffix: str, option: str = "") -> None:
     """Refuses, before any work, an output file of ``option`` that cannot be
     written, or an existing file that is not of the kind it writes (named by
     ``suffix``), so that ``--html RUN/config.toml`` cannot replace a run's own
     file. Missing folders above it are made when it is written."""
     path = Path(path)
+    named = f"{option} {path}" if option else str(path)
     if path.is_dir():
-        raise GraphseqError(f"cannot write {option} {path}: Is a directory")
+        raise GraphseqError(f"cannot write {named}: Is a directory")
     if path.exists() and path.suffix.lower() != suffix:
-        raise GraphseqError(f"{option} {path}: will not overwrite a file that is not {suffix}")
+        raise GraphseqError(f"{named}: will not overwrite a file that is not {suffix}")
     existing = path.parent
     while not existing.exists():
         existing = existing.parent
@@ -94,11 +96,18 @@ def check_output_file(path: str | os.PathLike, suffix: str, option: str) -> None
         # anywhere but /proc): a temporary file made and removed answers.
         os.unlink(_temporary(existing / path.name))
     except OSError as error:
-        raise GraphseqError(f"cannot write {option} {path}: {error.strerror}") from None
+        raise GraphseqError(f"cannot write {named}: {error.strerror}") from None
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_png(figure: Any, path: str | os.PathLike) -> None:
+    """A matplotlib figure as a PNG file, written atomically."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

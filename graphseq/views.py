@@ -21,7 +21,6 @@ that fit the terminal.
 from __future__ import annotations
 
 import html
-import io
 import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -32,7 +31,7 @@ from torch import Tensor
 
 from .data.text import Vocabulary
 from .errors import GraphseqError
-from .io import atomic_write_bytes, atomic_write_text
+from .io import atomic_write_text, write_png
 from .models.charlm import CharLM
 
 
@@ -182,12 +181,6 @@ def write_heatmap(model: CharLM, vocab: Vocabulary, text: str, path: str | Path,
 # Captioners: where each word looks
 # --------------------------------------------------------------------------- #
 
-def _save(figure, path: str | Path) -> None:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", bbox_inches="tight")
-    atomic_write_bytes(path, buffer.getvalue())
-
-
 def attention_map(alpha: Tensor, size: int) -> Tensor:
     """A word's attention over a square grid of regions ``[R]`` (row by row)
     stretched smoothly to a ``[size, size]`` map that keeps each region's share."""
@@ -249,7 +242,7 @@ def draw_attention(images: Sequence[Tensor], captions: Sequence[Sequence[str]],
         row += height
     figure.suptitle("attention of each word over the image's regions (brightest: most weight; "
                     "in brackets: the largest region's share)", fontsize=9)
-    _save(figure, path)
+    write_png(figure, path)
 
 
 def _wrap(text: str, width: int) -> List[str]:

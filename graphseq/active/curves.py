@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ..errors import GraphseqError
-from ..io import first_sentence, read_json
+from ..io import check_output_file, first_sentence, read_json, write_png
 
 Curves = Dict[str, List[List[float]]]  # strategy -> [[num_labels, accuracy], ...]
 PLOT_NAME = "learning_curves.png"
@@ -28,7 +28,9 @@ def mean_curve(curves: Sequence[List[List[float]]]) -> tuple[np.ndarray, np.ndar
 def plot_learning_curves(runs: Sequence[Curves], path: str | Path, title: str,
                          reference: Optional[float] = None) -> Path:
     """Draws the curves of one or more seeds into a PNG at ``path``;
-    ``reference`` (an accuracy) is drawn as a dashed line."""
+    ``reference`` (an accuracy) is drawn as a dashed line. The file is
+    written atomically, and a path that cannot be written is refused before
+    anything is drawn."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -37,6 +39,7 @@ def plot_learning_curves(runs: Sequence[Curves], path: str | Path, title: str,
     runs = [r for r in runs if r]  # A run stopped before its first model has no curve yet.
     if not runs:
         raise GraphseqError("no learning curves to plot")
+    check_output_file(path, ".png")
     figure, axes = plt.subplots(figsize=(8, 5.5), dpi=120)
     colours = plt.get_cmap("tab10")
     for i, strategy in enumerate(runs[0]):
@@ -55,10 +58,11 @@ def plot_learning_curves(runs: Sequence[Curves], path: str | Path, title: str,
     axes.grid(True, alpha=0.3)
     axes.legend(title="strategy (final accuracy)", fontsize=8, loc="lower right")
     figure.tight_layout()
-    path = Path(path)
-    figure.savefig(path)
-    plt.close(figure)
-    return path
+    try:
+        write_png(figure, path)
+    finally:
+        plt.close(figure)
+    return Path(path)
 
 
 def plot_run(run_dir: str | Path) -> Path:

@@ -43,3 +43,21 @@ def test_plot_curves_names_a_damaged_metrics_file_and_leaves_it(tmp_path, capsys
     assert reason in err and err.endswith("); it was left as it is\n") and err.count("\n") == 1
     assert (tmp_path / "metrics.json").read_bytes() == content
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+
+
+def test_plot_curves_replaces_the_figure_atomically(tmp_path, capsys):
+    (tmp_path / "metrics.json").write_text(json.dumps(METRICS))
+    (tmp_path / PLOT_NAME).write_bytes(b"an older figure")
+    inode = (tmp_path / PLOT_NAME).stat().st_ino
+    assert main(["plot-curves", str(tmp_path)]) == 0
+    # A new file renamed over the old one: a reader never sees half a figure.
+    assert (tmp_path / PLOT_NAME).stat().st_ino != inode
+    assert (tmp_path / PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_curves_refuses_a_figure_path_it_cannot_write(tmp_path, capsys):
+    (tmp_path / "metrics.json").write_text(json.dumps(METRICS))
+    (tmp_path / PLOT_NAME).mkdir()
+    assert main(["plot-curves", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"graphseq: error: cannot write {tmp_path / PLOT_NAME}: Is a directory\n"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["learning_curves.png", "metrics.json"]
