@@ -352,7 +352,60 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _OutputError(Exception):
+    """Standard output could not be written (a full disk, a reader gone)."""
+
+
+class _Output:
+    """Standard output, whose failed writes are told apart from the OSErrors
+    of the files a command reads."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError as error:
+            raise _OutputError(error) from None
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as error:
+            raise _OutputError(error) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+def _discard_output() -> None:
+    """Points standard output at /dev/null, so that Python's own flush at
+    exit does not fail again on what is still buffered."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
+    except (AttributeError, OSError, ValueError):
+        pass  # not a file descriptor (a test's capture)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    stdout, sys.stdout = sys.stdout, _Output(sys.stdout)
+    try:
+        code = _command(argv)
+        sys.stdout.flush()  # A full disk shows here, while a message can still say so.
+        return code
+    except _OutputError as failure:
+        _discard_output()
+        error = failure.args[0]
+        if isinstance(error, BrokenPipeError):
+            return 141  # Quietly, as a tool that SIGPIPE ends (graphseq list | head -1).
+        print(f"graphseq: error: cannot write the output: {error.strerror or error}", file=sys.stderr)
+        return 2
+    finally:
+        sys.stdout = stdout
+
+
+def _command(argv: Optional[List[str]]) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # --help, or a malformed command line (code 2)

@@ -184,6 +184,29 @@ def test_the_installed_command_exits_2_without_traceback():
     assert "unknown pipeline" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("argv", [["list"], ["--help"], ["labels", "{tmp}"]])
+def test_output_to_a_full_disk_is_one_line_exit_2(argv, tmp_path):
+    from graphseq.active.store import STORE_NAME, LabelStore
+
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        store.add("random", 1, "Theory", "initial")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "graphseq.cli"] + argv, stdout=full,
+                                stderr=subprocess.PIPE, text=True)
+    assert result.stderr == "graphseq: error: cannot write the output: No space left on device\n"
+    assert result.returncode == 2
+
+
+def test_a_reader_that_stops_early_ends_the_output_quietly():
+    process = subprocess.Popen([sys.executable, "-m", "graphseq.cli", "list"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    process.stdout.close()  # long before the command, still importing, writes a line
+    assert process.stderr.read() == b""
+    assert process.wait() == 141  # what a shell reports for a tool that SIGPIPE ended
+
+
 def test_importing_the_layers_loads_no_runner_stage_prompt_or_database():
     code = ("import sys, graphseq.nn; "
             "print(sorted(m for m in sys.modules if m.startswith(('graphseq.', 'sqlite3', 'networkx'))))")
