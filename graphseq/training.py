@@ -41,7 +41,6 @@ share of it on each rank.
 from __future__ import annotations
 
 import contextlib
-import io
 import math
 import random
 import time
@@ -57,7 +56,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from . import distributed
 from .errors import GraphseqError
-from .io import atomic_write_bytes, load_checkpoint, save_checkpoint
+from .io import load_checkpoint, save_checkpoint, write_png
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -448,6 +447,4 @@ def plot_history(history: List[Dict[str, float]], path: Union[str, Path], title:
         axes.grid(alpha=0.3)
         axes.legend()
     figure.suptitle(title)
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", bbox_inches="tight")
-    atomic_write_bytes(path, buffer.getvalue())
+    write_png(figure, path)

@@ -8,7 +8,6 @@ and from scratch, fold by fold.
 """
 from __future__ import annotations
 
-import io
 import json
 import math
 from dataclasses import asdict, dataclass, replace
@@ -26,7 +25,7 @@ from ..data.pretraining import (Document, SentencePairs, TokenGraphs, collate, p
 from ..data.text import load_tiny_shakespeare
 from ..data.wordpiece import TOKENIZER_FILE, WordPieceTokenizer
 from ..errors import GraphseqError
-from ..io import atomic_write_bytes, write_json
+from ..io import write_json, write_png
 from ..models.bert import (POOLS, WEIGHTS_FILE, BertClassifier, BertConfig, BertForPretraining,
                            load_pretrained, save_pretrained)
 from ..seeding import MAX_SEED
@@ -620,6 +619,4 @@ def _plot_folds(results: Dict[str, List[Dict[str, Any]]], path: Path, title: str
     bars.set_ylim(max(0.0, low - 0.05), 1.0)
     bars.legend()
     figure.suptitle(title)
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", bbox_inches="tight")
-    atomic_write_bytes(path, buffer.getvalue())
+    write_png(figure, path)

@@ -14,7 +14,6 @@ rules predict its class, each scored on the validation and the test fold:
 """
 from __future__ import annotations
 
-import io
 import json
 import math
 import time
@@ -27,7 +26,7 @@ from tqdm import tqdm
 from ..checks import Domain, at_least, between, non_negative, one_of, positive
 from ..data.polarity import CLASS_NAMES, cv_folds, load_polarity
 from ..errors import GraphseqError
-from ..io import atomic_write_bytes, atomic_write_text, write_json
+from ..io import atomic_write_text, write_json, write_png
 from ..models.paragraph_vectors import (MODES, FlatCorpus, SupervisedParagraphVectors, class_log_likelihood,
                                         fit, infer, keep_probability, noise_distribution)
 from ..seeding import MAX_SEED
@@ -241,6 +240,4 @@ def _plot_losses(results: Dict[str, List[Dict[str, Any]]], path, title: str) -> 
         axes.grid(alpha=0.3)
         axes.legend(fontsize=7)
     figure.suptitle(title)
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", bbox_inches="tight")
-    atomic_write_bytes(path, buffer.getvalue())
+    write_png(figure, path)
