@@ -131,11 +131,15 @@ def save_checkpoint(obj: Any, path: str | os.PathLike) -> None:
 def first_sentence(error: BaseException, limit: int = 120) -> str:
     """The first sentence of an error's message, cut at a word within
     ``limit`` characters (torch's messages about a damaged file run on for
-    several sentences of advice)."""
+    several sentences of advice). A first line that ends in a colon takes
+    the detail of the next ("Error(s) in loading state_dict for Bert:" /
+    "size mismatch for ...")."""
     text = str(error).strip()
     if not text:
         return type(error).__name__
-    sentence = text.splitlines()[0].split(". ")[0]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    sentence = lines[0] + (f" {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else "")
+    sentence = sentence.split(". ")[0]
     return sentence if len(sentence) <= limit else sentence[:limit].rsplit(" ", 1)[0] + " ..."
 
 
@@ -148,8 +152,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
     except FileNotFoundError:
         raise GraphseqError(f"checkpoint not found: {path}") from None
     except Exception as error:  # torch raises many kinds for a damaged file.
-        raise GraphseqError(f"{path} is damaged or not a graphseq checkpoint "
-                            f"({first_sentence(error)}); it was left as it is") from None
+        # Bytes of no format torch knows end in its old format's KeyError of the first byte ('101').
+        reason = "not a file torch saved" if isinstance(error, KeyError) else first_sentence(error)
+        raise GraphseqError(f"{path} is damaged or not a graphseq checkpoint ({reason}); "
+                            f"it was left as it is") from None
 
 
 def check_sqlite(path: str | os.PathLike) -> None:

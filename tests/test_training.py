@@ -191,6 +191,16 @@ def test_a_truncated_checkpoint_is_named_with_the_first_sentence_of_the_reason(t
     assert first_sentence(RuntimeError("one two three. Four")) == "one two three"
     long = first_sentence(RuntimeError("word " * 40), limit=22)
     assert long == "word word word word ..."  # cut at a word, never inside one
+    listing = RuntimeError("Error(s) in loading state_dict for Bert:\n\tsize mismatch for w: 2 vs 3.\n\tmore")
+    assert first_sentence(listing) == "Error(s) in loading state_dict for Bert: size mismatch for w: 2 vs 3."
+
+
+def test_bytes_torch_never_wrote_are_named_as_such(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    path.write_text("hello\n")
+    with pytest.raises(GraphseqError, match=r"checkpoint.pt is damaged or not a graphseq checkpoint "
+                                            r"\(not a file torch saved\); it was left as it is$"):
+        load_checkpoint(path)
 
 
 def test_resume_refuses_a_checkpoint_of_another_model(tmp_path):

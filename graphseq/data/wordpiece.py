@@ -79,7 +79,10 @@ class WordPieceTokenizer:
             tokenizer = _tokenizers().Tokenizer.from_file(str(path))
         except Exception as error:  # tokenizers raises a bare Exception on bad JSON.
             raise GraphseqError(f"damaged tokenizer file {path}: {first_sentence(error)}") from None
-        return cls(tokenizer)
+        try:
+            return cls(tokenizer)
+        except GraphseqError as error:  # readable, but not one of ours
+            raise GraphseqError(f"{path}: {error}") from None
 
     def save(self, path: str | Path) -> None:
         atomic_write_text(path, self.tokenizer.to_str())

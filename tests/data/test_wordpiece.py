@@ -76,3 +76,16 @@ def test_the_same_pieces_get_the_same_ids(tokenizer):
     # The trainer's own numbering follows hash order, which varies between processes.
     pieces = [tokenizer.id_to_token(i) for i in range(5, tokenizer.vocab_size)]
     assert pieces == sorted(pieces)
+
+
+def test_a_tokenizer_file_without_the_special_tokens_is_named(tokenizer, tmp_path):
+    import json
+
+    path = tmp_path / "tokenizer.json"
+    tokenizer.save(path)
+    saved = json.loads(path.read_text())
+    saved["model"]["vocab"]["[NOMASK]"] = saved["model"]["vocab"].pop("[MASK]")
+    saved["added_tokens"] = [t for t in saved["added_tokens"] if t["content"] != "[MASK]"]
+    path.write_text(json.dumps(saved))
+    with pytest.raises(GraphseqError, match=r"tokenizer.json: a WordPiece tokenizer must hold .* as ids 0-4"):
+        WordPieceTokenizer.load(path)
