@@ -545,6 +545,7 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
     config = {"description": config.get("description", ""), "pipeline": name, "graphseq": __version__,
               "seed": seed, "runs": runs, **sections(config)}
     before = _snapshot(out)
+    made = [folder for folder in (out, *out.parents) if not folder.exists()]  # --out and new folders above it
     out.mkdir(parents=True, exist_ok=True)
     log = None
     try:
@@ -558,6 +559,9 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         _close(log)
         if distributed.is_main() and (not resume or isinstance(error, GraphseqError)):
             _undo_runner_writes(out, before)
+            for folder in made[1:]:  # what mkdir made above --out goes with it, if --out went
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
         raise
     finally:
         _close(log)

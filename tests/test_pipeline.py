@@ -252,6 +252,14 @@ def test_settings_that_could_not_run_are_refused_before_the_run_folder_is_made(t
     assert not (tmp_path / "run").exists()
 
 
+def test_a_run_refused_after_its_folder_was_made_takes_the_new_folders_above_it(tmp_path, data_root, mirror):
+    out = tmp_path / "new" / "deeper" / "run"
+    with pytest.raises(GraphseqError, match="needs a budget"):  # found by the training stage, not before
+        run("charlm-lstm", overrides={**CHARLM, "train.steps": 0}, out=out, data_root=data_root,
+            data_mirror=mirror, quiet=True)
+    assert list(tmp_path.iterdir()) == []
+
+
 def _provide_count(check, *, count, **_):
     check.facts["count"] = count
 
