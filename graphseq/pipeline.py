@@ -118,7 +118,10 @@ def validate_config(config: Dict[str, Any], source: str) -> None:
         if not isinstance(value, RUN_KEYS[key]) or isinstance(value, bool):
             raise GraphseqError(f"{source}: {key} must be {RUN_KEYS[key].__name__}, got {value!r}")
     for name, table in sections(config).items():
-        fn = get_stage(table.get("stage", name))
+        try:
+            fn = get_stage(table.get("stage", name))
+        except GraphseqError as error:  # which file, which table
+            raise GraphseqError(f"{source}: [{name}]: {error}") from None
         known = stage_params(fn)
         for key, value in table.items():
             if key == "stage":

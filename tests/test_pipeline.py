@@ -51,7 +51,7 @@ def test_registry_refuses_a_second_stage_of_the_same_name():
 def test_unknown_stage_lists_the_known_ones(tmp_path):
     path = tmp_path / "p.toml"
     path.write_text('[data]\nstage = "planetoidd"\n')
-    with pytest.raises(GraphseqError, match="known stages: .*planetoid"):
+    with pytest.raises(GraphseqError, match=r"p.toml: \[data\]: unknown stage 'planetoidd'; known stages: .*planetoid"):
         read_config(path)
     assert "planetoid" in STAGES
 
