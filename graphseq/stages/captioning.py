@@ -426,6 +426,7 @@ def evaluate_captions(ctx, *, splits: list = ["val", "test", "test_unseen"], bea
     model.eval()
     for name in splits:
         if name not in data.splits:
+            ctx.log.info(f"{name}: the data has no such split (none drawn, or COCO's); not scored")
             continue
         split = data.splits[name]
         results, figures = {}, {}

@@ -145,13 +145,17 @@ def test_caption_coco_runs_on_files_in_cocos_layout(tmp_path):
                  "data.download": False, "encoder.channels": [4, 8, 8, 16], "encoder.pretrain_steps": 2,
                  "encoder.eval_every": 1, "encoder.batch_size": 4, "model.embedding_dim": 8,
                  "model.hidden_size": 16, "train.steps": 2, "train.eval_every": 1, "train.eval_images": 4,
-                 "train.batch_size": 4, "evaluate.max_length": 6, "train.max_length": 6}
+                 "train.batch_size": 4, "evaluate.max_length": 6, "train.max_length": 6,
+                 "evaluate.splits": ["val", "test", "test_unseen"]}
     summary = run("caption-coco", overrides=overrides, out=tmp_path / "out", data_root=tmp_path / "root",
                   data_mirror=mirror, quiet=True)
     figures = summary["runs"][0]
     assert figures["steps"] == 2 and 0.0 <= figures["test_beam_bleu4"] <= 1.0
     assert "test_beam_objects" not in figures  # COCO has no scenes to check objects against
     assert (tmp_path / "out" / "attention.png").is_file()
+    # Asked for, but COCO has no unseen pairs: said, not silently dropped.
+    assert "test_unseen: the data has no such split" in (tmp_path / "out" / "log.txt").read_text()
+    assert "test_unseen_beam_bleu4" not in figures
 
 
 def test_caption_coco_without_coco_offline_says_where_it_looked(tmp_path):
