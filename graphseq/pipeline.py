@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import shutil
 import statistics
 import sys
@@ -559,6 +560,10 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         return _run_seeds(config, name, out, seed, runs, torch_device, resume, quiet, log, objects,
                           data_root, data_mirror, pipeline)
     except BaseException as error:
+        if (isinstance(error, KeyboardInterrupt) and log is not None and _resumable(config)
+                and (resume or _stage_stored(out, before))):
+            log.info(f"interrupted; continue with: graphseq run {shlex.quote(str(pipeline))} --resume "
+                     f"--out {shlex.quote(str(out))}")
         _close(log)
         if distributed.is_main() and (not resume or isinstance(error, GraphseqError)):
             _undo_runner_writes(out, before)
@@ -667,20 +672,24 @@ def _snapshot(out: Path) -> Optional[Dict[Path, tuple]]:
 RUNNER_FILES = ("config.toml", "log.txt")
 
 
+def _stage_stored(out: Path, before: Optional[Dict[Path, tuple]]) -> bool:
+    """Whether a stage wrote or changed a file under ``out`` since ``before``."""
+    for path in (p for p in out.rglob("*") if p.is_file()):
+        if path.parent == out and path.name in RUNNER_FILES:
+            continue
+        if before is None or path not in before or before[path][:2] != (path.stat().st_size,
+                                                                         path.stat().st_mtime_ns):
+            return True
+    return False
+
+
 def _undo_runner_writes(out: Path, before: Optional[Dict[Path, tuple]]) -> None:
     """A run that failed before any stage stored a file leaves the folder as
     it found it: a new folder is removed, the runner's config.toml and
     log.txt are put back. A stage's file (a label, a checkpoint) is never
     touched: if one was written, everything stays."""
-    if not out.is_dir():
-        return
-    now = [p for p in out.rglob("*") if p.is_file()]
-    for path in now:
-        if path.parent == out and path.name in RUNNER_FILES:
-            continue
-        if before is None or path not in before or before[path][:2] != (path.stat().st_size,
-                                                                         path.stat().st_mtime_ns):
-            return  # A stage stored something: keep the run as it is.
+    if not out.is_dir() or _stage_stored(out, before):
+        return  # A stage stored something: keep the run as it is.
     if before is None:
         shutil.rmtree(out, ignore_errors=True)
         return

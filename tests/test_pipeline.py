@@ -328,3 +328,24 @@ def test_a_quiet_run_whose_log_handler_writes_to_stderr_does_not_loop(tmp_path):
     for handler in log.handlers:
         handler.close()
     assert (tmp_path / "log.txt").read_text().splitlines() == ["Processing..."]
+
+
+@stage("test_interrupted", resumes="state.txt")
+def interrupted(ctx, *, stored: bool = True):
+    """Stores its state (or not), then the user presses Ctrl-C."""
+    if stored:
+        (ctx.out / "state.txt").write_text("step 1")
+    raise KeyboardInterrupt
+
+
+def test_an_interrupted_run_logs_how_to_continue_it_when_there_is_something_to_continue(tmp_path):
+    pipeline = tmp_path / "ctrl c.toml"
+    pipeline.write_text('[work]\nstage = "test_interrupted"\n')
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run(pipeline, out=out, quiet=True)
+    assert f"interrupted; continue with: graphseq run '{pipeline}' --resume --out {out}" in \
+        (out / "log.txt").read_text()
+    with pytest.raises(KeyboardInterrupt):  # nothing stored: no run to continue, and no folder left
+        run(pipeline, out=tmp_path / "empty", overrides={"work.stored": False}, quiet=True)
+    assert not (tmp_path / "empty").exists()
