@@ -415,10 +415,9 @@ def _resumable(config: Dict[str, Any]) -> List[str]:
 
 def _read_on_resume(folder: Path, config: Dict[str, Any]) -> List[Path]:
     """The files of ``folder`` besides the ones continued from that the
-    pipeline's stages read on resuming: a later stage's answers
-    (fewshot_oracle's ``*.sqlite``) and what the stages declare."""
-    patterns = ["*.sqlite"] + [pattern for n, t in sections(config).items()
-                               for pattern in stage_spec(t.get("stage", n)).resume_reads]
+    pipeline's stages declare they read on resuming (``resume_reads``)."""
+    patterns = [pattern for n, t in sections(config).items()
+                for pattern in stage_spec(t.get("stage", n)).resume_reads]
     found = {path for pattern in patterns for path in folder.glob(pattern)}
     return sorted(found - {folder / file for file in _resumable(config)})
 

@@ -77,14 +77,18 @@ def load_planetoid(name: str, root: Path, mirror: Optional[Path] = None,
     raw_dir = locate_raw_files(f"{canonical}/raw", raw, Path(root), mirror, download, CHECKSUMS[canonical])
     transform = T.NormalizeFeatures() if normalize_features else None
     processed = Path(root) / canonical / "processed"
-    cached = (processed / "data.pt").is_file()
-    try:
+
+    def read() -> Data:
         return Planetoid(str(root), canonical, split=split, transform=transform)[0]
-    except Exception as error:
-        if not cached:  # A raw file no checksum covers (generated data) that PyG cannot parse.
-            raise GraphseqError(f"cannot read the {canonical} files in {raw_dir}: {type(error).__name__}: "
-                                f"{first_sentence(error)}; one of them may be damaged") from None
-    # PyG's cache of the raw files is torn: it is rebuilt from them (they were checked above).
-    (log or logging.getLogger("graphseq")).info(f"{processed} is unreadable; rebuilding it")
-    shutil.rmtree(processed)
-    return load_planetoid(name, root, mirror, split, normalize_features, log)
+
+    if (processed / "data.pt").is_file():
+        try:
+            return read()
+        except Exception:  # PyG's cache of the raw files is torn: rebuilt from them (checked above).
+            (log or logging.getLogger("graphseq")).info(f"{processed} is unreadable; rebuilding it")
+            shutil.rmtree(processed)
+    try:
+        return read()
+    except Exception as error:  # A raw file no checksum covers (generated data) that PyG cannot parse.
+        raise GraphseqError(f"cannot read the {canonical} files in {raw_dir}: {type(error).__name__}: "
+                            f"{first_sentence(error)}; one of them may be damaged") from None

@@ -459,7 +459,7 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
                                   "noise": probability, "query": one_of(*QUERY_MODES), "training": NAME,
                                   "picture_width": at_least(8)},
         options=("oracle", "labels"), resume_may_change=("episodes", "oracle", "labels", "noise"),
-        precheck=_check_oracle)
+        resume_reads=(STORE_NAME,), precheck=_check_oracle)
 def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "", noise: float = 0.0,
                    query: str = "learned", training: str = "", picture_width: int = 20) -> None:
     """An active model asks, in each of ``episodes`` test episodes, for the
