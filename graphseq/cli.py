@@ -142,9 +142,16 @@ def _list(args: argparse.Namespace) -> int:
 
     pipelines = available_pipelines()
     width = max((len(n) for n in pipelines), default=0)
+    broken = 0
     for name, path in pipelines.items():
-        print(f"{name:<{width}}  {read_config(path).get('description', '')}")
-    return 0
+        try:  # One bad file under $GRAPHSEQ_PIPELINES does not hide the rest.
+            description = read_config(path).get("description", "")
+        except GraphseqError as error:
+            print(f"graphseq: error: {error}", file=sys.stderr)
+            broken += 1
+            continue
+        print(f"{name:<{width}}  {description}")
+    return 2 if broken else 0
 
 
 def _add_labels(commands: argparse._SubParsersAction) -> None:

@@ -116,6 +116,15 @@ def test_list_shows_each_pipeline_with_its_description(capsys):
     assert "gat-cora" in out and "Veličković" in out
 
 
+def test_list_names_a_broken_pipeline_file_and_still_lists_the_rest(capsys, tmp_path, monkeypatch):
+    (tmp_path / "aaa-broken.toml").write_text("[train]\nlr = \n")
+    monkeypatch.setenv("GRAPHSEQ_PIPELINES", str(tmp_path))
+    assert main(["list"]) == 2
+    captured = capsys.readouterr()
+    assert "aaa-broken.toml" in captured.err and "line 2" in captured.err
+    assert "gat-cora" in captured.out and "aaa-broken" not in captured.out
+
+
 def test_unknown_pipeline_lists_the_known_ones(capsys):
     err = fail(capsys, "run", "gat-coar")
     assert "unknown pipeline 'gat-coar'" in err and "gat-cora" in err and "gat-citeseer" in err
