@@ -6,6 +6,7 @@ features, so every image of a batch is searched at once.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
@@ -168,8 +169,8 @@ def caption_image(run_dir: str | Path, image: str | Path, *, beam_size: int = 3,
     from ..views import draw_attention
     from .captioner import load_captioner
 
-    if beam_size < 1 or samples < 0 or temperature < 0 or max_length < 1:
-        raise GraphseqError(f"need beam_size >= 1, samples >= 0, temperature >= 0 and max_length >= 1; "
+    if beam_size < 1 or samples < 0 or not math.isfinite(temperature) or temperature < 0 or max_length < 1:
+        raise GraphseqError(f"need beam_size >= 1, samples >= 0, a finite temperature >= 0 and max_length >= 1; "
                             f"got {beam_size}, {samples}, {temperature}, {max_length}")
     if max_length > MAX_CAPTION_WORDS:
         raise GraphseqError(f"--max-length must be at most {MAX_CAPTION_WORDS} words, got {max_length}")

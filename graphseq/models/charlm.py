@@ -126,8 +126,8 @@ def sample(model: CharLM, vocab: Vocabulary, prime: str = "", length: int = 500,
     """``prime`` followed by ``length`` characters drawn one at a time from
     the model's softmax at ``temperature`` (0 picks the likeliest character).
     An empty prime starts the model after a line break."""
-    if temperature < 0:
-        raise GraphseqError(f"temperature must be non-negative, got {temperature}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise GraphseqError(f"temperature must be a finite number >= 0, got {temperature}")
     if length < 0:
         raise GraphseqError(f"length must be non-negative, got {length}")
     model.eval()

@@ -7,7 +7,8 @@ from torch import nn
 
 from graphseq import graphs
 from graphseq.data.captions import caption_vocabulary
-from graphseq.models.caption_search import beam_search, greedy, sample
+from graphseq.errors import GraphseqError
+from graphseq.models.caption_search import beam_search, caption_image, greedy, sample
 from graphseq.models.captioner import (AttentionDecoder, Captioner, ConvEncoder, InitDecoder, InputDecoder,
                                        grid_positions)
 from graphseq.nn import ChainLSTM
@@ -225,3 +226,9 @@ def test_greedy_attention_has_a_row_per_word_and_the_end():
         assert alpha.shape == (len(words) + 1, R)
         assert torch.allclose(alpha.sum(dim=1), torch.ones(len(words) + 1), atol=1e-5)
     assert greedy(_captioner("init").eval(), torch.rand(2, 3, 32, 32), max_length=5).attention is None
+
+
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf")])
+def test_caption_image_refuses_a_temperature_that_is_not_finite_before_reading_anything(tmp_path, temperature):
+    with pytest.raises(GraphseqError, match="a finite temperature >= 0"):
+        caption_image(tmp_path / "no-run", tmp_path / "no-image.png", samples=2, temperature=temperature)

@@ -59,6 +59,13 @@ def test_greedy_sample_takes_the_likeliest_character():
     assert sample(model, VOCAB, "a", 5, temperature=0) == "a" + VOCAB.symbols[-1] * 5
 
 
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf"), -1.0])
+def test_a_temperature_that_is_not_a_finite_number_at_least_zero_is_refused(temperature):
+    model = CharLM(len(VOCAB), embedding_dim=4, hidden_size=8)
+    with pytest.raises(GraphseqError, match="temperature must be a finite number >= 0"):
+        sample(model, VOCAB, "a", 5, temperature=temperature)
+
+
 def test_prime_with_unknown_characters_is_an_error():
     model = CharLM(len(VOCAB), embedding_dim=4, hidden_size=8)
     with pytest.raises(GraphseqError, match="'Z'"):
