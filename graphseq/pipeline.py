@@ -696,8 +696,10 @@ def _undo_runner_writes(out: Path, before: Optional[Dict[Path, tuple]]) -> None:
         path = out / name
         if path not in before:
             path.unlink(missing_ok=True)
-        elif path.read_bytes() != before[path][2]:
-            atomic_write_bytes(path, before[path][2])
+        else:
+            if path.read_bytes() != before[path][2]:
+                atomic_write_bytes(path, before[path][2])
+            os.utime(path, ns=(before[path][1], before[path][1]))  # as the run found it: its time too
     for folder in sorted((p for p in out.rglob("*") if p.is_dir()), reverse=True):
         if not any(folder.iterdir()) and not any(f.is_relative_to(folder) for f in before):
             folder.rmdir()

@@ -349,3 +349,25 @@ def test_an_interrupted_run_logs_how_to_continue_it_when_there_is_something_to_c
     with pytest.raises(KeyboardInterrupt):  # nothing stored: no run to continue, and no folder left
         run(pipeline, out=tmp_path / "empty", overrides={"work.stored": False}, quiet=True)
     assert not (tmp_path / "empty").exists()
+
+
+@stage("test_refused_on_resume", resumes="state.txt")
+def refused_on_resume(ctx):
+    """Stores its state; a resumed run finds, inside the stage, that it cannot go on."""
+    if ctx.resume:
+        raise GraphseqError("this state cannot continue")
+    (ctx.out / "state.txt").write_text("step 1")
+
+
+def test_a_resume_refused_inside_a_stage_leaves_the_runners_files_as_they_were_times_too(tmp_path):
+    pipeline = tmp_path / "late.toml"
+    pipeline.write_text('[work]\nstage = "test_refused_on_resume"\n')
+    out = tmp_path / "run"
+    run(pipeline, out=out, quiet=True)
+    past = 1_000_000_000 * 10**9  # 2001: any change of time shows
+    for name in ("config.toml", "log.txt"):
+        os.utime(out / name, ns=(past, past))
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
+    with pytest.raises(GraphseqError, match="this state cannot continue"):
+        run(pipeline, out=out, resume=True, quiet=True)
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()} == before
