@@ -22,7 +22,7 @@ import shutil
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Optional, Sequence
+from typing import Callable, Iterator, List, Mapping, Optional, Sequence
 
 from ..errors import GraphseqError
 from ..io import _temporary
@@ -103,7 +103,8 @@ def locate_raw_files(folder: str, names: Sequence[str], root: Path,
     copied); what is still missing is handed to ``download(root/folder)``,
     and every downloaded file is checked (a damaged one is deleted). Errors
     from the download (offline, say) become a :class:`GraphseqError` naming
-    the files.
+    the files. A refusal takes back what the mirror gave this call, and the
+    folders it made: the root is left as it was found.
     """
     checksums = checksums or {}
     target = Path(root) / folder
@@ -113,26 +114,33 @@ def locate_raw_files(folder: str, names: Sequence[str], root: Path,
         if (target / name).is_file() and name in checksums:
             check_file(target / name, checksums[name], "in the data root; delete it to fetch it again")
     missing = [n for n in names if not (target / n).exists()]
-    if missing and mirror is not None:
-        source = Path(mirror) / folder
-        for name in list(missing):
-            if (source / name).is_file():
-                if name in checksums:
-                    check_file(source / name, checksums[name], "in the mirror; nothing was copied")
-                _copy(source / name, target / name)
-                missing.remove(name)
-    if not missing:
-        return target
-    places = f"{target}" + (f" and the mirror {Path(mirror) / folder}" if mirror is not None else
-                            " (no mirror set: --data-mirror or GRAPHSEQ_MIRROR)")
-    if download is None:
-        raise GraphseqError(f"missing dataset file(s) {', '.join(missing)}; looked in {places}")
-    try:
-        with _removed_if_failed(target):
-            download(target)
-    except Exception as error:  # Any failure of the network or the host.
-        raise GraphseqError(f"missing dataset file(s) {', '.join(missing)}; looked in {places}, "
-                            f"and the download failed: {error}") from None
+    copied: List[Path] = []
+    with _removed_if_failed(target):
+        try:
+            if missing and mirror is not None:
+                source = Path(mirror) / folder
+                for name in list(missing):
+                    if (source / name).is_file():
+                        if name in checksums:
+                            check_file(source / name, checksums[name], "in the mirror; nothing was copied")
+                        _copy(source / name, target / name)
+                        copied.append(target / name)
+                        missing.remove(name)
+            if not missing:
+                return target
+            places = f"{target}" + (f" and the mirror {Path(mirror) / folder}" if mirror is not None else
+                                    " (no mirror set: --data-mirror or GRAPHSEQ_MIRROR)")
+            if download is None:
+                raise GraphseqError(f"missing dataset file(s) {', '.join(missing)}; looked in {places}")
+            try:
+                download(target)
+            except Exception as error:  # Any failure of the network or the host.
+                raise GraphseqError(f"missing dataset file(s) {', '.join(missing)}; looked in {places}, "
+                                    f"and the download failed: {error}") from None
+        except BaseException:  # Refused: what this call copied from the mirror goes too.
+            for path in copied:
+                path.unlink(missing_ok=True)
+            raise
     still = [n for n in names if not (target / n).exists()]
     if still:
         raise GraphseqError(f"missing dataset file(s) {', '.join(still)} after downloading into {target}")

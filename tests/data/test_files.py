@@ -87,6 +87,24 @@ def test_a_failed_download_leaves_no_empty_folder(tmp_path, monkeypatch):
         assert not root.exists()  # polarity makes its folder before it downloads
 
 
+def test_a_refusal_takes_back_what_the_mirror_gave_and_the_folders_it_made(tmp_path, mirror, monkeypatch):
+    def offline(*args, **kwargs):
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr("graphseq.data.files.urllib.request.urlopen", offline)
+    root = tmp_path / "datasets"
+    root.mkdir()
+    # The shared PubMed lacks ind.pubmed.allx: seven files could come from the mirror, one cannot.
+    with pytest.raises(GraphseqError, match="ind.pubmed.allx; .* and the download failed"):
+        load_planetoid("PubMed", root, mirror)
+    assert list(root.iterdir()) == []
+    (tmp_path / "mirror" / "set").mkdir(parents=True)
+    (tmp_path / "mirror" / "set" / "a.txt").write_bytes(GOOD)
+    with pytest.raises(GraphseqError, match="missing dataset file\\(s\\) b.txt"):  # no download at all
+        locate_raw_files("set", ["a.txt", "b.txt"], root, tmp_path / "mirror", checksums=CHECKSUMS)
+    assert list(root.iterdir()) == []
+
+
 def test_good_files_are_copied_and_files_without_a_checksum_pass(tmp_path):
     (tmp_path / "mirror" / "set").mkdir(parents=True)
     (tmp_path / "mirror" / "set" / "a.txt").write_bytes(GOOD)
