@@ -24,6 +24,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from ..errors import GraphseqError
+from .files import removed_if_failed
 from .text import Vocabulary
 
 PAD, START, END, UNKNOWN = "<pad>", "<start>", "<end>", "<unk>"
@@ -252,7 +253,8 @@ def locate_coco(split: str, root: Path, mirror: Optional[Path] = None, download:
         raise GraphseqError(f"COCO {split} not found: looked for annotations/captions_{split}.json "
                             f"and {split}/ in {' and '.join(map(str, places))}")
     try:
-        download_coco(places[0], split, fetch)
+        with removed_if_failed(places[0]):  # no empty coco/ left by a failed download
+            download_coco(places[0], split, fetch)
     except GraphseqError:
         raise
     except Exception as error:  # Any failure of the network or the host.

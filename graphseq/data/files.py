@@ -115,7 +115,7 @@ def locate_raw_files(folder: str, names: Sequence[str], root: Path,
             check_file(target / name, checksums[name], "in the data root; delete it to fetch it again")
     missing = [n for n in names if not (target / n).exists()]
     copied: List[Path] = []
-    with _removed_if_failed(target):
+    with removed_if_failed(target):
         try:
             if missing and mirror is not None:
                 source = Path(mirror) / folder
@@ -160,7 +160,7 @@ def download_url(url: str, path: Path) -> None:
     (PyG's ``download_url`` writes in place). A failed download also takes
     away the folders it made, so that no empty dataset folder is left."""
     path = Path(path)
-    with _removed_if_failed(path.parent):
+    with removed_if_failed(path.parent):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = _temporary(path)
         try:
@@ -172,7 +172,7 @@ def download_url(url: str, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _removed_if_failed(folder: Path) -> Iterator[None]:
+def removed_if_failed(folder: Path) -> Iterator[None]:
     """If the block fails, removes ``folder`` and those of its parents that
     did not exist before it, deepest first, stopping at the first that is
     not empty."""

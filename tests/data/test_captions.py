@@ -162,8 +162,10 @@ def test_a_failed_download_is_one_clear_error(tmp_path):
     def offline(url, path):
         raise OSError("network unreachable")
 
+    root = tmp_path / "datasets"
     with pytest.raises(GraphseqError, match="download .* failed: network unreachable"):
-        locate_coco("val2014", tmp_path, None, download=True, fetch=offline)
+        locate_coco("val2014", root, None, download=True, fetch=offline)
+    assert not root.exists()  # no empty coco/ folder left behind
 
 
 def _write_flickr(root):
