@@ -204,6 +204,19 @@ def check_domains(config: Dict[str, Any], source: str) -> None:
                 raise GraphseqError(f"{source}: {refusal(f'{name}.{key}', value, checks[key])}")
 
 
+def check_applies(config: Dict[str, Any], source: str) -> None:
+    """A key set where its stage has no use for it (``chunk_size`` for an
+    LSTM cell) is refused: the run would ignore it without a word."""
+    for name, table in sections(config).items():
+        kind = table.get("stage", name)
+        defaults = stage_params(get_stage(kind))
+        for key, (on, values) in stage_spec(kind).applies.items():
+            setting = table.get(on, defaults[on])
+            if key in table and setting not in values:
+                raise GraphseqError(f"{source}: {name}.{key} has no use when {name}.{on} = {setting!r}: it "
+                                    f"applies only with {' or '.join(map(repr, values))}; leave it out")
+
+
 def precheck(config: Dict[str, Any], data_root: str | os.PathLike | None = None,
              data_mirror: str | os.PathLike | None = None, options: Optional[Dict[str, Any]] = None) -> None:
     """Each stage's precheck (see :func:`~graphseq.stages.registry.stage`),
@@ -514,6 +527,8 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
     apply_overrides(config, overrides)
     objects = _apply_options(config, options, name)
     check_domains(config, name)
+    if not resume:  # A run started before a key was found unused still continues.
+        check_applies(config, name)
     torch_device = resolve_device(device)
     # Several processes (torchrun, --nproc-per-node): check, then join the group.
     torch_device = distributed.join(name, [get_stage(t.get("stage", n)) for n, t in sections(config).items()],

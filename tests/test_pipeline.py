@@ -2,6 +2,7 @@
 import hashlib
 import json
 import os
+import shutil
 import stat
 import sys
 import tomllib
@@ -250,6 +251,35 @@ def test_settings_that_could_not_run_are_refused_before_the_run_folder_is_made(t
         run(pipeline, overrides=overrides, out=tmp_path / "run", data_root=data_root, data_mirror=mirror,
             quiet=True)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("pipeline,overrides,message", [
+    ("charlm-lstm", {"model.chunk_size": 4},
+     "model.chunk_size has no use when model.cell = 'lstm': it applies only with 'onlstm'"),
+    ("caption-shapes-init", {"model.heads": 2},
+     "model.heads has no use when model.decoder = 'init': it applies only with 'attention'"),
+    ("gat-cora", {"train.batch_size": 64},
+     "train.batch_size has no use when train.loader = 'full': it applies only with 'neighbor'"),
+])
+def test_a_setting_the_run_would_ignore_is_refused(tmp_path, data_root, mirror, capsys, pipeline, overrides,
+                                                   message):
+    with pytest.raises(GraphseqError, match=message):
+        run(pipeline, overrides=overrides, out=tmp_path / "run", data_root=data_root, data_mirror=mirror,
+            quiet=True)
+    assert not (tmp_path / "run").exists()
+    key, value = next(iter(overrides.items()))
+    assert main(["run", pipeline, "--set", f"{key}={value}", "--out", str(tmp_path / "run")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_run_started_with_a_setting_found_unused_later_still_resumes(charlm_run, tmp_path, data_root, mirror):
+    out = tmp_path / "run"
+    shutil.copytree(charlm_run, out)
+    config = (out / "config.toml").read_text()
+    (out / "config.toml").write_text(config.replace('cell = "lstm"\n', 'cell = "lstm"\nchunk_size = 8\n'))
+    assert "chunk_size = 8" in (out / "config.toml").read_text()
+    summary = run("charlm-lstm", out=out, resume=True, data_root=data_root, data_mirror=mirror, quiet=True)
+    assert summary["runs"][0]["steps"] == 2
 
 
 def test_a_run_refused_after_its_folder_was_made_takes_the_new_folders_above_it(tmp_path, data_root, mirror):
