@@ -139,7 +139,10 @@ def validate_config(config: Dict[str, Any], source: str) -> None:
 _REQUIRED = inspect.Parameter.empty
 
 
-def _check_type(key: str, value: Any, default: Any, source: str) -> Any:
+def _check_type(key: str, value: Any, default: Any, source: str, current: Any = _REQUIRED) -> Any:
+    """``value`` of ``key`` as its stage takes it (an int where a float is
+    meant becomes a float), or an error that shows the type wanted: by the
+    value the pipeline has (``current``), else by the stage's default."""
     if default is None or default is _REQUIRED:
         return value
     if isinstance(default, bool):
@@ -158,8 +161,9 @@ def _check_type(key: str, value: Any, default: Any, source: str) -> Any:
     else:
         ok = True
     if not ok:
-        raise GraphseqError(f"{source}: {key} must be {type(default).__name__} "
-                            f"(like its default {default!r}), got {value!r}")
+        like = (f"like {current!r}, its value in the pipeline" if current is not _REQUIRED
+                else f"like its default {default!r}")
+        raise GraphseqError(f"{source}: {key} must be {type(default).__name__} ({like}), got {value!r}")
     return value
 
 
@@ -192,7 +196,8 @@ def apply_overrides(config: Dict[str, Any], overrides: Sequence[str] | Dict[str,
         if name not in known:
             raise GraphseqError(f"--set {key}: unknown key {name!r}; "
                                 f"known keys of [{section}]: {', '.join(known)}")
-        tables[section][name] = _check_type(key, value, known[name], "--set")
+        tables[section][name] = _check_type(key, value, known[name], "--set",
+                                            tables[section].get(name, _REQUIRED))
 
 
 def check_domains(config: Dict[str, Any], source: str) -> None:

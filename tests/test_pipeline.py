@@ -319,6 +319,17 @@ def test_a_later_stage_is_prechecked_before_an_earlier_one_writes(tmp_path):
     assert (tmp_path / "run" / "stored.txt").read_text() == "2 stored"
 
 
+def test_a_mistyped_override_shows_the_type_by_the_pipelines_own_value_else_the_default(tmp_path):
+    pipeline = tmp_path / "two.toml"
+    pipeline.write_text('[first]\nstage = "test_writes_first"\ncount = 2\n\n[second]\nstage = "test_checked_later"\n')
+    with pytest.raises(GraphseqError, match=r"first.count must be int \(like 2, its value in the pipeline\), "
+                                            r"got 'many'"):
+        run(pipeline, overrides=["first.count=many"], out=tmp_path / "run", quiet=True)
+    with pytest.raises(GraphseqError, match=r"second.want must be int \(like its default 1\), got 'lots'"):
+        run(pipeline, overrides=["second.want=lots"], out=tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
 @stage("test_noisy_library")
 def noisy_library(ctx, *, message: str = "Processing..."):
     """Prints to stderr as PyG's dataset processing does."""
