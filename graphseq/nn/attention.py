@@ -177,8 +177,7 @@ class AttentionConv(MessagePassing):
         super().__init__(**kwargs)
         if heads < 1:
             raise ValueError(f"{type(self).__name__} needs heads >= 1, got {heads}")
-        if not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"{type(self).__name__} needs dropout in [0, 1], got {dropout}")
+        checks.check_probability(self, "dropout", dropout)
         self.heads = heads
         self.dropout = dropout
         self._graph_cache = None
@@ -201,6 +200,8 @@ class AttentionConv(MessagePassing):
             return self._sparse_graph(edge_index, size, self_loops, num_loops)
         if isinstance(edge_index, EdgeIndex):
             edge_index = edge_index.as_tensor()
+        if not isinstance(edge_index, Tensor):  # a list, say: named before the cache reads it
+            checks.check_edge_index(self, edge_index, size)
         key = (edge_index._version, size, self_loops, num_loops)
         cache = self._graph_cache
         if cache is not None and cache[0]() is edge_index and cache[1] == key:
@@ -395,6 +396,9 @@ class GATConv(AttentionConv):
                  fill_value: Union[float, Tensor, str] = "mean", bias: bool = True,
                  residual: bool = False, value_dropout: float = 0.0, **kwargs):
         super().__init__(heads=heads, dropout=dropout, **kwargs)
+        checks.check_sizes(self, lazy=True, in_channels=in_channels)
+        checks.check_sizes(self, out_channels=out_channels)
+        checks.check_probability(self, "value_dropout", value_dropout)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.concat = concat
@@ -607,6 +611,8 @@ class SelfAttentionConv(AttentionConv):
         checks.check_option(self, "add_zero_attn", add_zero_attn, False,
                             "it would attend to an extra zero key and value")
         super().__init__(heads=num_heads, dropout=dropout, **kwargs)
+        checks.check_sizes(self, embed_dim=embed_dim, **{k: v for k, v in (("kdim", kdim), ("vdim", vdim))
+                                                        if v is not None})
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
         self.embed_dim = embed_dim

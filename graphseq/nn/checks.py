@@ -55,6 +55,29 @@ def check_option(layer: Layer, name: str, value: Any, default: Any, reason: str 
                          + (f": {reason}" if reason else ""))
 
 
+def check_sizes(layer: Layer, lazy: bool = False, **sizes: Any) -> None:
+    """Each of ``sizes`` (a number of channels, or a sequence of them) must be
+    a whole number >= 1 (or -1, to be inferred on the first call, when ``lazy``)."""
+    for name, value in sizes.items():
+        for size in (value if isinstance(value, (tuple, list)) else [value]):
+            if isinstance(size, bool) or not isinstance(size, int) or not (size >= 1 or lazy and size == -1):
+                each = "each of " if isinstance(value, (tuple, list)) else ""
+                raise ValueError(f"{layer_name(layer)} needs {each}{name} to be a whole number >= 1"
+                                 f"{' (or -1, inferred)' if lazy else ''}, got {value!r}")
+
+
+def check_probability(layer: Layer, name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{layer_name(layer)} needs {name} in [0, 1], got {value}")
+
+
+def check_tensor(layer: Layer, value: Any, name: str) -> None:
+    """``value`` must be a tensor (or None, for an optional argument): a list
+    would otherwise fail deep inside with an unrelated AttributeError."""
+    if value is not None and not isinstance(value, Tensor):
+        raise TypeError(f"{layer_name(layer)} expects {name} to be a tensor, got {type(value).__name__}")
+
+
 def check_features(layer: Layer, x: Tensor, channels: Optional[int], name: str = "x") -> None:
     """``x`` must be a 2-D ``[num_nodes, channels]`` tensor (any number of
     channels when ``channels`` is None or -1)."""
@@ -126,6 +149,7 @@ def check_batch(layer: Layer, batch: Optional[Tensor], num_nodes: int) -> None:
     """``batch`` (graph id per node) must be an integer ``[num_nodes]`` tensor."""
     if batch is None:
         return
+    check_tensor(layer, batch, "batch")
     if batch.dim() != 1 or batch.size(0) != num_nodes:
         raise ValueError(f"{layer_name(layer)} expects batch of shape [{num_nodes}] "
                          f"(one graph id per node), got {list(batch.shape)}")

@@ -72,6 +72,9 @@ class MetricAttentionConv(AttentionConv):
                  bias: bool = True, **kwargs):
         checks.check_kwargs(self, kwargs)
         super().__init__(heads=1, **kwargs)
+        checks.check_sizes(self, in_channels=in_channels, out_channels=out_channels,
+                           hidden_channels=list(hidden_channels))
+        checks.check_probability(self, "dropout", dropout)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.hidden_channels = list(hidden_channels)

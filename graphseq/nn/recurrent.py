@@ -22,6 +22,7 @@ step multiplies only the frontier's messages by ``W_hh``.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import List, NamedTuple, Optional, Tuple, Union
 
 import torch
@@ -57,6 +58,9 @@ class ChainSchedule(NamedTuple):
             runs from row ``k`` of the previous step to row ``k`` of this one.
         edge_ids: per direction and step after the first, the edge of
             ``edge_index`` each of those edges is ``[sizes[t]]``.
+        edge_index, batch: copies of the chains it was made for; a layer
+            given the schedule with other chains (of the same sizes) refuses
+            it, except under :func:`torch.compile`, which cannot read them.
     """
     num_nodes: int
     num_edges: int
@@ -68,6 +72,8 @@ class ChainSchedule(NamedTuple):
     graph_chain: Optional[Tensor]
     step_edges: List[Tensor]
     edge_ids: Tuple[List[Tensor], List[Tensor]]
+    edge_index: Optional[Tensor] = None  # a copy of the chains it was made for, to check a reuse
+    batch: Optional[Tensor] = None
 
     def to(self, device: Union[str, torch.device]) -> "ChainSchedule":
         """The same schedule with its tensors on ``device``."""
@@ -99,7 +105,10 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
     must be known on the host before tracing.
     """
     name = checks.layer_name(layer)
-    device = edge_index.device
+    if not isinstance(edge_index, Tensor):
+        checks.check_edge_index(name, edge_index, num_nodes)  # names the type
+    checks.check_tensor(name, batch, "batch")
+    device = edge_index.device  # The values are checked on the host copy: one transfer.
     edge_index = edge_index.cpu()
     batch = None if batch is None else batch.cpu()
     checks.check_edge_index(name, edge_index, num_nodes)
@@ -186,7 +195,20 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
     step_edges = [frontier[:, :size] for size in sizes[1:]]
     return ChainSchedule(num_nodes, num_edges, num_graphs, sizes, tuple(orders), tuple(positions),
                          chain_graph.to(device), graph_chain, step_edges,
-                         tuple(edge_ids))
+                         tuple(edge_ids), edge_index.to(device, copy=True),
+                         None if batch is None else batch.to(device, copy=True))
+
+
+def _same(kept: Optional[Tensor], given: Optional[Tensor], num_nodes: int) -> bool:
+    """Whether two ``edge_index`` (or ``batch``: None is one graph) are the same."""
+    if kept is None and given is None:
+        return True
+    if kept is None or given is None:
+        kept, given = [torch.zeros(num_nodes, dtype=torch.long) if t is None else t.as_subclass(Tensor).cpu()
+                       for t in (kept, given)]
+    else:
+        kept, given = kept.as_subclass(Tensor), given.as_subclass(Tensor)
+    return kept.shape == given.shape and torch.equal(kept.to(given.device, given.dtype), given)
 
 
 class ChainRecurrence(MessagePassing):
@@ -243,13 +265,11 @@ class ChainRecurrence(MessagePassing):
                             "nodes are rows of x [num_nodes, input_size]; there is no batch dimension")
         super().__init__(aggr="sum", node_dim=0)
         name = type(self).__name__
-        if input_size < 1 or hidden_size < 1:
-            raise ValueError(f"{name} needs input_size and hidden_size >= 1, "
-                             f"got {input_size} and {hidden_size}")
-        if num_layers < 1:
-            raise ValueError(f"{name} needs num_layers >= 1, got {num_layers}")
-        if not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"{name} needs dropout in [0, 1], got {dropout}")
+        checks.check_sizes(self, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers)
+        checks.check_probability(self, "dropout", dropout)
+        if dropout > 0 and num_layers == 1:  # torch.nn.RNNBase warns the same way
+            warnings.warn(f"{name}: dropout acts between stacked layers, so dropout={dropout} with "
+                          f"num_layers=1 has no effect", stacklevel=2)
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.num_layers = num_layers
@@ -339,11 +359,16 @@ class ChainRecurrence(MessagePassing):
         """The forward pass; also returns each layer's and direction's per-node
         extras of the cell (None for cells without)."""
         checks.check_features(self, x, self.input_size)
+        if x.dtype != self.weight_ih_l0.dtype and not torch.is_autocast_enabled(x.device.type):
+            # Said as torch.nn.LSTM says it, not deep inside a matmul (autocast mixes dtypes itself).
+            raise ValueError(f"{type(self).__name__} expects x of dtype {self.weight_ih_l0.dtype}, like its "
+                             f"weights, got {x.dtype}; convert x (x.to({self.weight_ih_l0.dtype})) or the "
+                             f"layer (layer.to({x.dtype}))")
         given_graphs = self._graphs_in_state(state, batch)
         if schedule is None:
             schedule = chain_schedule(edge_index, x.size(0), batch, given_graphs, self)
         else:
-            self._check_schedule(schedule, x, edge_index, given_graphs)
+            self._check_schedule(schedule, x, edge_index, batch, given_graphs)
         h_0, c_0 = self._initial_state(state, schedule.num_graphs, x)
 
         extras = []
@@ -526,7 +551,7 @@ class ChainRecurrence(MessagePassing):
         return h_0.size(1)
 
     def _check_schedule(self, schedule: ChainSchedule, x: Tensor, edge_index: Tensor,
-                        num_graphs: Optional[int]) -> None:
+                        batch: Optional[Tensor], num_graphs: Optional[int]) -> None:
         name = type(self).__name__
         if not isinstance(schedule, ChainSchedule):
             raise TypeError(f"{name} expects schedule from graphseq.nn.chain_schedule, "
@@ -538,6 +563,10 @@ class ChainRecurrence(MessagePassing):
         if num_graphs is not None and num_graphs != schedule.num_graphs:
             raise ValueError(f"{name}: the schedule is for {schedule.num_graphs} graphs, "
                              f"but the initial state has {num_graphs}")
+        if checks.reading_values() and schedule.edge_index is not None and not (
+                _same(schedule.edge_index, edge_index, x.size(0)) and _same(schedule.batch, batch, x.size(0))):
+            raise ValueError(f"{name}: the schedule was made for other chains than edge_index and batch "
+                             f"(the same sizes, other edges); make one with chain_schedule for these")
 
     def _initial_state(self, state: Optional[State], num_graphs: int, x: Tensor):
         """``(h_0, c_0)`` ``[num_layers * num_directions, num_graphs, width]``
@@ -563,6 +592,11 @@ class ChainRecurrence(MessagePassing):
                 raise ValueError(f"{name} expects state as one tensor h_0")
             h_0, c_0 = state, None
         for label, tensor, shape in (("h_0", h_0, h_shape), ("c_0", c_0, c_shape)):
+            if tensor is None and (label == "h_0" or self.has_cell_state) or \
+                    tensor is not None and not isinstance(tensor, Tensor):
+                raise ValueError(f"{name} expects {label} to be a tensor, got {type(tensor).__name__}")
+            if tensor is not None and tensor.dtype != x.dtype and not torch.is_autocast_enabled(x.device.type):
+                raise ValueError(f"{name} expects {label} of dtype {x.dtype}, like x, got {tensor.dtype}")
             if tensor is not None and list(tensor.shape) != shape:
                 raise ValueError(f"{name} expects {label} of shape {shape} "
                                  f"[num_layers * num_directions, num_graphs, "

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from graphseq.nn import checks
+from graphseq.nn import GATConv, MetricAttentionConv, SelfAttentionConv, checks
 
 
 def test_features_of_the_wrong_shape_name_the_layer_and_argument():
@@ -81,3 +81,24 @@ def test_value_checks_do_not_break_a_compiled_graph():
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(f)(torch.randn(4, 2), torch.tensor([[0, 3], [1, 2]]))
     assert explanation.graph_break_count == 0
+
+
+@pytest.mark.parametrize("build,match", [
+    (lambda: GATConv(4, 2, value_dropout=1.5), r"GATConv needs value_dropout in \[0, 1\], got 1.5"),
+    (lambda: GATConv(-2, 2), r"GATConv needs in_channels to be a whole number >= 1 \(or -1, inferred\), got -2"),
+    (lambda: GATConv((4, 0), 2), r"needs each of in_channels to be a whole number >= 1 .*got \(4, 0\)"),
+    (lambda: GATConv(4, 0), "GATConv needs out_channels to be a whole number >= 1, got 0"),
+    (lambda: SelfAttentionConv(0, 1), "SelfAttentionConv needs embed_dim to be a whole number >= 1, got 0"),
+    (lambda: MetricAttentionConv(4, 2, [3], dropout=-1.0), r"MetricAttentionConv needs dropout in \[0, 1\]"),
+    (lambda: MetricAttentionConv(4, 2, [0]), r"each of hidden_channels to be a whole number >= 1, got \[0\]"),
+    (lambda: MetricAttentionConv(0, 2, [3]), "in_channels to be a whole number >= 1, got 0"),
+])
+def test_layer_sizes_and_dropouts_are_checked_when_the_layer_is_built(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+@pytest.mark.parametrize("layer", [lambda: GATConv(3, 2), lambda: SelfAttentionConv(3, 1)])
+def test_a_list_for_edge_index_is_named(layer):
+    with pytest.raises(TypeError, match="expects edge_index to be a tensor, got list"):
+        layer()(torch.randn(3, 3), [[0, 1], [1, 2]])

@@ -347,7 +347,8 @@ def test_dropout_acts_between_layers_only_in_training():
     x, edge_index, batch = torch.randn(7, 3), chain([3, 4]), lengths_to_batch([3, 4])
     assert torch.allclose(layer.eval()(x, edge_index, batch)[0], plain(x, edge_index, batch)[0])
     assert not torch.allclose(layer.train()(x, edge_index, batch)[0], plain(x, edge_index, batch)[0])
-    one_layer = ChainGRU(3, 4, dropout=0.5).train()
+    with pytest.warns(UserWarning, match="has no effect"):
+        one_layer = ChainGRU(3, 4, dropout=0.5).train()
     assert torch.equal(one_layer(x, edge_index, batch)[0], one_layer(x, edge_index, batch)[0])
 
 
@@ -434,6 +435,23 @@ def test_a_given_schedule_gives_the_same_results_and_is_checked():
         layer(x[:6], edge_index[:, :4], batch[:6], schedule=schedule)
     with pytest.raises(TypeError, match="expects schedule from graphseq.nn.chain_schedule"):
         layer(x, edge_index, batch, schedule=[3, 2])
+    # Other chains of the same sizes (lengths 4, 3 instead of 3, 4) would give other numbers silently.
+    with pytest.raises(ValueError, match="the schedule was made for other chains"):
+        layer(x, chain([4, 3]), lengths_to_batch([4, 3]), schedule=schedule)
+    one = chain_schedule(chain(7), 7)  # batch None is one graph, as all zeros
+    assert torch.equal(layer(x, chain(7), torch.zeros(7, dtype=torch.long), schedule=one)[0], layer(x, chain(7))[0])
+
+
+def test_lists_where_tensors_belong_are_named():
+    with pytest.raises(TypeError, match="ChainLSTM expects edge_index to be a tensor, got list"):
+        ChainLSTM(3, 4)(torch.randn(5, 3), chain(5).tolist())
+    with pytest.raises(TypeError, match="ChainGRU expects batch to be a tensor, got list"):
+        ChainGRU(3, 4)(torch.randn(5, 3), chain(5), [0] * 5)
+
+
+def test_dropout_with_one_layer_warns_as_torch_does():
+    with pytest.warns(UserWarning, match="dropout=0.5 with num_layers=1 has no effect"):
+        ChainRNN(3, 4, dropout=0.5)
 
 
 @pytest.mark.parametrize("build,match", [
@@ -456,6 +474,12 @@ def test_a_given_schedule_gives_the_same_results_and_is_checked():
     (lambda l: l(torch.randn(3, 3), torch.tensor([[0, 0], [1, 2]])), "node 0 has 2 successors"),
     (lambda l: l(torch.randn(3, 3), torch.tensor([[0, 1, 2], [1, 2, 0]])), "cycle"),
     (lambda l: l(torch.randn(4, 3), chain(4), torch.tensor([0, 0, 1, 1])), "joins two graphs"),
+    (lambda l: l(torch.randn(5, 3, dtype=torch.float64), chain(5)),
+     r"x of dtype torch.float32, like its weights, got torch.float64; convert x"),
+    (lambda l: l(torch.randn(5, 3), chain(5), state=(torch.zeros(1, 1, 4), None)), "c_0 to be a tensor, got NoneType"),
+    (lambda l: l(torch.randn(5, 3), chain(5), state=[1, 2]), "h_0 to be a tensor, got int"),
+    (lambda l: l(torch.randn(5, 3), chain(5), state=(torch.zeros(1, 1, 4, dtype=torch.float64),
+                                                     torch.zeros(1, 1, 4))), "h_0 of dtype torch.float32, like x"),
 ])
 def test_bad_inputs_raise_clear_errors(build, match):
     with pytest.raises(ValueError, match=match):
@@ -471,7 +495,8 @@ def test_bad_inputs_raise_clear_errors(build, match):
     (lambda: ChainRNN(3, 4, nonlinearity="sigmoid"), ValueError, "'tanh' or 'relu', got 'sigmoid'"),
     (lambda: ChainLSTM(3, 4, proj_size=4), ValueError, "0 <= proj_size < hidden_size"),
     (lambda: ChainGRU(3, 4, batch_first=True), ValueError, "ChainGRU does not implement batch_first=True"),
-    (lambda: ChainLSTM(3, 4, num_layers=0), ValueError, "num_layers >= 1"),
+    (lambda: ChainLSTM(3, 4, num_layers=0), ValueError, "num_layers to be a whole number >= 1, got 0"),
+    (lambda: ChainRNN(3, 4.0), ValueError, "ChainRNN needs hidden_size to be a whole number >= 1, got 4.0"),
 ])
 def test_unknown_or_unimplemented_options_are_refused_by_name(build, error, match):
     with pytest.raises(error, match=match):
