@@ -341,7 +341,10 @@ class ChainRecurrence(MessagePassing):
             state (Tensor or (Tensor, Tensor), optional): initial state per
                 graph ``[num_layers * num_directions, num_graphs, hidden_size]``
                 (a pair ``(h_0, c_0)`` for the LSTMs). Defaults to the learned
-                initial state, else zeros.
+                initial state, else zeros. It may hold more graphs than
+                ``batch`` names (graphs without nodes at the end of a batch,
+                which ``batch`` cannot show): their rows come back unchanged,
+                so a smaller last batch of a stateful loop is not noticed here.
             schedule (ChainSchedule, optional): the step order of these
                 chains from :func:`chain_schedule`, computed once and reused
                 (needed under ``torch.compile(fullgraph=True)``).
