@@ -58,9 +58,10 @@ class ChainSchedule(NamedTuple):
             runs from row ``k`` of the previous step to row ``k`` of this one.
         edge_ids: per direction and step after the first, the edge of
             ``edge_index`` each of those edges is ``[sizes[t]]``.
-        edge_index, batch: copies of the chains it was made for; a layer
-            given the schedule with other chains (of the same sizes) refuses
-            it, except under :func:`torch.compile`, which cannot read them.
+        edge_index, batch: the chains it was made for (the caller's
+            tensors, not copies); a layer given the schedule with other
+            chains (of the same sizes) refuses it, except under
+            :func:`torch.compile`, which cannot read them.
     """
     num_nodes: int
     num_edges: int
@@ -72,7 +73,7 @@ class ChainSchedule(NamedTuple):
     graph_chain: Optional[Tensor]
     step_edges: List[Tensor]
     edge_ids: Tuple[List[Tensor], List[Tensor]]
-    edge_index: Optional[Tensor] = None  # a copy of the chains it was made for, to check a reuse
+    edge_index: Optional[Tensor] = None  # the chains it was made for, to check a reuse
     batch: Optional[Tensor] = None
 
     def to(self, device: Union[str, torch.device]) -> "ChainSchedule":
@@ -108,6 +109,7 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
     if not isinstance(edge_index, Tensor):
         checks.check_edge_index(name, edge_index, num_nodes)  # names the type
     checks.check_tensor(name, batch, "batch")
+    given = (edge_index, batch)  # kept by reference: no copy on the path of every forward
     device = edge_index.device  # The values are checked on the host copy: one transfer.
     edge_index = edge_index.cpu()
     batch = None if batch is None else batch.cpu()
@@ -195,13 +197,12 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
     step_edges = [frontier[:, :size] for size in sizes[1:]]
     return ChainSchedule(num_nodes, num_edges, num_graphs, sizes, tuple(orders), tuple(positions),
                          chain_graph.to(device), graph_chain, step_edges,
-                         tuple(edge_ids), edge_index.to(device, copy=True),
-                         None if batch is None else batch.to(device, copy=True))
+                         tuple(edge_ids), *given)
 
 
 def _same(kept: Optional[Tensor], given: Optional[Tensor], num_nodes: int) -> bool:
     """Whether two ``edge_index`` (or ``batch``: None is one graph) are the same."""
-    if kept is None and given is None:
+    if kept is given:
         return True
     if kept is None or given is None:
         kept, given = [torch.zeros(num_nodes, dtype=torch.long) if t is None else t.as_subclass(Tensor).cpu()
