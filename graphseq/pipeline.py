@@ -209,17 +209,29 @@ def check_domains(config: Dict[str, Any], source: str) -> None:
                 raise GraphseqError(f"{source}: {refusal(f'{name}.{key}', value, checks[key])}")
 
 
-def check_applies(config: Dict[str, Any], source: str) -> None:
+def check_applies(config: Dict[str, Any], source: str, written: Optional[Dict[str, Any]] = None) -> None:
     """A key set where its stage has no use for it (``chunk_size`` for an
-    LSTM cell) is refused: the run would ignore it without a word."""
+    LSTM cell) is refused: the run would ignore it without a word.
+
+    ``written`` is the pipeline file as read, before ``--set``: the keys it
+    sets for a mode that ``--set`` switched away from (the neighbour
+    loader's settings after ``train.loader=full``) are let be, since the
+    user chose the other mode and cannot take the file's keys out."""
+    given = sections(written) if written is not None else {}
     for name, table in sections(config).items():
         kind = table.get("stage", name)
         defaults = stage_params(get_stage(kind))
-        for key, (on, values) in stage_spec(kind).applies.items():
-            setting = table.get(on, defaults[on])
-            if key in table and setting not in values:
-                raise GraphseqError(f"{source}: {name}.{key} has no use when {name}.{on} = {setting!r}: it "
-                                    f"applies only with {' or '.join(map(repr, values))}; leave it out")
+        in_file = given.get(name, {})
+        for key, conditions in stage_spec(kind).applies.items():
+            if key not in table:
+                continue
+            for on, values in conditions.items():
+                setting = table.get(on, defaults[on])
+                switched = (key in in_file and in_file[key] == table[key]
+                            and in_file.get(on, defaults[on]) != setting)
+                if setting not in values and not switched:
+                    raise GraphseqError(f"{source}: {name}.{key} has no use when {name}.{on} = {setting!r}: it "
+                                        f"applies only with {' or '.join(map(repr, values))}; leave it out")
 
 
 def precheck(config: Dict[str, Any], data_root: str | os.PathLike | None = None,
@@ -529,11 +541,12 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         seed = config.get("seed", 0) if seed is None else seed
         runs = config.get("runs", 1) if runs is None else runs
     _check_seeds(seed, runs)
+    written = copy.deepcopy(config)
     apply_overrides(config, overrides)
     objects = _apply_options(config, options, name)
     check_domains(config, name)
     if not resume:  # A run started before a key was found unused still continues.
-        check_applies(config, name)
+        check_applies(config, name, written)
     torch_device = resolve_device(device)
     # Several processes (torchrun, --nproc-per-node): check, then join the group.
     torch_device = distributed.join(name, [get_stage(t.get("stage", n)) for n, t in sections(config).items()],

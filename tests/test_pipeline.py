@@ -272,6 +272,25 @@ def test_a_setting_the_run_would_ignore_is_refused(tmp_path, data_root, mirror, 
     assert message in capsys.readouterr().err
 
 
+def test_a_setting_is_refused_where_any_of_its_conditions_fails(tmp_path, data_root, mirror):
+    # inference_batch_size needs the neighbour loader and a batched inference.
+    with pytest.raises(GraphseqError, match="train.inference_batch_size has no use when train.inference = 'full': "
+                                            "it applies only with 'layerwise' or 'sampled'"):
+        run("gat-cora-neighbor", overrides={"train.inference": "full", "train.inference_batch_size": 64},
+            out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_switching_the_mode_by_set_lets_the_pipeline_files_settings_for_the_other_mode_be(
+        tmp_path, data_root, mirror):
+    # The file sets the neighbour loader's keys; a user who switches to the
+    # full graph cannot take them out, so they are not held against the run.
+    metrics = run("gat-cora-neighbor", overrides={"train.loader": "full", "train.max_epochs": 2},
+                  out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
+    assert metrics["runs"][0]["epochs"] == 2
+    assert read_config(tmp_path / "run" / "config.toml")["train"]["loader"] == "full"
+
+
 def test_a_run_started_with_a_setting_found_unused_later_still_resumes(charlm_run, tmp_path, data_root, mirror):
     out = tmp_path / "run"
     shutil.copytree(charlm_run, out)

@@ -247,7 +247,7 @@ def _check_heads(check, *, decoder: str, hidden_size: int, heads: int, **_) -> N
     "decoder": one_of(*DECODERS), "embedding_dim": at_least(1), "hidden_size": at_least(1),
     "num_layers": at_least(1), "heads": at_least(1), "attention_layers": at_least(1), "dropout": probability},
        precheck=_check_heads,
-       applies={"heads": ("decoder", ("attention",)), "attention_layers": ("decoder", ("attention",))})
+       applies={"heads": {"decoder": ("attention",)}, "attention_layers": {"decoder": ("attention",)}})
 def captioner(ctx, *, decoder: str = "attention", embedding_dim: int = 64, hidden_size: int = 128,
               num_layers: int = 1, heads: int = 1, attention_layers: int = 2,
               dropout: float = 0.0) -> None:

@@ -68,7 +68,7 @@ def _check_chunks(check, *, cell: str, hidden_size: int, chunk_size: int, **_) -
 
 @stage("char_lm", checks={"cell": one_of(*CELLS), "embedding_dim": at_least(1), "hidden_size": at_least(1),
                           "num_layers": at_least(1), "dropout": probability, "chunk_size": at_least(1)},
-       precheck=_check_chunks, applies={"chunk_size": ("cell", ("onlstm",))})
+       precheck=_check_chunks, applies={"chunk_size": {"cell": ("onlstm",)}})
 def char_lm(ctx, *, cell: str = "lstm", embedding_dim: int = 64, hidden_size: int = 256,
             num_layers: int = 1, dropout: float = 0.0, chunk_size: int = 8) -> None:
     """A character language model: embedding, chain recurrent layers, read-out."""

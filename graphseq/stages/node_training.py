@@ -217,8 +217,9 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
                               "loader": one_of(*LOADERS), "batch_size": at_least(1),
                               "num_workers": non_negative, "inference": one_of(*INFERENCE),
                               "inference_batch_size": at_least(1), "num_neighbors": each(at_least(-1))},
-       data_parallel=True, applies={key: ("loader", ("neighbor",)) for key in (
-           "num_neighbors", "batch_size", "num_workers", "inference", "inference_batch_size")})
+       data_parallel=True, applies={
+           **{key: {"loader": ("neighbor",)} for key in ("num_neighbors", "batch_size", "num_workers", "inference")},
+           "inference_batch_size": {"loader": ("neighbor",), "inference": ("layerwise", "sampled")}})
 def train_nodes(ctx, *, lr: float = 0.005, weight_decay: float = 5e-4, max_epochs: int = 100_000,
                 patience: int = 100, stop_on: str = "gat", loader: str = "full",
                 num_neighbors: List[int] = [10, 10], batch_size: int = 512, num_workers: int = 0,

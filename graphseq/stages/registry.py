@@ -32,7 +32,7 @@ class StageSpec:
     precheck: Optional[Callable[..., None]] = None  # checks the whole pipeline and its data before a write
     resume_reads: Tuple[str, ...] = ()       # files (globs) a resumed run reads where they exist
     resume_notes: Dict[str, str] = field(default_factory=dict)  # why --resume may not change a key
-    applies: Dict[str, Tuple[str, Tuple[Any, ...]]] = field(default_factory=dict)  # key -> (key, values)
+    applies: Dict[str, Dict[str, Tuple[Any, ...]]] = field(default_factory=dict)  # key -> {key: values}
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Precheck:
 def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequence[str] = (),
           resumes: str = "", resume_may_change: Sequence[str] = (), data_parallel: bool = False,
           precheck: Optional[Callable[..., None]] = None, resume_reads: Sequence[str] = (),
-          resume_notes: Dict[str, str] | None = None, applies: Dict[str, Tuple[str, Tuple[Any, ...]]] | None = None
+          resume_notes: Dict[str, str] | None = None, applies: Dict[str, Dict[str, Tuple[Any, ...]]] | None = None
           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Registers ``fn`` as the stage ``name``; a second stage of the same name is refused.
 
@@ -86,9 +86,10 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
         resume_notes: for a key that ``--resume`` may not change but a
             user may expect to (a budget), why it may not; the refusal says
             it.
-        applies: keys that only some settings of another key use, e.g.
-            ``{"chunk_size": ("cell", ("onlstm",))}``; a new run that sets
-            such a key where it has no use is refused rather than run
+        applies: keys that only some settings of other keys use, e.g.
+            ``{"chunk_size": {"cell": ("onlstm",)}}``; where several keys
+            are named, each must hold one of its values. A new run that
+            sets such a key where it has no use is refused rather than run
             without it.
     """
 
@@ -98,7 +99,8 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
                              f"({STAGES[name].__module__} and {fn.__module__})")
         params = stage_params(fn)
         unknown = [k for k in [*(checks or {}), *resume_may_change, *(resume_notes or {}), *(applies or {}),
-                               *(on for on, _ in (applies or {}).values())] if k not in params]
+                               *(on for conditions in (applies or {}).values() for on in conditions)]
+                   if k not in params]
         if unknown:
             raise ValueError(f"stage {name!r} declares {', '.join(unknown)}, which are no parameters of "
                              f"{fn.__qualname__}")
@@ -106,7 +108,7 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
         STAGES[name] = fn
         SPECS[name] = StageSpec(name, dict(checks or {}), tuple(options), resumes, tuple(resume_may_change),
                                 data_parallel, precheck, tuple(resume_reads), dict(resume_notes or {}),
-                                dict(applies or {}))
+                                {key: dict(conditions) for key, conditions in (applies or {}).items()})
         return fn
 
     return register
