@@ -71,6 +71,13 @@ class TransformerEncoderLayer(torch.nn.Module):
                  activation: str = "relu", layer_norm_eps: float = 1e-5, norm_first: bool = False,
                  bias: bool = True):
         super().__init__()
+        # Checked here, in this layer's names, before SelfAttentionConv would
+        # check them in its own (embed_dim, num_heads).
+        checks.check_sizes(self, d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward)
+        checks.check_probability(self, "dropout", dropout)
+        if d_model % nhead != 0:
+            raise ValueError(f"{checks.layer_name(self)} needs d_model ({d_model}) to be divisible by "
+                             f"nhead ({nhead})")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
         self.d_model = d_model

@@ -150,6 +150,9 @@ def _check_model(check, *, hidden_size: int, num_layers: int, num_heads: int, fe
                  max_len: int, dropout: float, activation: str, norm_first: bool, **_) -> None:
     # The layers' checks before the tokenizer is trained and saved. The vocabulary is not known yet and
     # checks nothing; on the meta device the model takes no memory.
+    if hidden_size % num_heads:
+        raise GraphseqError(f"bert_model: hidden_size = {hidden_size} must be divisible by num_heads = "
+                            f"{num_heads} (each head reads hidden_size / num_heads features)")
     with torch.device("meta"):
         _pretraining_model(BertConfig(16, hidden_size, num_layers, num_heads, feedforward_size, max_len,
                                       dropout, activation, norm_first))

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from graphseq.nn import GATConv, MetricAttentionConv, SelfAttentionConv, checks
+from graphseq.nn import GATConv, MetricAttentionConv, SelfAttentionConv, TransformerEncoderLayer, checks
 
 
 def test_features_of_the_wrong_shape_name_the_layer_and_argument():
@@ -92,6 +92,12 @@ def test_value_checks_do_not_break_a_compiled_graph():
     (lambda: MetricAttentionConv(4, 2, [3], dropout=-1.0), r"MetricAttentionConv needs dropout in \[0, 1\]"),
     (lambda: MetricAttentionConv(4, 2, [0]), r"each of hidden_channels to be a whole number >= 1, got \[0\]"),
     (lambda: MetricAttentionConv(0, 2, [3]), "in_channels to be a whole number >= 1, got 0"),
+    # In torch.nn.TransformerEncoderLayer's names, not its SelfAttentionConv's.
+    (lambda: TransformerEncoderLayer(8, 3),
+     r"TransformerEncoderLayer needs d_model \(8\) to be divisible by nhead \(3\)"),
+    (lambda: TransformerEncoderLayer(0, 1), "TransformerEncoderLayer needs d_model to be a whole number >= 1, got 0"),
+    (lambda: TransformerEncoderLayer(8, 2, -1), "needs dim_feedforward to be a whole number >= 1, got -1"),
+    (lambda: TransformerEncoderLayer(8, 2, dropout=1.5), r"TransformerEncoderLayer needs dropout in \[0, 1\], got 1.5"),
 ])
 def test_layer_sizes_and_dropouts_are_checked_when_the_layer_is_built(build, match):
     with pytest.raises(ValueError, match=match):

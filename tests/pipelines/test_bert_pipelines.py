@@ -100,7 +100,7 @@ def test_corpus_refuses_an_unknown_text(tmp_path, data_root, mirror):
 
 def test_heads_that_do_not_divide_the_width_are_refused_before_writing(tmp_path, data_root, mirror):
     # The model is built after the tokenizer is trained and saved; bert-polarity runs the same pretraining.
-    message = r"bert_model: embed_dim \(16\) must be divisible by num_heads \(3\)"
+    message = r"bert_model: hidden_size = 16 must be divisible by num_heads = 3 \(each head reads"
     with pytest.raises(GraphseqError, match=message):
         run("bert-pretrain", overrides={**TINY, "model.num_heads": 3}, out=tmp_path / "run",
             data_root=data_root, data_mirror=mirror, quiet=True)
