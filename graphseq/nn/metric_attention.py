@@ -109,10 +109,16 @@ class MetricAttentionConv(AttentionConv):
     def edge_update(self, x_i: Tensor, x_j: Tensor, index: Tensor, ptr: Optional[Tensor],
                     dim_size: Optional[int]) -> Tensor:
         distance = torch.abs(x_i - x_j)  # [num_edges, in_channels]
-        if self.norm_diagonal and self.training:
+        diagonal_rows = dim_size if self.norm_diagonal and self.training else 0
+        if self.training and distance.size(0) + diagonal_rows == 1:
+            raise ValueError(f"{checks.layer_name(self)} in training mode needs two or more pairs for the "
+                             f"BatchNorm of its metric MLP, got one ("
+                             f"{distance.size(0)} edge(s) and {diagonal_rows} node(s) paired with itself); "
+                             f"call .eval() to score with the running statistics")
+        if diagonal_rows:
             # The diagonal's zero differences join the batch for BatchNorm's
             # statistics only; their scores are dropped.
-            diagonal = distance.new_zeros(dim_size, distance.size(1))
+            diagonal = distance.new_zeros(diagonal_rows, distance.size(1))
             score = self.metric(torch.cat([distance, diagonal]))[:distance.size(0)]
         else:
             score = self.metric(distance)  # [num_edges, 1]

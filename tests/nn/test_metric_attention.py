@@ -84,6 +84,19 @@ def test_repr_and_bad_input(conv):
         conv(torch.randn(4, 6, dtype=torch.float64), torch.tensor([[0], [7]]))
 
 
+def test_one_pair_in_training_is_refused_by_name_and_scored_in_eval():
+    conv = MetricAttentionConv(3, 2, hidden_channels=[4], norm_diagonal=False)
+    x, edge_index = torch.randn(2, 3), torch.tensor([[0], [1]])
+    with pytest.raises(ValueError, match=r"MetricAttentionConv in training mode needs two or more pairs for the "
+                                         r"BatchNorm of its metric MLP, got one \(1 edge\(s\) and 0 node"):
+        conv(x, edge_index)
+    conv.norm_diagonal = True  # The diagonal's two zero differences make the batch.
+    assert conv(x, edge_index).shape == (2, 2)
+    conv.eval()
+    conv.norm_diagonal = False
+    assert conv(x, edge_index).shape == (2, 2)
+
+
 def test_dropout_acts_in_training_only():
     torch.manual_seed(0)
     conv = MetricAttentionConv(3, 2, hidden_channels=[16], dropout=0.5)
