@@ -178,9 +178,11 @@ def check_sqlite(path: str | os.PathLike) -> None:
 
 def check_stored_file(path: str | os.PathLike) -> None:
     """Reads a file a run continues from, without changing it: a checkpoint
-    (``.pt``) or a database (``.sqlite``)."""
+    (``.pt``), a database (``.sqlite``) or a record of figures (``.json``)."""
     path = Path(path)
     if path.suffix == ".sqlite":
         check_sqlite(path)
     elif path.suffix == ".pt":
         load_checkpoint(path)
+    elif path.suffix == ".json":
+        read_json(path)

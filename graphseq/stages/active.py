@@ -12,7 +12,6 @@ instead (``graphseq.run(..., oracle=...)``), which reaches the stage as
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import List
@@ -30,7 +29,7 @@ from ..active.strategies import STRATEGIES
 from ..checks import Domain, at_least, each, non_negative, one_of, positive, probability
 from ..data.planetoid import NAMES
 from ..errors import GraphseqError
-from ..io import write_json
+from ..io import read_json, write_json
 from .registry import stage
 
 ORACLES = ("simulated", "human", "file")
@@ -172,7 +171,7 @@ def active_curves(ctx, *, title: str = ""):
     parent = out.parent
     if out.name == f"seed-{ctx.seed}" and (parent / "config.toml").is_file():
         started = (parent / "config.toml").stat().st_mtime
-        seeds = [json.loads(p.read_text()) for p in sorted(parent.glob("seed-*/curves.json"))
+        seeds = [read_json(p) for p in sorted(parent.glob("seed-*/curves.json"))
                  if p.stat().st_mtime >= started]
         references = [s["standard_split_accuracy"] for s in seeds if s.get("standard_split_accuracy") is not None]
         plot_learning_curves([s["curves"] for s in seeds], parent / PLOT_NAME, title,

@@ -30,7 +30,7 @@ from ..models.bert import (POOLS, WEIGHTS_FILE, BertClassifier, BertConfig, Bert
                            load_pretrained, save_pretrained)
 from ..seeding import MAX_SEED
 from ..training import CHECKPOINT, train_steps
-from .polarity import FOLD_LIST
+from .polarity import FOLD_LIST, read_folds
 from .registry import stage
 
 CORPUS_FILE = "pretraining.json"  # what a pretraining read, so fine-tuning can check its test folds
@@ -373,7 +373,7 @@ def _check_pretrained_groups(check, *, runs: list, groups: int, folds: int, fold
 
 @stage("bert_pretrained_groups", checks={"runs": TEXT_LIST, "groups": at_least(1), "folds": at_least(3),
                                          "fold_seed": between(0, MAX_SEED), "pretrain_set": TEXT_LIST},
-       resumes=PLAN_FILE, precheck=_check_pretrained_groups)
+       resumes=PLAN_FILE, resume_reads=(FOLDS_FILE,), precheck=_check_pretrained_groups)
 def bert_pretrained_groups(ctx, *, runs: list = [], groups: int = 2, folds: int = 10, fold_seed: int = 0,
                            pretrain_set: list = []) -> None:
     """The pretrained model each test fold fine-tunes from, written to
@@ -510,7 +510,7 @@ def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int
     sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
     labels = torch.tensor(labels)
     variants = ["pretrained", "scratch"] if scratch else ["pretrained"]
-    done = {(r["fold"], r["variant"]): r for r in (_read_folds(ctx.out / FOLDS_FILE) if ctx.resume else [])}
+    done = {(r["fold"], r["variant"]): r for r in (read_folds(ctx.out / FOLDS_FILE, ("variant", "val_accuracy")) if ctx.resume else [])}
     done = {key: r for key, r in done.items() if key[0] in chosen and key[1] in variants}
     loaded: Dict[Path, Any] = {}
     for fold in chosen:
@@ -554,16 +554,6 @@ def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int
     if distributed.is_main():
         write_json(ctx.out / FOLDS_FILE, list(done.values()))
     _report(ctx, {v: [done[(f, v)] for f in chosen] for v in variants}, test)
-
-
-def _read_folds(path: Path) -> List[Dict[str, Any]]:
-    if not path.is_file():
-        return []
-    try:
-        rows = json.loads(path.read_text())
-        return [r for r in rows if isinstance(r, dict) and {"fold", "variant", "val_accuracy"} <= set(r)]
-    except ValueError as error:
-        raise GraphseqError(f"cannot continue from {path}: {error}; it may be damaged") from None
 
 
 def _mean_std(values: List[float]) -> tuple[float, float]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ from ..data.omniglot import load_omniglot, omniglot_split
 from ..errors import GraphseqError
 from ..active.oracles import QUIT, SKIP, UNDO, FileOracle, Question
 from ..active.store import STORE_NAME, LabelStore
-from ..io import first_sentence, load_checkpoint, write_json
+from ..io import first_sentence, load_checkpoint, read_json, write_json
 from ..models.fewshot import EMBEDDINGS, QUERY_MODES, UNKNOWN_LABELS, FewShotConfig, FewShotModel
 from ..training import CHECKPOINT, train_steps
 from ..views import image_blocks, side_by_side
@@ -340,7 +339,7 @@ def _initialise(model: FewShotModel, path: Path, log) -> None:
 
 @stage("test_episodes", checks={"episodes": at_least(1), "batch_size": at_least(1),
                                  "queries": each(one_of(*QUERY_MODES)), "name": NAME},
-        resume_may_change=("episodes", "batch_size"))
+        resume_may_change=("episodes", "batch_size"), resume_reads=("test*.json",))
 def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled_only: bool = False,
                   queries: List[str] = ("learned",), name: str = "") -> None:
     """Tests the model on ``episodes`` episodes of the test classes (the same
@@ -363,8 +362,8 @@ def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled
                 "seed": ctx.seed, "ways": data.ways, "shots": data.shots, "unlabelled": data.unlabelled}
     done = {}
     if ctx.resume and record.is_file():
-        stored = json.loads(record.read_text())
-        if stored.get("settings") == settings:
+        stored = read_json(record)
+        if isinstance(stored, dict) and stored.get("settings") == settings:
             done = stored["results"]
     model.eval()
     results = {}

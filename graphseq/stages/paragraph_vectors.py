@@ -14,7 +14,6 @@ rules predict its class, each scored on the validation and the test fold:
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections import Counter
@@ -30,7 +29,7 @@ from ..io import atomic_write_text, write_json, write_png
 from ..models.paragraph_vectors import (MODES, FlatCorpus, SupervisedParagraphVectors, class_log_likelihood,
                                         fit, infer, keep_probability, noise_distribution)
 from ..seeding import MAX_SEED
-from .polarity import FOLD_LIST
+from .polarity import FOLD_LIST, read_folds
 from .registry import stage
 
 RULES = ("likelihood", "logistic", "nearest")
@@ -162,7 +161,7 @@ def spv_polarity(ctx, *, modes: list = ["dm", "dbow"], folds: int = 10, fold_see
     chosen = _chosen_folds(run_folds, folds)
     settings = dict(dim=dim, window=window, negative=negative, sample=sample, min_count=min_count, epochs=epochs,
                     infer_epochs=infer_epochs, lr=lr, batch_size=batch_size, train_words=train_words)
-    done = {(r["fold"], r["mode"]): r for r in (_read_folds(ctx.out / FOLDS_FILE) if ctx.resume else [])}
+    done = {(r["fold"], r["mode"]): r for r in (read_folds(ctx.out / FOLDS_FILE, ("mode", "likelihood_val_accuracy")) if ctx.resume else [])}
     done = {key: r for key, r in done.items() if key[0] in chosen and key[1] in modes}
     write_json(ctx.out / FOLDS_FILE, list(done.values()))
     bar = tqdm(total=len(chosen) * len(modes), desc="spv folds", disable=ctx.quiet, dynamic_ncols=True)
@@ -185,16 +184,6 @@ def spv_polarity(ctx, *, modes: list = ["dm", "dbow"], folds: int = 10, fold_see
                 + (" (validation/test)" if test else " (validation)") + f", {result['seconds']:.0f} s")
     bar.close()
     _report(ctx, {mode: [done[(f, mode)] for f in chosen] for mode in modes}, classify, test)
-
-
-def _read_folds(path) -> List[Dict[str, Any]]:
-    if not path.is_file():
-        return []
-    try:
-        rows = json.loads(path.read_text())
-        return [r for r in rows if isinstance(r, dict) and {"fold", "mode", "likelihood_val_accuracy"} <= set(r)]
-    except ValueError as error:
-        raise GraphseqError(f"cannot continue from {path}: {error}; it may be damaged") from None
 
 
 def _report(ctx, results: Dict[str, List[Dict[str, Any]]], classify: str, test: bool) -> None:

@@ -6,11 +6,10 @@ chosen on that fold's validation part, then tested on its test part.
 """
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +21,7 @@ from ..data.polarity import Fold, cv_folds, load_polarity
 from ..data.text import Vocabulary, tokenize
 from ..errors import GraphseqError
 from ..graphs import chain, lengths_to_batch
-from ..io import save_checkpoint, write_json
+from ..io import read_json, save_checkpoint, write_json
 from ..models.sentence import POOLS, SentenceClassifier
 from ..seeding import MAX_SEED
 from .registry import stage
@@ -191,14 +190,17 @@ def train_fold(model: SentenceClassifier, data: Sentences, *, device: torch.devi
 FOLDS_FILE = "folds.json"
 
 
-def read_folds(path: Path) -> List[Dict[str, Any]]:
-    """The figures of the folds a run finished, from its ``folds.json``."""
-    try:
-        folds = json.loads(path.read_text(encoding="utf-8"))
-        if not all(isinstance(f, dict) and isinstance(f.get("fold"), int) for f in folds):
-            raise ValueError("not a list of folds")
-    except (OSError, ValueError) as error:
-        raise GraphseqError(f"cannot continue from {path}: {error}; it may be damaged") from None
+def read_folds(path: Path, keys: Sequence[str] = ()) -> List[Dict[str, Any]]:
+    """The figures of the folds a run finished, from its ``folds.json`` (none
+    where there is none yet): a list of objects, each with its ``fold`` and
+    ``keys``. Anything else is refused, naming the file, and left as it is."""
+    if not path.is_file():
+        return []
+    folds = read_json(path)
+    if not isinstance(folds, list) or not all(
+            isinstance(f, dict) and isinstance(f.get("fold"), int) and set(keys) <= set(f) for f in folds):
+        raise GraphseqError(f"{path} is damaged (not a list of folds with "
+                            f"{', '.join(['fold', *keys])}); it was left as it is")
     return folds
 
 

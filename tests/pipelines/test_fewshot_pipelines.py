@@ -179,6 +179,19 @@ def test_resume_with_a_damaged_named_checkpoint_changes_no_file(active_run, tmp_
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
+def test_resume_with_a_damaged_test_record_changes_no_file(active_run, tmp_path):
+    # A resumed run reuses a finished test's figures from its test-<name>.json.
+    out = tmp_path / "run"
+    shutil.copytree(active_run[0], out)
+    records = sorted(out.glob("test*.json"))
+    assert records
+    records[-1].write_text(records[-1].read_text()[:40])
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(graphseq.GraphseqError, match=f"{records[-1]} is damaged"):
+        graphseq.run("fewshot-omniglot-active", out=out, quiet=True, overrides=ACTIVE, resume=True)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
 def test_file_oracle_answers_the_episodes_it_lists(active_run, tmp_path, data_root, mirror):
     labels = tmp_path / "answers.csv"
     labels.write_text("item,label\n1,3\n3,0\n")

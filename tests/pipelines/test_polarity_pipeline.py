@@ -10,6 +10,7 @@ from graphseq import GraphseqError, run
 from graphseq.graphs import chain, lengths_to_batch
 from graphseq.io import load_checkpoint
 from graphseq.models.sentence import SentenceClassifier
+from graphseq.stages.polarity import read_folds
 
 TINY = {"model.embedding_dim": 16, "model.hidden_size": 8, "train.max_epochs": 2, "train.max_batches": 3}
 
@@ -58,6 +59,32 @@ def test_a_damaged_fold_checkpoint_is_refused_on_resume_before_writing(tmp_path,
             run("polarity-bilstm", overrides={**TINY, "data.test_folds": [3, 5]}, out=tmp_path, resume=True,
                 data_root=data_root, data_mirror=mirror, quiet=True)
         assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
+
+
+def test_a_damaged_folds_file_is_refused_on_resume_before_writing(tmp_path, data_root, mirror):
+    # folds.json holds the figures of the finished folds; the runner reads it before any write.
+    run("polarity-bilstm", overrides={**TINY, "data.test_folds": [3]}, out=tmp_path,
+        data_root=data_root, data_mirror=mirror, quiet=True)
+    whole = (tmp_path / "folds.json").read_text()
+    for damaged, problem in ((whole[:len(whole) // 2], "is damaged"), ('{"fold": 3}', "not a list of folds"),
+                             ('[{"val_accuracy": 0.5}]', "not a list of folds")):
+        (tmp_path / "folds.json").write_text(damaged)
+        before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+        with pytest.raises(GraphseqError, match=rf"folds\.json (is damaged|{problem})"):
+            run("polarity-bilstm", overrides={**TINY, "data.test_folds": [3, 5]}, out=tmp_path, resume=True,
+                data_root=data_root, data_mirror=mirror, quiet=True)
+        assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
+
+
+def test_the_folds_file_reader_wants_every_key_its_stage_keeps(tmp_path):
+    # bert-polarity and spv-polarity keep a fold by (fold, variant) and (fold, mode).
+    path = tmp_path / "folds.json"
+    assert read_folds(path) == []  # none finished yet
+    path.write_text('[{"fold": 0, "variant": "scratch", "val_accuracy": 0.7}]')
+    assert read_folds(path, ("variant", "val_accuracy")) == [{"fold": 0, "variant": "scratch", "val_accuracy": 0.7}]
+    with pytest.raises(GraphseqError, match=r"folds\.json is damaged \(not a list of folds with fold, mode, "
+                                            r"likelihood_val_accuracy\); it was left as it is"):
+        read_folds(path, ("mode", "likelihood_val_accuracy"))
 
 
 def test_settings_can_be_chosen_without_a_test_figure(tmp_path, data_root, mirror):
