@@ -8,7 +8,6 @@ and from scratch, fold by fold.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -25,7 +24,7 @@ from ..data.pretraining import (Document, SentencePairs, TokenGraphs, collate, p
 from ..data.text import load_tiny_shakespeare
 from ..data.wordpiece import TOKENIZER_FILE, WordPieceTokenizer
 from ..errors import GraphseqError
-from ..io import write_json, write_png
+from ..io import read_json, write_json, write_png
 from ..models.bert import (POOLS, WEIGHTS_FILE, BertClassifier, BertConfig, BertForPretraining,
                            load_pretrained, save_pretrained)
 from ..seeding import MAX_SEED
@@ -299,14 +298,14 @@ def read_pretraining(folder: Path, folds: int, fold_seed: int) -> List[int]:
     if not (folder / WEIGHTS_FILE).is_file() or not path.is_file():
         raise GraphseqError(f"{folder} is not a finished bert-pretrain run (no {WEIGHTS_FILE} "
                             f"and {CORPUS_FILE})")
+    info = read_json(path)
     try:
-        info = json.loads(path.read_text())
         excluded = [int(f) for f in info["excluded_polarity_folds"]]
         shared = info["source"] == "shared"
         same_folds = shared and info["folds"] == folds and info["fold_seed"] == fold_seed
         texts = info.get("texts", list(SHARED_TEXTS))  # runs before texts was recorded read polarity
-    except (ValueError, KeyError, TypeError) as error:
-        raise GraphseqError(f"damaged {path}: {error}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise GraphseqError(f"{path} is damaged ({type(error).__name__}: {error}); it was left as it is") from None
     if shared and "polarity" not in texts:
         return list(range(folds))
     return excluded if same_folds else []

@@ -2,6 +2,7 @@
 steps of a tiny model), the corpus that leaves a test fold out, resuming a
 pretraining, and ``graphseq fill-mask``."""
 import json
+import shutil
 import types
 
 import pytest
@@ -222,6 +223,24 @@ def test_bert_polarity_names_a_damaged_pretrained_model_before_writing(pretraine
         run("bert-polarity", overrides={"pretrain.runs": [str(damaged)], "finetune.run_folds": [0]},
             out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("record,problem", [
+    ('{"source": "shared", "excl', r"is damaged \(Unterminated string"),
+    ('["shared"]', r"is damaged \(TypeError: list indices"),
+    ('{"source": "shared"}', r"is damaged \(KeyError: 'excluded_polarity_folds'\)"),
+])
+def test_bert_polarity_names_a_damaged_pretraining_record_in_the_house_words(pretrained, tmp_path, data_root,
+                                                                             mirror, record, problem):
+    out, _ = pretrained
+    damaged = tmp_path / "damaged"
+    shutil.copytree(out, damaged)
+    (damaged / "pretraining.json").write_text(record)
+    with pytest.raises(GraphseqError, match=rf"damaged/pretraining\.json {problem}.*; it was left as it is"):
+        run("bert-polarity", overrides={"pretrain.runs": [str(damaged)], "finetune.run_folds": [0]},
+            out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
+
 
 def test_bert_polarity_checks_its_pretrainings_before_writing(tmp_path, monkeypatch, data_root, mirror):
     # The pretrainings run inside the fine-tuning run, after its first file: their settings and
