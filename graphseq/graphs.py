@@ -18,7 +18,12 @@ Lengths = Union[Sequence[int], Tensor, int]
 def _as_lengths(lengths: Lengths) -> Tensor:
     if isinstance(lengths, int):
         lengths = [lengths]
-    lengths = torch.as_tensor(lengths, dtype=torch.long).flatten().cpu()
+    given = torch.as_tensor(lengths).flatten().cpu()
+    if given.numel() and (given.dtype == torch.bool or given.is_floating_point() or given.is_complex()):
+        # torch.repeat_interleave refuses them too; int() would cut 2.7 to 2.
+        shown = lengths.tolist() if hasattr(lengths, "tolist") else lengths
+        raise ValueError(f"graph sizes must be whole numbers, got {shown}")
+    lengths = given.long()
     if (lengths < 0).any():
         raise ValueError(f"graph sizes must be non-negative, got {lengths.tolist()}")
     return lengths
@@ -32,9 +37,14 @@ def lengths_to_batch(lengths: Lengths) -> Tensor:
 
 def batch_to_lengths(batch: Tensor, num_graphs: int | None = None) -> Tensor:
     """The number of nodes in each graph of a ``batch`` vector."""
+    if not isinstance(batch, Tensor):
+        raise TypeError(f"batch must be a tensor, got {type(batch).__name__}")
     if num_graphs is None:
         num_graphs = int(batch.max()) + 1 if batch.numel() else 0
-    return torch.bincount(batch.cpu(), minlength=num_graphs)
+    lengths = torch.bincount(batch.cpu(), minlength=num_graphs)
+    if lengths.numel() > num_graphs:
+        raise ValueError(f"batch names graph {lengths.numel() - 1}, but num_graphs is {num_graphs}")
+    return lengths
 
 
 def _blocks(lengths: Tensor, pairs) -> Tensor:
@@ -166,7 +176,13 @@ def knn(x: Tensor, k: int, block_size: int = 512) -> Tensor:
     """
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    if x.dim() != 2:
+        raise ValueError(f"knn needs x of shape [num_items, dim], got {list(x.shape)}")
     num_items = x.size(0)
+    if num_items == 0:
+        return torch.empty(2, 0, dtype=torch.long, device=x.device)
     sources, targets = [], []
     for start in range(0, num_items, block_size):
         end = min(start + block_size, num_items)
@@ -206,6 +222,12 @@ def with_self_loops(edge_index: Tensor, num_nodes: int, sort: bool = False) -> T
     the nodes ``0 .. num_nodes - 1`` (PyG's ``remove_self_loops`` then
     ``add_self_loops``): the graph GAT attends along. With ``sort``, the
     result is ordered by target (:func:`sort_by_target`)."""
+    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
+        shape = list(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index).__name__
+        raise ValueError(f"edge_index must be a [2, num_edges] tensor, got {shape}")
+    if not torch.compiler.is_compiling() and (
+            isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0):
+        raise ValueError(f"num_nodes must be a whole number >= 0, got {num_nodes!r}")
     edge_index = edge_index[:, edge_index[0] != edge_index[1]]
     loops = torch.arange(num_nodes, device=edge_index.device).expand(2, -1)
     edge_index = torch.cat([edge_index, loops], dim=1)

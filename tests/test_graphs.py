@@ -50,6 +50,36 @@ def test_negative_length_is_refused():
         graphs.chain([2, -1])
 
 
+@pytest.mark.parametrize("build", [graphs.chain, graphs.fully_connected, graphs.causal, graphs.lengths_to_batch])
+@pytest.mark.parametrize("lengths,shown", [([2.7, 2], r"\[2.7, 2\]"), ([True, True], r"\[True, True\]"),
+                                           (float("nan"), "nan")])
+def test_sizes_that_are_not_whole_numbers_are_refused(build, lengths, shown):
+    # int() would cut 2.7 to 2 and build a graph of other sizes without a word.
+    with pytest.raises(ValueError, match=f"graph sizes must be whole numbers, got {shown}"):
+        build(lengths)
+    assert graphs.chain(torch.tensor([3, 2])).tolist() == [[0, 1, 3], [1, 2, 4]]  # integer tensors still do
+
+
+def test_batch_to_lengths_refuses_a_batch_beyond_num_graphs():
+    assert graphs.batch_to_lengths(torch.tensor([0, 0, 1]), 3).tolist() == [2, 1, 0]
+    with pytest.raises(ValueError, match="batch names graph 2, but num_graphs is 2"):
+        graphs.batch_to_lengths(torch.tensor([0, 1, 2]), 2)
+    with pytest.raises(TypeError, match="batch must be a tensor, got list"):
+        graphs.batch_to_lengths([0, 1])
+
+
+def test_knn_and_with_self_loops_name_bad_arguments():
+    assert graphs.knn(torch.rand(0, 2), 1).shape == (2, 0)
+    with pytest.raises(ValueError, match="block_size must be at least 1, got 0"):
+        graphs.knn(torch.rand(3, 2), 1, block_size=0)
+    with pytest.raises(ValueError, match=r"knn needs x of shape \[num_items, dim\], got \[3\]"):
+        graphs.knn(torch.rand(3), 1)
+    with pytest.raises(ValueError, match="num_nodes must be a whole number >= 0, got 2.5"):
+        graphs.with_self_loops(torch.tensor([[0], [1]]), 2.5)
+    with pytest.raises(ValueError, match=r"edge_index must be a \[2, num_edges\] tensor, got \[3, 2\]"):
+        graphs.with_self_loops(torch.zeros(3, 2, dtype=torch.long), 3)
+
+
 def _edges(edge_index):
     return set(map(tuple, edge_index.t().tolist()))
 

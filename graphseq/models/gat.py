@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import graphs
-from ..nn import GATConv
+from ..nn import GATConv, checks
 from ..nn.sparse import sparse_dropout
 
 
@@ -62,6 +62,7 @@ class GAT(nn.Module):
         """The edges with one self-loop per node, sorted by target. Training
         passes the same graph every epoch, so the result is kept for as long
         as the same, unmodified ``edge_index`` tensor comes back."""
+        checks.check_tensor(self, edge_index, "edge_index")
         key = (edge_index, edge_index._version, num_nodes)
         if self._graph is not None and self._graph[0] is key[0] and self._graph[1:3] == key[1:]:
             return self._graph[3]

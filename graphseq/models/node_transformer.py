@@ -70,6 +70,9 @@ class NodeTransformer(nn.Module):
         self.classify = nn.Linear(hidden_channels, out_channels)
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        if self.positional_encoding is not None and self.positional_encoding.size(0) != x.size(0):
+            raise ValueError(f"NodeTransformer's positional encoding covers {self.positional_encoding.size(0)} "
+                             f"nodes, but x has {x.size(0)}: it is fixed to the graph it was made for")
         if self.attention == "neighbours":
             edge_index = graphs.with_self_loops(edge_index, x.size(0), sort=True)
         else:

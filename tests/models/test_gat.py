@@ -1,3 +1,4 @@
+import pytest
 import torch
 import torch_geometric.nn as pyg_nn
 
@@ -49,3 +50,11 @@ def test_prepared_graph_is_reused_only_for_the_same_unchanged_edges():
     fresh.load_state_dict(model.state_dict())
     assert torch.allclose(changed, fresh(x, edges))
     assert torch.allclose(first, fresh(x, EDGE_INDEX))
+
+
+def test_a_malformed_edge_index_is_named_before_the_layers():
+    model = GAT(5, 3, hidden_channels=4, heads=2)
+    with pytest.raises(ValueError, match=r"edge_index must be a \[2, num_edges\] tensor, got \[3, 4\]"):
+        model(torch.randn(6, 5), torch.zeros(3, 4, dtype=torch.long))
+    with pytest.raises(TypeError, match="GAT expects edge_index to be a tensor, got list"):
+        model(torch.randn(6, 5), [[0, 1], [1, 0]])

@@ -37,6 +37,12 @@ def test_sparse_features_and_positional_encodings():
     assert torch.allclose(out, net(x, EDGE_INDEX), atol=1e-5)
 
 
+def test_positional_encodings_of_another_graph_are_named():
+    net = model("neighbours", positional_encoding=torch.randn(4, 4))
+    with pytest.raises(ValueError, match="positional encoding covers 4 nodes, but x has 5"):
+        net(torch.randn(5, 6), EDGE_INDEX)
+
+
 def test_unknown_attention_is_named():
     with pytest.raises(ValueError, match="neighbours, full"):
         NodeTransformer(6, 3, attention="everyone")
