@@ -50,7 +50,12 @@ def tokenize_caption(caption: str) -> List[str]:
 def caption_vocabulary(captions: Iterable[Sequence[str]], min_count: int = 1) -> Vocabulary:
     """The padding, start, end and unknown symbols (ids 0-3), then every
     word used at least ``min_count`` times, most frequent first."""
-    counts = Counter(word for caption in captions for word in caption)
+    counts: Counter = Counter()
+    for caption in captions:
+        if isinstance(caption, str):
+            raise TypeError(f"caption_vocabulary takes each caption as a list of words, got the string "
+                            f"{caption[:40]!r}; tokenise it with tokenize_caption")
+        counts.update(caption)
     words = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS),
                    key=lambda w: (-counts[w], w))
     return Vocabulary(list(SPECIALS) + words, unknown=UNKNOWN)
@@ -85,6 +90,10 @@ class CaptionSet(torch.utils.data.Dataset):
         count = len(images) if images is not None else len(paths)
         if len(captions) != count:
             raise ValueError(f"{count} images but {len(captions)} caption lists")
+        for i, caps in enumerate(captions):
+            if isinstance(caps, str) or not all(isinstance(c, str) for c in caps):
+                raise TypeError(f"CaptionSet takes a list of caption strings for each image, got {caps!r:.60} "
+                                f"for image {i}")
         self.captions = captions
         self.tokens = [[tokenize_caption(c) for c in caps] for caps in captions]
         self.images = images
@@ -107,8 +116,9 @@ class CaptionSet(torch.utils.data.Dataset):
             return self.images[list(indices)].float().div_(255.0)
         return torch.stack([read_image(self.paths[i], self.image_size) for i in indices])
 
-    def subset(self, indices: Sequence[int]) -> "CaptionSet":
-        indices = list(indices)
+    def subset(self, indices: Sequence[int] | Tensor | np.ndarray) -> "CaptionSet":
+        """The images at ``indices`` (a sequence, an array or a tensor of ints) with all that belongs to them."""
+        indices = indices.tolist() if isinstance(indices, (Tensor, np.ndarray)) else list(indices)
         pick = lambda items: None if items is None else [items[i] for i in indices]  # noqa: E731
         return CaptionSet([self.captions[i] for i in indices],
                           images=None if self.images is None else self.images[indices],

@@ -150,6 +150,14 @@ def random_scene(rng: np.random.Generator, pairs: Sequence[Tuple[str, str]],
     ``pairs`` (and one from ``must_include`` if given), in slots along a
     random axis of a 64-pixel canvas, so that objects never overlap and the
     relation words are true."""
+    if not 1 <= max_objects <= MAX_OBJECTS:
+        raise GraphseqError(f"random_scene needs 1 <= max_objects <= {MAX_OBJECTS}, got {max_objects}")
+    # Objects after the first come from ``pairs`` in two sizes and differ from each other and from the first.
+    known, first = set(map(tuple, pairs)), set(map(tuple, must_include))
+    distinct = len(SIZES) * len(known) + (1 if first and not first & known else 0)
+    if distinct < max_objects:
+        raise GraphseqError(f"random_scene cannot draw {max_objects} distinct objects from the colour-shape "
+                            f"pairs {list(pairs)} (two sizes each)")
     count = int(rng.integers(1, max_objects + 1))
     chosen: List[Tuple[str, str, str]] = []
     while len(chosen) < count:
@@ -186,10 +194,15 @@ def captions(scene: Scene) -> List[str]:
     return orders + [f"there is {text}" for text in orders]
 
 
+def _words(caption: str | Sequence[str]) -> List[str]:
+    """The words of a caption given as a string or already as words."""
+    return caption.split() if isinstance(caption, str) else list(caption)
+
+
 def parse_caption(caption: str | Sequence[str]) -> ParsedCaption:
     """Reads a caption of the grammar back into its objects and relations;
     anything else raises :class:`CaptionParseError` naming where it failed."""
-    tokens = caption.split() if isinstance(caption, str) else list(caption)
+    tokens = _words(caption)
     k = 2 if tokens[:2] == ["there", "is"] else 0
     objects, relations = [], []
     while True:
@@ -210,19 +223,22 @@ def parse_caption(caption: str | Sequence[str]) -> ParsedCaption:
             raise CaptionParseError(f"expected a relation at word {k} of {' '.join(tokens)!r}")
 
 
-def mentioned_objects(tokens: Sequence[str]) -> List[Tuple[str, str, str]]:
+def mentioned_objects(tokens: str | Sequence[str]) -> List[Tuple[str, str, str]]:
     """Every ``SIZE COLOUR SHAPE`` run of words in a caption, grammatical or
     not, so that a caption with one wrong word still gets credit for the
     objects it names right."""
+    tokens = _words(tokens)
     return [tuple(tokens[k:k + 3]) for k in range(len(tokens) - 2)
             if tokens[k] in SIZES and tokens[k + 1] in COLOURS and tokens[k + 2] in SHAPES]
 
 
-def score_objects(tokens: Sequence[str], scene: Scene) -> Tuple[int, int, bool]:
+def score_objects(tokens: str | Sequence[str], scene: Scene) -> Tuple[int, int, bool]:
     """``(right, named, exact)``: how many of the scene's objects the caption
-    names with the right size, colour and shape (each scene object counted
-    once), how many objects it names, and whether it parses to exactly the
-    scene (the same objects in the same order along the right axis)."""
+    (a string or its words) names with the right size, colour and shape (each
+    scene object counted once), how many objects it names, and whether it
+    parses to exactly the scene (the same objects in the same order along the
+    right axis)."""
+    tokens = _words(tokens)
     truth = Counter(scene.describe())
     named = Counter(mentioned_objects(tokens))
     right = sum((truth & named).values())

@@ -36,6 +36,21 @@ class Generated:
     attention: Optional[List[Tensor]] = field(default=None)
 
 
+def check_request(max_length: int, temperature: float = 0.0, beam_size: int = 1, samples: int = 0,
+                  options: bool = False) -> None:
+    """Refuses a decoding request outside the bounds above, before anything
+    is read or drawn, naming the arguments (``options``: the CLI's options)."""
+    if beam_size < 1 or samples < 0 or not math.isfinite(temperature) or temperature < 0 or max_length < 1:
+        raise GraphseqError(f"need beam_size >= 1, samples >= 0, a finite temperature >= 0 and max_length >= 1; "
+                            f"got {beam_size}, {samples}, {temperature}, {max_length}")
+    if max_length > MAX_CAPTION_WORDS:
+        raise GraphseqError(f"{'--max-length' if options else 'max_length'} must be at most {MAX_CAPTION_WORDS} "
+                            f"words, got {max_length}")
+    if samples > MAX_SAMPLES:
+        raise GraphseqError(f"{'--sample' if options else 'samples'} must be at most {MAX_SAMPLES} captions, "
+                            f"got {samples}")
+
+
 def _next_word_log_probs(model: Captioner, logits: Tensor) -> Tensor:
     """Log-probabilities of the next word; padding and the start symbol are
     never written."""
@@ -64,6 +79,7 @@ def sample(model: Captioner, images: Tensor, temperature: float = 1.0, max_lengt
            generator: Optional[torch.Generator] = None) -> Generated:
     """Each word drawn from the model's distribution sharpened by
     ``temperature`` (``0`` takes the likeliest word: greedy decoding)."""
+    check_request(max_length, temperature)
     was_training = model.training
     model.eval()
     regions, pooled = model.encode(images)
@@ -104,8 +120,7 @@ def beam_search(model: Captioner, images: Tensor, beam_size: int = 3, max_length
     unfinished ones on its total log-probability; with ``length_penalty``
     ``a > 0`` the final choice divides it by ``((5 + length) / 6) ** a``
     (Wu et al., 2016), which favours longer captions."""
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    check_request(max_length, beam_size=beam_size)
     was_training = model.training
     model.eval()
     regions, pooled = model.encode(images)
@@ -169,13 +184,7 @@ def caption_image(run_dir: str | Path, image: str | Path, *, beam_size: int = 3,
     from ..views import draw_attention
     from .captioner import load_captioner
 
-    if beam_size < 1 or samples < 0 or not math.isfinite(temperature) or temperature < 0 or max_length < 1:
-        raise GraphseqError(f"need beam_size >= 1, samples >= 0, a finite temperature >= 0 and max_length >= 1; "
-                            f"got {beam_size}, {samples}, {temperature}, {max_length}")
-    if max_length > MAX_CAPTION_WORDS:
-        raise GraphseqError(f"--max-length must be at most {MAX_CAPTION_WORDS} words, got {max_length}")
-    if samples > MAX_SAMPLES:
-        raise GraphseqError(f"--sample must be at most {MAX_SAMPLES} captions, got {samples}")
+    check_request(max_length, temperature, beam_size, samples, options=True)
     if attention is not None:
         check_output_file(attention, ".png", "--attention")
     model = load_captioner(run_dir, resolve_device(device))

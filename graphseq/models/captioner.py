@@ -353,6 +353,10 @@ class Captioner(nn.Module):
         super().__init__()
         if decoder not in DECODER_CLASSES:
             raise GraphseqError(f"unknown decoder {decoder!r}; known decoders: {', '.join(DECODERS)}")
+        missing = [s for s in (START, END, PAD) if s not in vocab.index]
+        if missing:
+            raise ValueError(f"Captioner's vocabulary lacks the symbols {', '.join(missing)}; "
+                             f"build it with caption_vocabulary")
         self.vocab = vocab
         self.config = dict(decoder=decoder, channels=list(channels), image_size=image_size,
                            freeze_encoder=freeze_encoder, **decoder_args)
@@ -387,6 +391,9 @@ class Captioner(nn.Module):
         caption, and each caption's length ``n + 1``."""
         inputs, targets, lengths = [], [], []
         for caption in captions:
+            if isinstance(caption, str):
+                raise TypeError(f"Captioner takes each caption as a list of words, got the string "
+                                f"{caption[:40]!r}; tokenise it with tokenize_caption")
             ids = self.vocab.encode(list(caption)).tolist()
             inputs += [self.start_id] + ids
             targets += ids + [self.end_id]
@@ -396,6 +403,9 @@ class Captioner(nn.Module):
     def loss(self, regions: Tensor, pooled: Tensor, captions: Sequence[Sequence[str]]) -> Tensor:
         """Mean cross-entropy of the next word over all word nodes, caption
         ``i`` describing image ``i`` of the features."""
+        if len(captions) != pooled.size(0):
+            raise ValueError(f"Captioner.loss got {len(captions)} captions for {pooled.size(0)} images; "
+                             f"caption i describes image i")
         device = pooled.device
         inputs, targets, lengths = self.caption_nodes(captions)
         logits = self.decoder(regions, pooled, inputs.to(device), lengths)
@@ -407,6 +417,8 @@ class Captioner(nn.Module):
         for i in ids:
             if i == self.end_id:
                 break
+            if not 0 <= i < len(self.vocab):
+                raise ValueError(f"Captioner.words: id {i} is not one of the {len(self.vocab)} words")
             out.append(self.vocab.symbols[i])
         return out
 

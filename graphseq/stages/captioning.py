@@ -23,7 +23,7 @@ from ..data.shapes import MAX_OBJECTS, SPLITS, load_shapes, score_objects
 from ..data.text import Vocabulary
 from ..errors import GraphseqError
 from ..io import first_sentence, load_checkpoint, save_checkpoint, write_json
-from ..models.caption_search import Generated, beam_search, greedy
+from ..models.caption_search import MAX_CAPTION_WORDS, Generated, beam_search, greedy
 from ..models.captioner import DECODERS, MODEL_FILE, Captioner, ConvEncoder
 from ..seeding import MAX_SEED
 from ..training import CHECKPOINT, train_steps
@@ -350,7 +350,7 @@ class FeatureCache:
 @stage("train_captioner", checks={
     "steps": at_least(1), "batch_size": at_least(1), "lr": positive, "final_lr_fraction": probability,
     "clip": non_negative, "encoder_lr": positive, "eval_every": at_least(1), "eval_images": at_least(1),
-    "max_length": at_least(1), "checkpoint_every": at_least(1)}, resume_may_change=("steps",),
+    "max_length": between(1, MAX_CAPTION_WORDS), "checkpoint_every": at_least(1)}, resume_may_change=("steps",),
     resume_reads=(CHECKPOINT,))
 def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float = 0.002,
                     final_lr_fraction: float = 0.1, clip: float = 5.0, finetune_encoder: bool = False,
@@ -412,7 +412,7 @@ def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float =
 # --------------------------------------------------------------------------- #
 
 @stage("evaluate_captions", checks={
-    "splits": each(one_of(*SPLITS)), "beam_size": at_least(1), "max_length": at_least(1),
+    "splits": each(one_of(*SPLITS)), "beam_size": at_least(1), "max_length": between(1, MAX_CAPTION_WORDS),
     "batch_size": at_least(1), "figure_images": non_negative})
 def evaluate_captions(ctx, *, splits: list = ["val", "test", "test_unseen"], beam_size: int = 3,
                       max_length: int = 20, batch_size: int = 100, figure_images: int = 4) -> None:

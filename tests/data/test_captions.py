@@ -211,3 +211,25 @@ def test_caption_set_subset_keeps_everything_aligned():
     assert torch.equal(part.images, images[[2, 0]])
     with pytest.raises(ValueError, match="either images or paths"):
         CaptionSet([["a"]])
+
+
+def test_caption_set_subset_takes_tensor_and_array_indices():
+    images = torch.arange(4 * 3 * 8 * 8, dtype=torch.uint8).view(4, 3, 8, 8)
+    data = CaptionSet([["a"], ["b"], ["c"], ["d"]], images=images)
+    for indices in (torch.tensor([2, 0]), np.array([2, 0]), [2, 0]):
+        part = data.subset(indices)
+        assert part.captions == [["c"], ["a"]] and torch.equal(part.images, images[[2, 0]])
+    assert sorted(data.subset(torch.randperm(4)).captions) == data.captions
+
+
+def test_sentences_where_lists_are_expected_are_refused():
+    with pytest.raises(TypeError, match="caption_vocabulary takes each caption as a list of words, got the "
+                                        "string 'a cat'"):
+        caption_vocabulary(["a cat"])
+    with pytest.raises(TypeError, match="list of words"):
+        caption_vocabulary(caption for caption in [["a", "dog"], "a cat"])
+    images = torch.zeros(2, 3, 8, 8, dtype=torch.uint8)
+    with pytest.raises(TypeError, match="a list of caption strings for each image, got 'a cat' for image 0"):
+        CaptionSet(["a cat", "a dog"], images=images)
+    with pytest.raises(TypeError, match="for image 1"):
+        CaptionSet([["a cat"], [["a", "dog"]]], images=images)

@@ -137,3 +137,28 @@ def test_draw_is_deterministic_for_a_generator_state():
     scene = _scene()
     one = draw(scene, rng=np.random.default_rng(1))
     assert np.array_equal(one, draw(scene, rng=np.random.default_rng(1)))
+
+
+def test_random_scene_refuses_objects_it_cannot_draw():
+    rng = np.random.default_rng(0)
+    with pytest.raises(GraphseqError, match="1 <= max_objects <= 3, got 8"):
+        shapes.random_scene(rng, SEEN_PAIRS, max_objects=8)
+    with pytest.raises(GraphseqError, match="cannot draw 3 distinct objects"):
+        shapes.random_scene(rng, [])
+    # Two sizes of one pair make two objects; a third from must_include makes three.
+    assert len(shapes.random_scene(rng, [("red", "circle")], max_objects=2).objects) <= 2
+    scene = shapes.random_scene(np.random.default_rng(0), [("red", "circle")], [("blue", "square")])
+    assert ("blue", "square") in {(o.colour, o.shape) for o in scene.objects}
+    assert len({o.words for o in scene.objects}) == len(scene.objects)
+    # Last, as the old code never returned here.
+    with pytest.raises(GraphseqError, match=r"cannot draw 3 distinct objects from the colour-shape pairs \[\('red'"):
+        shapes.random_scene(rng, [("red", "circle")], max_objects=3)
+
+
+def test_a_caption_string_scores_as_its_words():
+    scene = _scene()
+    text = "a small red circle left of a large blue square"
+    assert shapes.mentioned_objects(text) == shapes.mentioned_objects(text.split())
+    assert score_objects(text, scene) == score_objects(text.split(), scene) == (2, 2, True)
+    one = Scene((ShapeObject("large", "red", "circle", 1, 1),), "horizontal")
+    assert score_objects("a large red circle", one) == (1, 1, True)

@@ -7,6 +7,7 @@ from torch import nn
 
 from graphseq import graphs
 from graphseq.data.captions import caption_vocabulary
+from graphseq.data.text import Vocabulary
 from graphseq.errors import GraphseqError
 from graphseq.models.caption_search import beam_search, caption_image, greedy, sample
 from graphseq.models.captioner import (AttentionDecoder, Captioner, ConvEncoder, InitDecoder, InputDecoder,
@@ -232,3 +233,39 @@ def test_greedy_attention_has_a_row_per_word_and_the_end():
 def test_caption_image_refuses_a_temperature_that_is_not_finite_before_reading_anything(tmp_path, temperature):
     with pytest.raises(GraphseqError, match="a finite temperature >= 0"):
         caption_image(tmp_path / "no-run", tmp_path / "no-image.png", samples=2, temperature=temperature)
+
+
+def test_loss_refuses_caption_strings_and_a_caption_count_unlike_the_images():
+    model = _captioner("input")
+    with pytest.raises(TypeError, match="each caption as a list of words, got the string 'a red circle'"):
+        model.caption_nodes(["a red circle"])
+    regions, pooled = model.encode(torch.rand(2, 3, 32, 32))
+    with pytest.raises(TypeError, match="tokenize_caption"):
+        model.loss(regions, pooled, ["a red circle", "a green diamond"])
+    for captions in (WORDS[:1], WORDS):
+        with pytest.raises(ValueError, match=f"Captioner.loss got {len(captions)} captions for 2 images"):
+            model.loss(regions, pooled, captions)
+
+
+def test_words_refuse_ids_outside_the_vocabulary_and_the_vocabulary_needs_the_special_symbols():
+    model = _captioner("init")
+    assert model.words([VOCAB.index["a"], VOCAB.index["red"], model.end_id, 99]) == ["a", "red"]
+    for bad in (len(VOCAB), -1):
+        with pytest.raises(ValueError, match=f"id {bad} is not one of the {len(VOCAB)} words"):
+            model.words([VOCAB.index["a"], bad])
+    with pytest.raises(ValueError, match="lacks the symbols <start>, <end>, <pad>"):
+        Captioner(Vocabulary(["<unk>", "a"], unknown="<unk>"), "init", channels=(4, 4, 4, F_DIM))
+
+
+@pytest.mark.parametrize("decode, message", [
+    (lambda m, x: greedy(m, x, max_length=-1), "max_length >= 1; got 1, 0, 0.0, -1"),
+    (lambda m, x: greedy(m, x, max_length=0), "max_length >= 1"),
+    (lambda m, x: greedy(m, x, max_length=101), "^max_length must be at most 100 words, got 101"),
+    (lambda m, x: sample(m, x, temperature=-1.0), "a finite temperature >= 0"),
+    (lambda m, x: sample(m, x, temperature=float("nan")), "a finite temperature >= 0"),
+    (lambda m, x: beam_search(m, x, beam_size=0), "beam_size >= 1"),
+    (lambda m, x: beam_search(m, x, max_length=-1), "max_length >= 1"),
+])
+def test_decoding_refuses_what_caption_image_refuses(decode, message):
+    with pytest.raises(GraphseqError, match=message):
+        decode(_captioner("init").eval(), torch.rand(1, 3, 32, 32))
