@@ -1,0 +1,155 @@
+"""The BERT encoder of bert-pretrain / bert-polarity (Transformer encoder
+layers on fully connected token graphs) against ``torch.nn.TransformerEncoder``
+with the same weights on the same sequences, padded, in one process,
+interleaved.
+
+The sequences are real: the sentence-polarity snippets cut into WordPiece
+pieces by a tokenizer trained on them (the pipelines' 8,000 pieces), as
+fine-tuning reads them (``[CLS] sentence [SEP]``) and as pretraining reads
+them (``[CLS] A [SEP] B [SEP]``, two snippets, cut at ``max_len``), a seeded
+batch of each; and, for the layers' own ratio, a batch of ``max_len`` pieces
+each, where padding costs torch nothing. Only the encoder layers are timed: the embeddings and heads
+are the same code for both. Ours reads the nodes of the batch (no padding);
+torch reads a padded ``[batch, longest, hidden]`` tensor with
+``src_key_padding_mask`` (its input as a user holds it; the padding is not
+timed). Training: forward and backward in training mode (dropout on).
+Inference: forward under ``no_grad`` in eval mode, against torch's plain
+path and its nested-tensor fast path (``enable_nested_tensor=True``, which
+skips the padding), whichever is faster counted as the peer.
+
+    python benchmarks/bench_bert.py [--batch 64] [--repeats 20] [--threads 1] [--clock cpu]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from graphseq.data.polarity import load_polarity
+from graphseq.data.pretraining import collate
+from graphseq.data.wordpiece import WordPieceTokenizer
+from graphseq.models.bert import BertConfig, BertEncoder
+from graphseq.pipeline import resolve_device
+from timing import median_times
+
+
+def workloads(sentences, tokenizer: WordPieceTokenizer, batch: int, max_len: int):
+    """Seeded batches of piece ids and segments: single sentences and sentence pairs."""
+    generator = torch.Generator().manual_seed(0)
+    cls, sep = tokenizer.cls_id, tokenizer.sep_id
+    order = torch.randperm(len(sentences), generator=generator).tolist()
+    pieces = tokenizer.encode_batch([sentences[i] for i in order[:2 * batch]])
+    singles = [[cls] + p[:max_len - 2] + [sep] for p in pieces[:batch]]
+    pairs, segments = [], []
+    for a, b in zip(pieces[:batch], pieces[batch:]):
+        a, b = a[:max_len // 2 - 2], b[:max_len - 3 - min(len(a), max_len // 2 - 2)]
+        pairs.append([cls] + a + [sep] + b + [sep])
+        segments.append([0] * (len(a) + 2) + [1] * (len(b) + 1))
+    stream = [piece for p in tokenizer.encode_batch([sentences[i] for i in order]) for piece in p]
+    full = [[cls] + stream[i * (max_len - 2):(i + 1) * (max_len - 2)] + [sep] for i in range(batch)]
+    return {"fine-tuning (sentences)": collate(singles), "pretraining (sentence pairs)": collate(pairs, segments),
+            f"no padding (every sequence {max_len} pieces: the layers alone)": collate(full)}
+
+
+def padded(x: torch.Tensor, sizes: list[int]):
+    out = x.new_zeros(len(sizes), max(sizes), x.size(1))
+    padding = torch.ones(len(sizes), max(sizes), dtype=torch.bool, device=x.device)
+    for i, part in enumerate(x.split(sizes)):
+        out[i, :len(part)], padding[i, :len(part)] = part, False
+    return out, padding
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=64, help="sequences a batch (the pipelines: 64 and 32)")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="cpu",
+                        help="time wall-clock or this process's CPU seconds (less disturbed by other jobs)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--data-root", default=os.environ.get("GRAPHSEQ_DATA", "datasets"))
+    parser.add_argument("--data-mirror", default=os.environ.get("GRAPHSEQ_MIRROR"))
+    args = parser.parse_args()
+    if args.batch < 1 or args.repeats < 1 or args.threads < 1:
+        parser.error("--batch, --repeats and --threads must be at least 1")
+
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")  # torch's fast path says it
+    device = resolve_device(args.device)
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    sentences, _ = load_polarity(Path(args.data_root), Path(args.data_mirror) if args.data_mirror else None)
+    tokenizer = WordPieceTokenizer.train(sentences, vocab_size=8000, min_frequency=2)
+    # bert-pretrain's model: hidden 128, 2 post-norm layers of 4 heads, feed-forward 512, GELU.
+    config = BertConfig(tokenizer.vocab_size, hidden_size=128, num_layers=2, num_heads=4, feedforward_size=512,
+                        max_len=64, dropout=0.1, activation="gelu")
+    torch.manual_seed(0)
+    ours = BertEncoder(config).to(device)
+    layer = torch.nn.TransformerEncoderLayer(config.hidden_size, config.num_heads, config.feedforward_size,
+                                             config.dropout, activation="gelu", batch_first=True)
+    theirs = {nested: torch.nn.TransformerEncoder(layer, config.num_layers, enable_nested_tensor=nested).to(device)
+              for nested in (False, True)}
+    for peer in theirs.values():
+        peer.load_state_dict({k: v for k, v in ours.state_dict().items() if k.startswith("layers.")})
+
+    print(f"BERT encoder layers (hidden {config.hidden_size}, {config.num_layers} layers, {config.num_heads} heads, "
+          f"feed-forward {config.feedforward_size}) vs torch.nn.TransformerEncoder, same weights, {args.batch} "
+          f"sequences, on {device} ({torch.get_num_threads()} threads), median {args.clock} time of "
+          f"{args.repeats} interleaved passes")
+    for name, graphs in workloads(sentences, tokenizer, args.batch, config.max_len).items():
+        graphs = graphs.to(device)
+        sizes = torch.bincount(graphs.batch).tolist()
+        with torch.no_grad():
+            x = ours.embed(graphs.tokens, graphs.segments, graphs.positions)
+        x_padded, padding = padded(x, sizes)
+
+        def encode(x):
+            for layer in ours.layers:
+                x = layer(x, batch=graphs.batch)
+            return x
+
+        ours.eval(), theirs[False].eval()
+        with torch.no_grad():
+            difference = float((encode(x) - theirs[False](x_padded, src_key_padding_mask=padding)[~padding])
+                               .abs().max())
+        x.requires_grad_(True)
+        x_padded.requires_grad_(True)
+
+        def train(forward):
+            def step():
+                forward().pow(2).mean().backward()
+            return step
+
+        ours.train(), theirs[False].train()
+        training = median_times({
+            "ours": train(lambda: encode(x)),
+            "torch": train(lambda: theirs[False](x_padded, src_key_padding_mask=padding)),
+        }, args.repeats, device, clock)
+        ours.eval(), [peer.eval() for peer in theirs.values()]
+
+        def infer(forward):
+            def step():
+                with torch.no_grad():
+                    forward()
+            return step
+
+        inference = median_times({
+            "ours": infer(lambda: encode(x)),
+            "torch": infer(lambda: theirs[False](x_padded, src_key_padding_mask=padding)),
+            "torch nested": infer(lambda: theirs[True](x_padded, src_key_padding_mask=padding)),
+        }, args.repeats, device, clock)
+        peer = min(inference["torch"], inference["torch nested"])
+        print(f"\n{name}: {len(sizes)} sequences of {min(sizes)}-{max(sizes)} pieces ({sum(sizes)} nodes, "
+              f"{len(sizes) * max(sizes)} padded), largest output difference {difference:.1e}")
+        print(f"  training  (forward+backward)  ours {training['ours'] * 1e3:8.2f} ms   torch "
+              f"{training['torch'] * 1e3:8.2f} ms   ours/torch {training['ours'] / training['torch']:.2f}")
+        print(f"  inference (no_grad, eval)     ours {inference['ours'] * 1e3:8.2f} ms   torch "
+              f"{inference['torch'] * 1e3:8.2f} ms   nested {inference['torch nested'] * 1e3:8.2f} ms   "
+              f"ours/fastest {inference['ours'] / peer:.2f}")
+
+
+if __name__ == "__main__":
+    main()
