@@ -10,6 +10,7 @@ them in one indexing operation: no per-image Python work on the way.
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -44,6 +45,14 @@ class FewShotClasses:
                              f"height, width], got {list(self.images.shape)}")
         if len(self.names) != self.images.size(0):
             raise ValueError(f"{len(self.names)} class names for {self.images.size(0)} classes")
+        if self.images.dtype != torch.uint8:
+            raise ValueError(f"FewShotClasses needs uint8 images (pixels 0-255), got {self.images.dtype}")
+        channels = self.images.size(2)
+        for name in ("mean", "std"):
+            values = torch.as_tensor(getattr(self, name), dtype=torch.float32)
+            if values.dim() > 1 or values.numel() not in (1, channels):
+                raise ValueError(f"FewShotClasses {name} needs one value or one per channel ({channels}), "
+                                 f"got {getattr(self, name)!r}")
 
     @property
     def num_classes(self) -> int:
@@ -59,6 +68,11 @@ class FewShotClasses:
         mean = torch.as_tensor(self.mean, dtype=torch.float32, device=images.device).expand(channels)
         std = torch.as_tensor(self.std, dtype=torch.float32, device=images.device).expand(channels)
         return (images.float() / 255 - mean.view(-1, 1, 1)) / std.view(-1, 1, 1)
+
+
+def _is_int(value) -> bool:
+    """Whether ``value`` is a whole number (a Python or NumPy integer, not a bool)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def distinct_draws(rows: int, k: int, n: int, generator: Optional[torch.Generator] = None) -> Tensor:
@@ -102,6 +116,10 @@ class EpisodeSampler:
     """
 
     def __init__(self, classes: FewShotClasses, ways: int, shots: int, unlabelled: int = 0):
+        for name, value in (("ways", ways), ("shots", shots), ("unlabelled", unlabelled)):
+            if not _is_int(value):
+                raise GraphseqError(f"EpisodeSampler needs a whole number for {name}, got {value!r}")
+        ways, shots, unlabelled = int(ways), int(shots), int(unlabelled)
         if ways < 2:
             raise GraphseqError(f"an episode needs at least 2 classes, got ways={ways}")
         if shots < 1:
@@ -137,8 +155,15 @@ class EpisodeSampler:
         return way, labelled, query
 
     def check_per_support(self, num_episodes: int, per_support: int) -> None:
-        """Refuses a ``per_support`` that does not divide ``num_episodes`` or
-        asks for more queries than a class has images left."""
+        """Refuses a ``num_episodes`` that is not a whole number >= 0, and a
+        ``per_support`` that does not divide it or asks for more queries than
+        a class has images left."""
+        if not _is_int(num_episodes) or num_episodes < 0:
+            raise GraphseqError(f"EpisodeSampler.sample needs a whole number of episodes >= 0, "
+                                f"got {num_episodes!r}")
+        if not _is_int(per_support):
+            raise GraphseqError(f"EpisodeSampler.sample needs a whole number for per_support, "
+                                f"got {per_support!r}")
         if per_support < 1 or num_episodes % per_support:
             raise GraphseqError(f"episodes per support set ({per_support}) must be at least 1 and divide "
                                 f"the number of episodes ({num_episodes})")

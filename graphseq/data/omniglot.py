@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import numbers
 import os
 import zipfile
 from dataclasses import dataclass
@@ -63,6 +64,15 @@ class Omniglot:
         ``rotations``, each rotation by 0/90/180/270 degrees is a class of its
         own (class ``4 k + r`` is character ``characters[k]`` turned ``r``
         quarter turns counter-clockwise)."""
+        characters = torch.as_tensor(characters)
+        if characters.dim() != 1 or characters.numel() and (characters.is_floating_point()
+                                                            or characters.dtype == torch.bool):
+            raise GraphseqError(f"Omniglot.classes needs a 1-D tensor of character indices, got "
+                                f"{characters.dtype} of shape {list(characters.shape)}")
+        bad = characters[(characters < 0) | (characters >= len(self.characters))]
+        if bad.numel():
+            raise GraphseqError(f"Omniglot.classes: character index {int(bad[0])} is out of range "
+                                f"0-{len(self.characters) - 1}")
         images = self.images[characters]  # [num_characters, 20, size, size]
         names = [self.characters[int(c)] for c in characters]
         if rotations:
@@ -166,6 +176,8 @@ def load_omniglot(root: Path, mirror: Optional[Path] = None, size: int = 28, dow
                   log: Optional[logging.Logger] = None) -> Omniglot:
     """All 1,623 characters x 20 drawings at ``size`` x ``size``, from the
     cache under ``root`` when it was built from the same files."""
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+        raise GraphseqError(f"load_omniglot needs a size of at least 1 pixel, got {size!r}")
     log = log or logging.getLogger("graphseq")
     folder = find_omniglot(root, mirror, download)
     files = list_images(folder)

@@ -122,6 +122,8 @@ class FewShotGNN(nn.Module):
                  last_norm: bool = True, last_dropout: float = 0.3, query_after: int = 0,
                  negative_slope: float = 0.01):
         super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"FewShotGNN needs num_layers >= 1 (blocks before the last layer), got {num_layers}")
         self.num_ways = num_ways
         self.negative_slope = negative_slope
         self.query_after = query_after
@@ -178,6 +180,11 @@ class FewShotConfig:
     last_dropout: float = 0.3
     active: bool = False            # a query head after the first block
 
+    def __post_init__(self):
+        if isinstance(self.num_layers, bool) or not isinstance(self.num_layers, int) or self.num_layers < 1:
+            raise ValueError(f"FewShotConfig needs num_layers >= 1 (blocks before the last layer), "
+                             f"got {self.num_layers!r}")
+
 
 class FewShotModel(nn.Module):
     """Embedding CNN + :class:`FewShotGNN` over batched episode graphs
@@ -227,6 +234,9 @@ class FewShotModel(nn.Module):
         if embedding is None:
             embedding = self.embed(episodes)  # [num_nodes, embedding_dim]
         n = self.config.num_ways
+        classes = getattr(episodes, "classes", None)  # [num_episodes, ways] from EpisodeSampler.sample
+        if classes is not None and classes.size(-1) != n:
+            raise ValueError(f"FewShotModel is {n}-way, but the episodes are {classes.size(-1)}-way")
         known = episodes.labelled.unsqueeze(1)
         one_hot = F.one_hot(episodes.y.clamp(min=0), n).to(embedding.dtype)
         unknown = 1.0 / n if self.config.unknown_label == "uniform" else 0.0
@@ -272,6 +282,9 @@ class FewShotModel(nn.Module):
         if query not in QUERY_MODES + ("none",):
             raise ValueError(f"query must be one of {', '.join(QUERY_MODES + ('none',))}, got {query!r}")
         num_episodes = int(episodes.batch.max()) + 1 if episodes.batch.numel() else 0
+        if answers is not None and (answers.dim() != 1 or answers.size(0) != num_episodes):
+            raise ValueError(f"FewShotModel.ask needs one answer per episode ({num_episodes}), "
+                             f"got answers of shape {list(answers.shape)}")
         if query == "none":
             self.asked = torch.full((num_episodes,), -1, dtype=torch.long, device=h.device)
             return h

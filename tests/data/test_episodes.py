@@ -133,3 +133,33 @@ def test_impossible_shared_support_sets_are_refused():
     with pytest.raises(GraphseqError, match="need 2 labelled \\+ 1 unlabelled \\+ 6 query images of a class, 9; "
                                             "there are 8"):
         sampler.sample(12, per_support=6)
+
+
+def test_sampler_refuses_counts_that_are_not_whole_numbers():
+    classes = numbered_classes()
+    for kwargs in ({"ways": 2.0, "shots": 1}, {"ways": 2, "shots": 1.5}, {"ways": 2, "shots": 1, "unlabelled": 1.0},
+                   {"ways": True, "shots": 1}):
+        name = next(k for k, v in kwargs.items() if type(v) is not int)
+        with pytest.raises(GraphseqError, match=f"EpisodeSampler needs a whole number for {name}"):
+            EpisodeSampler(classes, **kwargs)
+    sampler = EpisodeSampler(classes, 2, 1)
+    with pytest.raises(GraphseqError, match="needs a whole number of episodes >= 0, got -1"):
+        sampler.sample(-1)
+    with pytest.raises(GraphseqError, match="needs a whole number of episodes >= 0, got 2.0"):
+        sampler.sample(2.0)
+    with pytest.raises(GraphseqError, match="needs a whole number for per_support, got 1.0"):
+        sampler.sample(2, per_support=1.0)
+    assert sampler.sample(0).num_nodes == 0
+
+
+def test_classes_refuse_float_images_and_mean_of_other_channels():
+    images = torch.zeros(3, 4, 1, 2, 2)
+    with pytest.raises(ValueError, match="FewShotClasses needs uint8 images .*torch.float32"):
+        FewShotClasses(images, list("abc"))
+    images = images.to(torch.uint8)
+    with pytest.raises(ValueError, match=r"FewShotClasses mean needs one value or one per channel \(1\)"):
+        FewShotClasses(images, list("abc"), mean=(0.5, 0.5, 0.5))
+    with pytest.raises(ValueError, match=r"FewShotClasses std needs one value or one per channel \(3\)"):
+        FewShotClasses(torch.zeros(3, 4, 3, 2, 2, dtype=torch.uint8), list("abc"), std=(0.2, 0.2))
+    FewShotClasses(images, list("abc"), mean=(0.5,), std=0.5)
+    FewShotClasses(torch.zeros(3, 4, 3, 2, 2, dtype=torch.uint8), list("abc"), (0.5, 0.4, 0.3), 0.2)

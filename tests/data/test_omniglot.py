@@ -109,3 +109,22 @@ def test_real_omniglot(mirror, data_root):
     # Paper is white (most pixels), ink dark; every drawing has some ink.
     assert float(data.images.float().mean()) > 200
     assert bool((data.images.flatten(2).min(dim=2).values < 128).all())
+
+
+@pytest.mark.parametrize("size", [0, -3, 2.5])
+def test_bad_size_is_refused_before_any_file_is_read(size, write_fake_omniglot, tmp_path, monkeypatch):
+    mirror = tmp_path / "mirror"
+    write_fake_omniglot(mirror)
+    monkeypatch.setattr(omniglot_module, "find_omniglot", lambda *a, **k: pytest.fail("looked for the files"))
+    with pytest.raises(GraphseqError, match=f"load_omniglot needs a size of at least 1 pixel, got {size}"):
+        load_omniglot(tmp_path / "root", mirror, size=size, download=False)
+
+
+def test_classes_refuse_character_indices_out_of_range():
+    data = omniglot_module.Omniglot(torch.zeros(3, 20, 4, 4, dtype=torch.uint8), ["A/c1", "A/c2", "B/c1"])
+    for index in (-1, 3):
+        with pytest.raises(GraphseqError, match=f"character index {index} is out of range 0-2"):
+            data.classes(torch.tensor([0, index]))
+    with pytest.raises(GraphseqError, match="needs a 1-D tensor of character indices"):
+        data.classes(torch.tensor([0.0, 1.0]))
+    assert data.classes(torch.tensor([], dtype=torch.long)).num_classes == 0

@@ -286,3 +286,30 @@ def test_shared_support_sets_embed_each_image_once(active):
     with torch.no_grad():
         torch.testing.assert_close(model(batch), model(plain), rtol=1e-5, atol=1e-5)
     assert seen[-2:] == [distinct, batch.num_nodes]
+
+
+def test_model_refuses_episodes_of_another_number_of_ways():
+    model = FewShotModel(FewShotConfig(5, embedding_dim=8, growth=4, num_layers=1)).eval()
+    with pytest.raises(ValueError, match="FewShotModel is 5-way, but the episodes are 2-way"):
+        model(episodes(ways=2, num=2))
+    model = FewShotModel(FewShotConfig(3, embedding_dim=8, growth=4, num_layers=1)).eval()
+    with pytest.raises(ValueError, match="FewShotModel is 3-way, but the episodes are 5-way"):
+        model(episodes(ways=5, num=2))
+    assert model(episodes(ways=3, num=2)).shape == (2, 3)
+
+
+def test_active_model_refuses_answers_of_the_wrong_length():
+    torch.manual_seed(0)
+    model = FewShotModel(FewShotConfig(5, embedding_dim=8, growth=4, num_layers=1, active=True)).eval()
+    batch = episodes(unlabelled=1, num=2)
+    for answers in (torch.tensor([1]), torch.tensor([1, 2, 3]), torch.tensor([[1, 2]])):
+        with pytest.raises(ValueError, match=r"FewShotModel.ask needs one answer per episode \(2\)"):
+            model(batch, answers=answers)
+    assert model(batch, answers=torch.tensor([1, -1])).shape == (2, 5)
+
+
+def test_config_and_gnn_refuse_zero_blocks():
+    with pytest.raises(ValueError, match="FewShotConfig needs num_layers >= 1.*got 0"):
+        FewShotConfig(5, num_layers=0)
+    with pytest.raises(ValueError, match="FewShotGNN needs num_layers >= 1.*got 0"):
+        FewShotGNN(10, 5, num_layers=0)
