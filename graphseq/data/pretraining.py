@@ -180,6 +180,8 @@ class SentencePairs:
 
     def draw(self, num: int, generator: torch.Generator) -> Tuple[List[List[int]], List[List[int]], List[int]]:
         """``num`` examples: token ids, segment ids and pair labels."""
+        if num < 0:
+            raise GraphseqError(f"SentencePairs.draw needs num >= 0 examples, got {num}")
         picks = torch.randint(len(self.index), (num,), generator=generator).tolist()
         coins = torch.rand(num, generator=generator).tolist()
         tokens, segments, labels = [], [], []
@@ -220,6 +222,13 @@ def mask_tokens(tokens: Tensor, vocab_size: int, mask_id: int, generator: torch.
     a random non-special token 10%, and stays itself 10%. Returns the
     corrupted tokens and the labels (the original token where chosen,
     :data:`IGNORE` elsewhere)."""
+    if not 0.0 <= rate <= 1.0:
+        raise GraphseqError(f"mask_tokens needs rate in [0, 1], got {rate}")
+    if vocab_size <= num_special:
+        raise GraphseqError(f"mask_tokens needs vocab_size above the {num_special} special tokens "
+                            f"(random replacements are drawn from the others), got {vocab_size}")
+    if not 0 <= mask_id < vocab_size:
+        raise GraphseqError(f"mask_tokens: mask_id {mask_id} is not a token of the vocabulary of {vocab_size}")
     chosen = (torch.rand(tokens.shape, generator=generator) < rate) & (tokens >= num_special)
     labels = torch.where(chosen, tokens, torch.full_like(tokens, IGNORE))
     action = torch.rand(tokens.shape, generator=generator)

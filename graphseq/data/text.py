@@ -59,8 +59,15 @@ class Vocabulary:
     def of_words(cls, sentences: Iterable[Sequence[str]], min_freq: int = 1,
                  unknown: str = "<unk>") -> "Vocabulary":
         """Words seen at least ``min_freq`` times, most frequent first, after
-        the unknown-word symbol (id 0)."""
-        counts = Counter(word for sentence in sentences for word in sentence)
+        the unknown-word symbol (id 0). Each sentence is a list of words, as
+        :func:`tokenize` gives; a sentence given as a string is refused, since
+        it would be read character by character (:meth:`of_characters` does that)."""
+        counts: Counter = Counter()
+        for sentence in sentences:
+            if isinstance(sentence, str):
+                raise GraphseqError(f"Vocabulary.of_words takes sentences as lists of words, got the string "
+                                    f"{sentence[:40]!r}: split it with tokenize(), or pass [words] for one sentence")
+            counts.update(sentence)
         words = sorted((w for w, c in counts.items() if c >= min_freq and w != unknown),
                        key=lambda w: (-counts[w], w))
         return cls([unknown] + words, unknown=unknown)
@@ -81,8 +88,12 @@ class Vocabulary:
         return torch.tensor([self.index.get(s, fallback) for s in symbols], dtype=torch.long)
 
     def decode(self, ids: Iterable[int] | Tensor, separator: str = "") -> str:
-        if isinstance(ids, Tensor):
-            ids = ids.tolist()
+        """The symbols of ``ids``, joined by ``separator``."""
+        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+        outside = [i for i in ids if not 0 <= i < len(self.symbols)]
+        if outside:
+            raise GraphseqError(f"Vocabulary.decode: id {outside[0]} is outside the vocabulary's "
+                                f"{len(self.symbols)} symbols (ids 0 to {len(self.symbols) - 1})")
         return separator.join(self.symbols[i] for i in ids)
 
     def __eq__(self, other: object) -> bool:

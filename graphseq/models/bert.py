@@ -110,6 +110,16 @@ def cls_nodes(positions: Tensor) -> Tensor:
     return torch.nonzero(positions == 0).flatten()
 
 
+def cls_states(states: Tensor, graphs: TokenGraphs, reader: str) -> Tensor:
+    """The states of the ``[CLS]`` nodes, one per sequence ``[num_graphs, hidden]``;
+    an empty sequence has none, and its row would go to the next sequence."""
+    first = cls_nodes(graphs.positions)
+    if first.numel() != graphs.num_graphs:
+        raise GraphseqError(f"{reader} reads the [CLS] node of each sequence, but "
+                            f"{graphs.num_graphs - first.numel()} of the {graphs.num_graphs} sequences are empty")
+    return states[first]
+
+
 class BertForPretraining(nn.Module):
     """The encoder with the masked-LM head (a dense GELU layer, layer norm,
     and the token embeddings transposed plus a bias) and the next-sentence
@@ -134,14 +144,24 @@ class BertForPretraining(nn.Module):
     def forward(self, graphs: TokenGraphs) -> Tuple[Tensor, Tensor, Tensor]:
         """Masked-LM logits at the nodes with a label, their node indices, and
         the next-sentence logits of every sequence ``[num_graphs, 2]``."""
+        if graphs.mlm_labels is None:
+            raise GraphseqError("BertForPretraining needs mlm_labels in the batch (SentencePairs.batch "
+                                "makes them); this batch has none")
+        if graphs.mlm_labels.shape != graphs.tokens.shape:
+            raise GraphseqError(f"BertForPretraining needs one mlm_label per token ({graphs.tokens.numel()}), "
+                                f"got mlm_labels of shape {tuple(graphs.mlm_labels.shape)}")
         states = self.encoder(graphs.tokens, graphs.segments, graphs.positions, graphs.batch)
         masked = torch.nonzero(graphs.mlm_labels != IGNORE).flatten()
-        pooled = torch.tanh(self.pooler(states[cls_nodes(graphs.positions)]))
+        pooled = torch.tanh(self.pooler(cls_states(states, graphs, "BertForPretraining")))
         return self.mlm_logits(states[masked]), masked, self.nsp(pooled)
 
     def loss(self, graphs: TokenGraphs) -> Tuple[Tensor, Dict[str, float]]:
         """The sum of the masked-LM and next-sentence cross-entropies, as in the
         paper, and each of them with its accuracy."""
+        if graphs.nsp_labels is None or graphs.nsp_labels.shape != (graphs.num_graphs,):
+            got = "none" if graphs.nsp_labels is None else f"shape {tuple(graphs.nsp_labels.shape)}"
+            raise GraphseqError(f"BertForPretraining.loss needs one nsp_label per sequence "
+                                f"({graphs.num_graphs}), got {got}")
         mlm_logits, masked, nsp_logits = self(graphs)
         mlm_targets = graphs.mlm_labels[masked]
         mlm_loss = F.cross_entropy(mlm_logits, mlm_targets) if masked.numel() else mlm_logits.sum()
@@ -190,7 +210,7 @@ class BertClassifier(nn.Module):
 
     def forward(self, graphs: TokenGraphs) -> Tensor:
         states = self.encoder(graphs.tokens, graphs.segments, graphs.positions, graphs.batch)
-        read = (states[cls_nodes(graphs.positions)] if self.pool == "cls"
+        read = (cls_states(states, graphs, "BertClassifier") if self.pool == "cls"
                 else global_mean_pool(states, graphs.batch, size=graphs.num_graphs))
         pooled = torch.tanh(self.pooler(read))
         return self.classifier(self.dropout(pooled))  # [num_graphs, num_classes]
@@ -232,6 +252,11 @@ def load_pretrained(folder: str | Path, device: torch.device | str = "cpu"
 def fill_mask(model: BertForPretraining, tokenizer: WordPieceTokenizer, text: str,
               top_k: int = 5) -> List[List[Tuple[str, float]]]:
     """For each ``[MASK]`` of ``text``, the ``top_k`` likeliest pieces and their probabilities."""
+    if model.config.vocab_size != tokenizer.vocab_size:
+        raise GraphseqError(f"fill_mask: the model has {model.config.vocab_size} tokens but the tokenizer "
+                            f"{tokenizer.vocab_size}: they come from different runs")
+    if top_k < 1:
+        raise GraphseqError(f"fill_mask needs top_k >= 1, got {top_k}")
     ids = tokenizer.encode(text)
     if tokenizer.mask_id not in ids:
         raise GraphseqError(f"the text has no [MASK] to fill: {text!r}")

@@ -86,6 +86,9 @@ class CharLM(nn.Module):
     def forward_windows(self, tokens: Tensor, state: Optional[State] = None) -> Tuple[Tensor, State]:
         """Reads one window of each stream, ``tokens`` ``[num_streams, window]``,
         continuing from ``state``; returns logits ``[num_streams, window, vocab_size]``."""
+        if tokens.dim() != 2:
+            raise GraphseqError(f"forward_windows needs tokens of shape [num_streams, window], "
+                                f"got shape {tuple(tokens.shape)}")
         num_streams, window = tokens.shape
         edge_index, batch = self.chains(num_streams, window, tokens.device)
         logits, state = self(tokens.reshape(-1), edge_index, batch, state)
@@ -125,11 +128,17 @@ def sample(model: CharLM, vocab: Vocabulary, prime: str = "", length: int = 500,
            temperature: float = 1.0, seed: Optional[int] = None) -> str:
     """``prime`` followed by ``length`` characters drawn one at a time from
     the model's softmax at ``temperature`` (0 picks the likeliest character).
-    An empty prime starts the model after a line break."""
+    An empty prime starts the model after a line break (the vocabulary must hold one)."""
     if not math.isfinite(temperature) or temperature < 0:
         raise GraphseqError(f"temperature must be a finite number >= 0, got {temperature}")
     if length < 0:
         raise GraphseqError(f"length must be non-negative, got {length}")
+    if model.embedding.num_embeddings != len(vocab):
+        raise GraphseqError(f"sample: the model reads {model.embedding.num_embeddings} characters but the "
+                            f"vocabulary has {len(vocab)}: they come from different runs")
+    if not prime and "\n" not in vocab.index:
+        raise GraphseqError("sample starts after a line break when the prime is empty, but this vocabulary "
+                            "has no line break: give a prime")
     model.eval()
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed) if seed is not None else None

@@ -71,7 +71,7 @@ def context_edges(corpus: FlatCorpus, targets: Tensor, window: int,
     valid = (positions >= 0) & (positions < corpus.words.numel())
     positions = positions.clamp(0, corpus.words.numel() - 1)
     valid &= corpus.document[positions] == corpus.document[targets].unsqueeze(1)
-    if generator is not None:
+    if generator is not None and window > 0:
         reach = torch.randint(1, window + 1, (targets.numel(), 1), generator=generator)
         valid &= offsets.abs().unsqueeze(0) <= reach
     target_index = torch.arange(targets.numel()).unsqueeze(1).expand_as(positions)[valid]
@@ -109,6 +109,8 @@ class SupervisedParagraphVectors(nn.Module):
         super().__init__()
         if mode not in MODES:
             raise GraphseqError(f"unknown paragraph-vector mode {mode!r}; use one of {', '.join(MODES)}")
+        if dim < 1:
+            raise GraphseqError(f"SupervisedParagraphVectors needs dim >= 1, got {dim}")
         self.num_words, self.num_classes, self.dim = num_words, num_classes, dim
         self.mode, self.train_words, self.sparse = mode, train_words, sparse
         self.word = nn.Embedding(num_words, dim, sparse=sparse)  # input vectors of context words
@@ -176,12 +178,20 @@ class SupervisedParagraphVectors(nn.Module):
         """The ``k`` words whose vectors lie nearest (cosine) to a class
         vector: the input word vectors where they are trained (DM, or DBOW
         with ``train_words``), else the output vectors the class predicts.
-        ``allowed`` (a boolean mask over words) restricts the candidates."""
+        ``allowed`` (a boolean mask over words) restricts the candidates;
+        fewer than ``k`` come back where fewer words are candidates."""
+        if k < 0:
+            raise GraphseqError(f"nearest_words needs k >= 0, got {k}")
         table = self.word.weight if (self.mode == "dm" or self.train_words) else self.output.weight
         similarity = F.normalize(table, dim=-1) @ F.normalize(self.label.weight[class_index], dim=0)
+        candidates = torch.arange(self.num_words, device=similarity.device)
         if allowed is not None:
-            similarity = similarity.masked_fill(~allowed, -math.inf)
-        return similarity.topk(k).indices.tolist()
+            if allowed.dtype != torch.bool or allowed.shape != (self.num_words,):
+                raise GraphseqError(f"nearest_words needs allowed as a boolean mask over the {self.num_words} "
+                                    f"words, got {allowed.dtype} of shape {tuple(allowed.shape)}")
+            candidates = candidates[allowed.to(similarity.device)]
+        top = similarity[candidates].topk(min(k, candidates.numel())).indices
+        return candidates[top].tolist()
 
 
 def fit(model: SupervisedParagraphVectors, corpus: FlatCorpus, classes: Optional[Tensor],
@@ -197,8 +207,18 @@ def fit(model: SupervisedParagraphVectors, corpus: FlatCorpus, classes: Optional
     by its own gradient history. Each pass keeps each word with its
     probability in ``keep`` (down-sampling), shuffles the kept positions and
     reads them ``batch_size`` targets at a time. ``classes`` holds the class
-    of each document (``None``: no class nodes). Returns the mean loss of
-    each pass."""
+    of each document (``None``: no class nodes). ``window`` may be 0 in DBOW
+    without ``train_words``, which reads no context words. Returns the mean
+    loss of each pass."""
+    reads_context = model.mode == "dm" or model.train_words
+    least = 1 if reads_context else 0
+    if window < least:
+        why = f" ({'DM' if model.mode == 'dm' else 'DBOW with train_words'} reads context words)" if least else ""
+        raise GraphseqError(f"fit needs window >= {least}{why}, got {window}")
+    if batch_size < 1:
+        raise GraphseqError(f"fit needs batch_size >= 1, got {batch_size}")
+    if negative < 1:
+        raise GraphseqError(f"fit needs negative >= 1 noise words per target (negative sampling), got {negative}")
     device = model.output.weight.device
     optimizer = torch.optim.Adagrad(list(parameters), lr=lr)
     losses: List[float] = []

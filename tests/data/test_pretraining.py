@@ -114,3 +114,32 @@ def test_held_out_documents_are_whole_and_seeded():
     assert len(held) == 4 and len(train) == 36
     assert sorted(train + held) == sorted(documents)
     assert split_held_out(documents, 0.1, seed=3) == (train, held)
+
+
+@pytest.mark.parametrize("vocab_size,mask_id,rate,match", [
+    (5, 4, 0.15, "vocab_size above the 5 special tokens"),
+    (4, 4, 0.15, "vocab_size above the 5 special tokens"),
+    (VOCAB, VOCAB, 0.15, f"mask_id {VOCAB} is not a token of the vocabulary of {VOCAB}"),
+    (VOCAB, -1, 0.15, "mask_id -1 is not a token"),
+    (VOCAB, MASK, 1.5, r"rate in \[0, 1\], got 1.5"),
+    (VOCAB, MASK, -0.1, r"rate in \[0, 1\], got -0.1"),
+    (VOCAB, MASK, float("nan"), r"rate in \[0, 1\], got nan"),
+])
+def test_mask_tokens_refuses_bad_arguments(vocab_size, mask_id, rate, match):
+    with pytest.raises(GraphseqError, match=match):
+        mask_tokens(torch.tensor([5, 6]), vocab_size, mask_id, torch.Generator().manual_seed(0), rate)
+
+
+def test_mask_tokens_accepts_the_ends_of_the_rate_range():
+    tokens = torch.tensor([2, 5, 6, 7, 3])
+    _, labels = mask_tokens(tokens, 8, MASK, torch.Generator().manual_seed(0), 1.0)
+    assert labels.tolist() == [IGNORE, 5, 6, 7, IGNORE]
+    corrupted, labels = mask_tokens(tokens, 8, MASK, torch.Generator().manual_seed(0), 0.0)
+    assert torch.equal(corrupted, tokens) and (labels == IGNORE).all()
+
+
+def test_draw_refuses_a_negative_number_of_examples():
+    pairs = SentencePairs(numbered_documents(), 16, CLS, SEP)
+    with pytest.raises(GraphseqError, match="draw needs num >= 0 examples, got -1"):
+        pairs.draw(-1, torch.Generator().manual_seed(0))
+    assert pairs.draw(0, torch.Generator().manual_seed(0)) == ([], [], [])

@@ -92,3 +92,18 @@ def test_tfidf_rows_are_unit_vectors_over_the_shared_words():
     dense = x.to_dense()
     assert torch.allclose(dense[:3].norm(dim=1), torch.ones(3))
     assert (dense[3] == 0).all()  # no word seen twice
+
+
+def test_word_vocabulary_refuses_a_sentence_given_as_a_string():
+    with pytest.raises(GraphseqError, match="of_words takes sentences as lists of words, got the string 'ab'"):
+        Vocabulary.of_words(["ab", "cd"])
+    assert Vocabulary.of_words([("ab", "cd")]).symbols == ["<unk>", "ab", "cd"]
+
+
+@pytest.mark.parametrize("bad", [3, -1])
+def test_decode_refuses_ids_outside_the_vocabulary(bad):
+    vocab = Vocabulary(list("abc"))
+    with pytest.raises(GraphseqError, match=f"id {bad} is outside the vocabulary's 3 symbols"):
+        vocab.decode([0, bad])
+    with pytest.raises(GraphseqError, match=f"id {bad} is outside"):
+        vocab.decode(torch.tensor([bad]))

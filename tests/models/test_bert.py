@@ -5,8 +5,10 @@ import pytest
 import torch
 
 from graphseq.data.pretraining import IGNORE, collate
+from graphseq.data.wordpiece import WordPieceTokenizer
+from graphseq.errors import GraphseqError
 from graphseq.models.bert import (BertClassifier, BertConfig, BertEncoder, BertForPretraining,
-                                  cls_nodes)
+                                  cls_nodes, fill_mask)
 
 CONFIG = dict(vocab_size=50, hidden_size=16, num_layers=3, num_heads=4, feedforward_size=32, max_len=12)
 
@@ -124,3 +126,52 @@ def test_too_long_sequence_is_refused():
     graphs = random_sequences([13])
     with pytest.raises(Exception, match="longer than the model's 12 positions"):
         encoder(graphs.tokens, graphs.segments, graphs.positions, graphs.batch)
+
+
+def test_pretraining_refuses_a_batch_without_mlm_labels_or_with_labels_of_the_wrong_length():
+    model = BertForPretraining(BertConfig(**CONFIG)).eval()
+    graphs = random_sequences([4, 5])
+    with pytest.raises(GraphseqError, match="needs mlm_labels in the batch"):
+        model(graphs)
+    graphs.mlm_labels = torch.full((8,), IGNORE)
+    with pytest.raises(GraphseqError, match=r"one mlm_label per token \(9\), got mlm_labels of shape \(8,\)"):
+        model(graphs)
+    graphs.mlm_labels = torch.full_like(graphs.tokens, IGNORE)
+    graphs.nsp_labels = torch.tensor([1])
+    with pytest.raises(GraphseqError, match=r"one nsp_label per sequence \(2\), got shape \(1,\)"):
+        model.loss(graphs)
+
+
+def test_cls_heads_refuse_an_empty_sequence():
+    torch.manual_seed(0)
+    graphs = collate([[2, 7, 3], [], [2, 8, 3]])
+    classifier = BertClassifier(BertConfig(**CONFIG)).eval()
+    with pytest.raises(GraphseqError, match="BertClassifier reads the \\[CLS\\] node of each sequence, "
+                                            "but 1 of the 3 sequences are empty"):
+        classifier(graphs)
+    graphs.mlm_labels = torch.full_like(graphs.tokens, IGNORE)
+    with pytest.raises(GraphseqError, match="BertForPretraining reads the \\[CLS\\] node"):
+        BertForPretraining(BertConfig(**CONFIG)).eval()(graphs)
+    # Mean pooling reads every sequence, an empty one included (as zeros).
+    assert BertClassifier(BertConfig(**CONFIG), pool="mean").eval()(graphs).shape == (3, 2)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return WordPieceTokenizer.train(["the movie was wonderful , and the acting amazing ."] * 3,
+                                    vocab_size=60, min_frequency=1)
+
+
+def test_fill_mask_refuses_a_tokenizer_of_another_size(tokenizer):
+    torch.manual_seed(0)
+    for size in (tokenizer.vocab_size - 3, tokenizer.vocab_size + 3):
+        model = BertForPretraining(BertConfig(**{**CONFIG, "vocab_size": size}))
+        with pytest.raises(GraphseqError, match=f"the model has {size} tokens but the tokenizer "
+                                                f"{tokenizer.vocab_size}"):
+            fill_mask(model, tokenizer, "the [MASK] was wonderful")
+    model = BertForPretraining(BertConfig(**{**CONFIG, "vocab_size": tokenizer.vocab_size}))
+    filled = fill_mask(model, tokenizer, "the [MASK] was wonderful", top_k=2)
+    assert len(filled) == 1 and len(filled[0]) == 2 and all(isinstance(piece, str) for piece, _ in filled[0])
+    for top_k in (0, -1):
+        with pytest.raises(GraphseqError, match=f"fill_mask needs top_k >= 1, got {top_k}"):
+            fill_mask(model, tokenizer, "the [MASK] was wonderful", top_k=top_k)

@@ -70,3 +70,24 @@ def test_prime_with_unknown_characters_is_an_error():
     model = CharLM(len(VOCAB), embedding_dim=4, hidden_size=8)
     with pytest.raises(GraphseqError, match="'Z'"):
         sample(model, VOCAB, "Zed", 5)
+
+
+def test_sample_refuses_a_vocabulary_of_another_size():
+    small = Vocabulary(list("abc"))
+    with pytest.raises(GraphseqError, match="the model reads 5 characters but the vocabulary has 3"):
+        sample(CharLM(5, embedding_dim=4, hidden_size=8), small, "ab", 20)
+    with pytest.raises(GraphseqError, match="the model reads 2 characters but the vocabulary has 3"):
+        sample(CharLM(2, embedding_dim=4, hidden_size=8), small, "c", 20)
+
+
+def test_empty_prime_without_a_line_break_in_the_vocabulary_asks_for_a_prime():
+    model = CharLM(3, embedding_dim=4, hidden_size=8)
+    with pytest.raises(GraphseqError, match="prime is empty, but this vocabulary has no line break: give a prime"):
+        sample(model, Vocabulary(list("abc")), "", 5)
+    assert len(sample(model, Vocabulary(list("abc")), "a", 5, seed=0)) == 6
+
+
+def test_forward_windows_names_the_shape_it_needs():
+    model = CharLM(len(VOCAB), embedding_dim=4, hidden_size=8)
+    with pytest.raises(GraphseqError, match=r"tokens of shape \[num_streams, window\], got shape \(3,\)"):
+        model.forward_windows(torch.tensor([1, 2, 3]))

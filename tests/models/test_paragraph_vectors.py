@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from graphseq.errors import GraphseqError
 from graphseq.models.paragraph_vectors import (FlatCorpus, SupervisedParagraphVectors, class_log_likelihood,
                                                context_edges, fit, infer, keep_probability,
                                                noise_distribution)
@@ -125,3 +126,47 @@ def test_inference_freezes_the_model_and_the_classes_come_apart(mode):
     predicted = class_log_likelihood(model, corpus, vectors, window=2).argmax(1)
     assert torch.equal(predicted, classes[40:])
     assert set(model.nearest_words(0, k=3)) == {0, 1, 2} and set(model.nearest_words(1, k=3)) == {3, 4, 5}
+
+
+def test_nearest_words_returns_only_allowed_words_even_when_fewer_than_k():
+    model = toy_model("dm")
+    allowed = torch.tensor([True, False, False, False, True, False])
+    assert model.nearest_words(0, k=2, allowed=torch.tensor([True] + [False] * 5)) == [0]
+    assert set(model.nearest_words(1, k=5, allowed=allowed)) == {0, 4}
+    assert model.nearest_words(0, k=3, allowed=torch.zeros(6, dtype=torch.bool)) == []
+    assert sorted(model.nearest_words(0, k=10)) == list(range(6))
+    with pytest.raises(GraphseqError, match="boolean mask over the 6 words, got torch.bool of shape \\(5,\\)"):
+        model.nearest_words(0, k=2, allowed=torch.ones(5, dtype=torch.bool))
+
+
+def fit_toy(model, **changes):
+    documents, classes = toy_corpus()
+    counts = torch.bincount(torch.tensor([w for d in documents for w in d]), minlength=7)
+    settings = dict(epochs=1, lr=0.1, window=2, negative=3, batch_size=64,
+                    noise_distribution=noise_distribution(counts), keep=keep_probability(counts, 0),
+                    generator=torch.Generator().manual_seed(1))
+    return fit(model, FlatCorpus.of(documents), classes, model.parameters(), **{**settings, **changes})
+
+
+def test_dbow_without_word_training_fits_with_a_window_of_zero():
+    torch.manual_seed(0)
+    losses = fit_toy(SupervisedParagraphVectors(7, 60, 2, dim=8, mode="dbow"), window=0)
+    assert len(losses) == 1 and losses[0] > 0
+
+
+@pytest.mark.parametrize("mode,train_words,changes,match", [
+    ("dm", False, dict(window=0), r"window >= 1 \(DM reads context words\), got 0"),
+    ("dbow", True, dict(window=0), r"window >= 1 \(DBOW with train_words reads context words\), got 0"),
+    ("dbow", False, dict(window=-1), "window >= 0, got -1"),
+    ("dm", False, dict(batch_size=0), "batch_size >= 1, got 0"),
+    ("dbow", False, dict(negative=0), "negative >= 1 noise words per target .*got 0"),
+])
+def test_fit_refuses_bad_settings(mode, train_words, changes, match):
+    model = SupervisedParagraphVectors(7, 60, 2, dim=8, mode=mode, train_words=train_words)
+    with pytest.raises(GraphseqError, match=match):
+        fit_toy(model, **changes)
+
+
+def test_a_model_of_no_dimensions_is_refused():
+    with pytest.raises(GraphseqError, match="SupervisedParagraphVectors needs dim >= 1, got 0"):
+        SupervisedParagraphVectors(7, 3, 2, dim=0)
