@@ -14,7 +14,6 @@ import tempfile
 import urllib.request
 import warnings
 import zipfile
-from collections import Counter
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
@@ -25,7 +24,7 @@ from tqdm import tqdm
 
 from ..errors import GraphseqError
 from .files import removed_if_failed
-from .text import Vocabulary
+from .text import Vocabulary, count_words
 
 PAD, START, END, UNKNOWN = "<pad>", "<start>", "<end>", "<unk>"
 SPECIALS = (PAD, START, END, UNKNOWN)
@@ -50,12 +49,7 @@ def tokenize_caption(caption: str) -> List[str]:
 def caption_vocabulary(captions: Iterable[Sequence[str]], min_count: int = 1) -> Vocabulary:
     """The padding, start, end and unknown symbols (ids 0-3), then every
     word used at least ``min_count`` times, most frequent first."""
-    counts: Counter = Counter()
-    for caption in captions:
-        if isinstance(caption, str):
-            raise TypeError(f"caption_vocabulary takes each caption as a list of words, got the string "
-                            f"{caption[:40]!r}; tokenise it with tokenize_caption")
-        counts.update(caption)
+    counts = count_words(captions, "caption_vocabulary", "caption", "tokenize_caption")
     words = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS),
                    key=lambda w: (-counts[w], w))
     return Vocabulary(list(SPECIALS) + words, unknown=UNKNOWN)

@@ -31,6 +31,19 @@ TINY_SHAKESPEARE = {"input.txt": Checksum("86c4e6aa9db7c042ec79f339dcb96d42b0075
 # Vocabularies
 # --------------------------------------------------------------------------- #
 
+def count_words(sentences: Iterable[Sequence[str]], reader: str, item: str, tokenizer: str) -> Counter:
+    """How often each word of ``sentences`` (each a list of words) occurs. A
+    sentence given as a string is refused: it would be counted character by
+    character."""
+    counts: Counter = Counter()
+    for sentence in sentences:
+        if isinstance(sentence, str):
+            raise TypeError(f"{reader} takes each {item} as a list of words, got the string {sentence[:40]!r}; "
+                            f"split it with {tokenizer}")
+        counts.update(sentence)
+    return counts
+
+
 class Vocabulary:
     """Symbols (characters or words) and their ids.
 
@@ -62,12 +75,7 @@ class Vocabulary:
         the unknown-word symbol (id 0). Each sentence is a list of words, as
         :func:`tokenize` gives; a sentence given as a string is refused, since
         it would be read character by character (:meth:`of_characters` does that)."""
-        counts: Counter = Counter()
-        for sentence in sentences:
-            if isinstance(sentence, str):
-                raise GraphseqError(f"Vocabulary.of_words takes sentences as lists of words, got the string "
-                                    f"{sentence[:40]!r}: split it with tokenize(), or pass [words] for one sentence")
-            counts.update(sentence)
+        counts = count_words(sentences, "Vocabulary.of_words", "sentence", "tokenize()")
         words = sorted((w for w, c in counts.items() if c >= min_freq and w != unknown),
                        key=lambda w: (-counts[w], w))
         return cls([unknown] + words, unknown=unknown)

@@ -393,7 +393,7 @@ class Captioner(nn.Module):
         for caption in captions:
             if isinstance(caption, str):
                 raise TypeError(f"Captioner takes each caption as a list of words, got the string "
-                                f"{caption[:40]!r}; tokenise it with tokenize_caption")
+                                f"{caption[:40]!r}; split it with tokenize_caption")
             ids = self.vocab.encode(list(caption)).tolist()
             inputs += [self.start_id] + ids
             targets += ids + [self.end_id]

@@ -509,7 +509,8 @@ def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int
     sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
     labels = torch.tensor(labels)
     variants = ["pretrained", "scratch"] if scratch else ["pretrained"]
-    done = {(r["fold"], r["variant"]): r for r in (read_folds(ctx.out / FOLDS_FILE, ("variant", "val_accuracy")) if ctx.resume else [])}
+    finished = read_folds(ctx.out / FOLDS_FILE, ("variant", "val_accuracy")) if ctx.resume else []
+    done = {(r["fold"], r["variant"]): r for r in finished}
     done = {key: r for key, r in done.items() if key[0] in chosen and key[1] in variants}
     loaded: Dict[Path, Any] = {}
     for fold in chosen:

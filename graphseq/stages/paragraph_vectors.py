@@ -161,7 +161,8 @@ def spv_polarity(ctx, *, modes: list = ["dm", "dbow"], folds: int = 10, fold_see
     chosen = _chosen_folds(run_folds, folds)
     settings = dict(dim=dim, window=window, negative=negative, sample=sample, min_count=min_count, epochs=epochs,
                     infer_epochs=infer_epochs, lr=lr, batch_size=batch_size, train_words=train_words)
-    done = {(r["fold"], r["mode"]): r for r in (read_folds(ctx.out / FOLDS_FILE, ("mode", "likelihood_val_accuracy")) if ctx.resume else [])}
+    finished = read_folds(ctx.out / FOLDS_FILE, ("mode", "likelihood_val_accuracy")) if ctx.resume else []
+    done = {(r["fold"], r["mode"]): r for r in finished}
     done = {key: r for key, r in done.items() if key[0] in chosen and key[1] in modes}
     write_json(ctx.out / FOLDS_FILE, list(done.values()))
     bar = tqdm(total=len(chosen) * len(modes), desc="spv folds", disable=ctx.quiet, dynamic_ncols=True)

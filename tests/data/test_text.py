@@ -95,7 +95,7 @@ def test_tfidf_rows_are_unit_vectors_over_the_shared_words():
 
 
 def test_word_vocabulary_refuses_a_sentence_given_as_a_string():
-    with pytest.raises(GraphseqError, match="of_words takes sentences as lists of words, got the string 'ab'"):
+    with pytest.raises(TypeError, match="of_words takes each sentence as a list of words, got the string 'ab'"):
         Vocabulary.of_words(["ab", "cd"])
     assert Vocabulary.of_words([("ab", "cd")]).symbols == ["<unk>", "ab", "cd"]
 

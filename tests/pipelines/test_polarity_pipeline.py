@@ -47,33 +47,28 @@ def test_a_fold_gives_the_same_figures_alone_and_resumed(tmp_path, data_root, mi
     assert "fold 3: kept from" in (both / "log.txt").read_text()
 
 
-def test_a_damaged_fold_checkpoint_is_refused_on_resume_before_writing(tmp_path, data_root, mirror):
-    # A finished fold is kept on resuming because of its fold-<i>.pt: a torn one was kept all the same.
+def test_a_damaged_record_of_finished_folds_is_refused_on_resume_before_writing(tmp_path, data_root, mirror):
+    # A resumed run keeps the folds of folds.json whose fold-<i>.pt is there, and reads both before any
+    # write: a torn fold-<i>.pt was kept all the same, a folds.json of other rows taken for none.
     run("polarity-bilstm", overrides={**TINY, "data.test_folds": [3]}, out=tmp_path,
         data_root=data_root, data_mirror=mirror, quiet=True)
-    whole = (tmp_path / "fold-3.pt").read_bytes()
-    for damaged in (whole[:len(whole) // 2], b""):
-        (tmp_path / "fold-3.pt").write_bytes(damaged)
+    checkpoint, record = tmp_path / "fold-3.pt", tmp_path / "folds.json"
+    whole = {path: path.read_bytes() for path in (checkpoint, record)}
+    torn_checkpoint = r"fold-3\.pt is damaged or not a graphseq checkpoint"
+    other_rows = r"folds\.json is damaged \(not a list of folds with fold\); it was left as it is"
+    for path, damaged, message in (
+            (checkpoint, whole[checkpoint][:len(whole[checkpoint]) // 2], torn_checkpoint),
+            (checkpoint, b"", torn_checkpoint),
+            (record, whole[record][:len(whole[record]) // 2], r"folds\.json is damaged \(.+\); it was left as it is"),
+            (record, b'{"fold": 3}', other_rows),
+            (record, b'[{"val_accuracy": 0.5}]', other_rows)):
+        path.write_bytes(damaged)
         before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
-        with pytest.raises(GraphseqError, match=r"fold-3\.pt is damaged or not a graphseq checkpoint"):
+        with pytest.raises(GraphseqError, match=message):
             run("polarity-bilstm", overrides={**TINY, "data.test_folds": [3, 5]}, out=tmp_path, resume=True,
                 data_root=data_root, data_mirror=mirror, quiet=True)
         assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
-
-
-def test_a_damaged_folds_file_is_refused_on_resume_before_writing(tmp_path, data_root, mirror):
-    # folds.json holds the figures of the finished folds; the runner reads it before any write.
-    run("polarity-bilstm", overrides={**TINY, "data.test_folds": [3]}, out=tmp_path,
-        data_root=data_root, data_mirror=mirror, quiet=True)
-    whole = (tmp_path / "folds.json").read_text()
-    for damaged, problem in ((whole[:len(whole) // 2], "is damaged"), ('{"fold": 3}', "not a list of folds"),
-                             ('[{"val_accuracy": 0.5}]', "not a list of folds")):
-        (tmp_path / "folds.json").write_text(damaged)
-        before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
-        with pytest.raises(GraphseqError, match=rf"folds\.json (is damaged|{problem})"):
-            run("polarity-bilstm", overrides={**TINY, "data.test_folds": [3, 5]}, out=tmp_path, resume=True,
-                data_root=data_root, data_mirror=mirror, quiet=True)
-        assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
+        path.write_bytes(whole[path])
 
 
 def test_the_folds_file_reader_wants_every_key_its_stage_keeps(tmp_path):
