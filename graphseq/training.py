@@ -55,8 +55,9 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from . import distributed
+from .checks import is_number
 from .errors import GraphseqError
-from .io import load_checkpoint, save_checkpoint, write_png
+from .io import first_sentence, load_checkpoint, save_checkpoint, write_png
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -163,7 +164,13 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
     random-generator states, ``extra_state`` and running sums) and the
     entries of ``meta``. It is written atomically, by rank 0 alone.
     """
-    if steps < 0 or (steps == 0 and minutes <= 0):
+    for name, value in (("steps", steps), ("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise GraphseqError(f"{desc}: {name} must be a whole number >= 0, got {value!r}")
+    for name, value in (("minutes", minutes), ("clip", clip)):
+        if not is_number(value) or value < 0:  # nan would pass every budget and clipping test
+            raise GraphseqError(f"{desc}: {name} must be a finite number >= 0, got {value!r}")
+    if steps == 0 and minutes == 0:
         raise GraphseqError(f"{desc}: needs a budget, steps > 0 or minutes > 0 "
                             f"(got steps={steps}, minutes={minutes})")
     if select is not None and (len(select) != 2 or select[1] not in ("max", "min")):
@@ -352,6 +359,10 @@ def _save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, schedu
     save_checkpoint(payload, path)
 
 
+RESUMED = ("model", "optimizer", "scheduler", "scaler", "step", "seconds", "history", "best", "best_model",
+           "world_size", "ranks")  # what _restore reads from a checkpoint that _save wrote
+
+
 def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
              scaler: torch.amp.GradScaler, progress: _Progress, extra_state: Dict[str, Any],
              meta: Dict[str, Any]) -> None:
@@ -362,6 +373,10 @@ def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer
         checkpoint = load_checkpoint(path, map_location=ctx.device)
     except GraphseqError as error:  # A truncated or foreign file, named by load_checkpoint.
         raise GraphseqError(f"--resume: {error}") from None
+    missing = [key for key in RESUMED if not isinstance(checkpoint, dict) or key not in checkpoint]
+    if missing:
+        raise GraphseqError(f"--resume: {path} is not a checkpoint of this training loop (it lacks "
+                            f"{', '.join(missing)})")
     for key, value in meta.items():
         if checkpoint.get(key) != value:
             raise GraphseqError(f"--resume: {path} was written with {key} = {_short(checkpoint.get(key))}, "
@@ -370,11 +385,14 @@ def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer
     if checkpoint["world_size"] != size:
         raise GraphseqError(f"--resume: {path} was written by {checkpoint['world_size']} process(es); "
                             f"resume it with the same number (this run has {size})")
-    model.load_state_dict(checkpoint["model"])
-    optimizer.load_state_dict(checkpoint["optimizer"])
-    if scheduler is not None and checkpoint["scheduler"] is not None:
-        scheduler.load_state_dict(checkpoint["scheduler"])
-    scaler.load_state_dict(checkpoint["scaler"])
+    try:
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        if scheduler is not None and checkpoint["scheduler"] is not None:
+            scheduler.load_state_dict(checkpoint["scheduler"])
+        scaler.load_state_dict(checkpoint["scaler"])
+    except (RuntimeError, ValueError, KeyError, TypeError) as error:  # another model's or optimizer's state
+        raise GraphseqError(f"--resume: {path} does not fit this model ({first_sentence(error)})") from None
     progress.step, progress.seconds = checkpoint["step"], checkpoint["seconds"]
     progress.cpu_seconds = checkpoint.get("cpu_seconds", 0.0)  # absent before it was counted
     progress.history, progress.best = checkpoint["history"], checkpoint["best"]

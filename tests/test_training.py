@@ -214,6 +214,36 @@ def test_a_budget_is_required(tmp_path):
         train(tmp_path, 0)
 
 
+@pytest.mark.parametrize("budget,message", [
+    ({"minutes": math.nan}, "minutes must be a finite number >= 0, got nan"),  # it trained for ever
+    ({"minutes": -1.0}, "minutes must be a finite number >= 0, got -1.0"),
+    ({"clip": math.nan}, "clip must be a finite number >= 0, got nan"),  # clipping was silently off
+    ({"steps": 2.5}, "steps must be a whole number >= 0, got 2.5"),  # it ran 3 steps
+    ({"steps": -1}, "steps must be a whole number >= 0, got -1"),
+])
+def test_budgets_and_clipping_that_are_no_numbers_are_refused(tmp_path, budget, message):
+    model = nn.Linear(3, 2)
+    arguments = {"steps": 0, "minutes": 1e-6, **budget}
+    with pytest.raises(GraphseqError, match=f"^train: {message}$"):
+        train_steps(make_ctx(tmp_path), model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    lambda m, s: m(torch.ones(1, 3)).sum(), **arguments)
+    assert not list(tmp_path.iterdir())
+
+
+def test_resume_refuses_a_checkpoint_of_another_loop_or_model_in_one_line(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint({"a": torch.ones(1)}, path)  # a graphseq file, not of this loop: KeyError 'world_size'
+    with pytest.raises(GraphseqError, match=r"^--resume: .*checkpoint\.pt is not a checkpoint of this training "
+                                            r"loop \(it lacks model, optimizer, "):
+        train(tmp_path, 2, resume=True)
+    train(tmp_path, 2)
+    with pytest.raises(GraphseqError, match=r"^--resume: .*checkpoint\.pt does not fit this model \(Error\(s\) "
+                                            r"in loading state_dict for Linear"):
+        model = nn.Linear(4, 3)
+        train_steps(make_ctx(tmp_path, resume=True), model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    lambda m, s: m(torch.ones(1, 4)).sum(), steps=4)
+
+
 def test_minutes_alone_bound_the_run(tmp_path):
     model = nn.Linear(3, 2)
     result = train_steps(make_ctx(tmp_path), model, torch.optim.SGD(model.parameters(), lr=0.1),
