@@ -34,7 +34,7 @@ from graphseq.data.pretraining import collate
 from graphseq.data.wordpiece import WordPieceTokenizer
 from graphseq.models.bert import BertConfig, BertEncoder
 from graphseq.pipeline import resolve_device
-from timing import median_times
+from timing import at_least, median_times
 
 
 def workloads(sentences, tokenizer: WordPieceTokenizer, batch: int, max_len: int):
@@ -65,17 +65,15 @@ def padded(x: torch.Tensor, sizes: list[int]):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batch", type=int, default=64, help="sequences a batch (the pipelines: 64 and 32)")
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch", type=at_least(1), default=64, help="sequences a batch (the pipelines: 64 and 32)")
+    parser.add_argument("--repeats", type=at_least(1), default=20)
+    parser.add_argument("--threads", type=at_least(1), default=1)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="cpu",
                         help="time wall-clock or this process's CPU seconds (less disturbed by other jobs)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--data-root", default=os.environ.get("GRAPHSEQ_DATA", "datasets"))
     parser.add_argument("--data-mirror", default=os.environ.get("GRAPHSEQ_MIRROR"))
     args = parser.parse_args()
-    if args.batch < 1 or args.repeats < 1 or args.threads < 1:
-        parser.error("--batch, --repeats and --threads must be at least 1")
 
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")  # torch's fast path says it

@@ -29,7 +29,7 @@ from graphseq.data.episodes import EpisodeSampler, FewShotClasses
 from graphseq.models.fewshot import FewShotConfig, FewShotModel
 from graphseq.models.fewshot_dense import DenseFewShotGNN
 from graphseq.pipeline import resolve_device
-from timing import median_times
+from timing import at_least, median_times
 
 
 class DenseModel(torch.nn.Module):
@@ -48,14 +48,14 @@ class DenseModel(torch.nn.Module):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--ways", type=int, default=5)
-    parser.add_argument("--shots", type=int, default=1)
-    parser.add_argument("--unlabelled", type=int, default=0)
-    parser.add_argument("--batch", type=int, default=100, help="episodes per step")
-    parser.add_argument("--per-support", type=int, default=1,
+    parser.add_argument("--ways", type=at_least(1), default=5)
+    parser.add_argument("--shots", type=at_least(1), default=1)
+    parser.add_argument("--unlabelled", type=at_least(0), default=0)
+    parser.add_argument("--batch", type=at_least(1), default=100, help="episodes per step")
+    parser.add_argument("--per-support", type=at_least(1), default=1,
                         help="also time our step with this many episodes to a support set")
-    parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
+    parser.add_argument("--repeats", type=at_least(1), default=30)
+    parser.add_argument("--threads", type=at_least(0), default=1, help="torch threads (0: leave as is)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="time wall-clock or this process's CPU seconds (less disturbed by other jobs)")
     parser.add_argument("--device", default="auto")

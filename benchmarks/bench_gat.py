@@ -34,7 +34,7 @@ from graphseq.data.planetoid import load_planetoid
 from graphseq.models import GAT
 from graphseq.nn import GATConv
 from graphseq.pipeline import default_data_mirror, default_data_root, resolve_device
-from timing import median_times
+from timing import at_least, median_times
 
 CASES = ("cora-dense", "cora-csr", "random", "epoch")
 
@@ -107,8 +107,8 @@ def contenders(case, data, device):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
-    parser.add_argument("--repeats", type=int, default=100)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=at_least(1), default=100)
+    parser.add_argument("--threads", type=at_least(1), default=1)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",

@@ -33,7 +33,10 @@ from torch.nn.utils.rnn import pack_sequence, pad_sequence
 from graphseq.graphs import chain, lengths_to_batch
 from graphseq.nn import ChainGRU, ChainLSTM, chain_schedule
 from graphseq.pipeline import resolve_device
-from timing import median_times
+from timing import at_least, median_times
+
+
+CELLS = ("lstm", "gru")
 
 
 def loss_of(out, state) -> torch.Tensor:
@@ -92,20 +95,25 @@ def contenders(args, device) -> Dict[str, Dict[str, Callable[[], None]]]:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--max-length", type=int, default=100)
-    parser.add_argument("--input", type=int, default=64)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=1)
+    parser.add_argument("--batch", type=at_least(1), default=64)
+    parser.add_argument("--max-length", type=at_least(1), default=100)
+    parser.add_argument("--input", type=at_least(1), default=64)
+    parser.add_argument("--hidden", type=at_least(1), default=256)
+    parser.add_argument("--layers", type=at_least(1), default=1)
     parser.add_argument("--bidirectional", action="store_true")
-    parser.add_argument("--cells", default="lstm,gru", help="comma-separated: lstm, gru")
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--cells", default="lstm,gru", help=f"comma-separated: {', '.join(CELLS)}")
+    parser.add_argument("--repeats", type=at_least(1), default=30)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
+    parser.add_argument("--threads", type=at_least(0), default=1, help="torch threads (0: leave as is)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="wall time, or this thread's CPU time (steadier on a busy machine)")
     args = parser.parse_args()
-    args.cells = args.cells.split(",")
+    args.cells = [cell for cell in args.cells.split(",") if cell]
+    unknown = [cell for cell in args.cells if cell not in CELLS]
+    if unknown:
+        parser.error(f"--cells: unknown cell(s) {', '.join(unknown)}; choose from {', '.join(CELLS)}")
+    if not args.cells:
+        parser.error(f"--cells: name at least one of {', '.join(CELLS)}")
 
     if args.threads:
         torch.set_num_threads(args.threads)

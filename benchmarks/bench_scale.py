@@ -31,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 
+from timing import at_least
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -201,16 +203,16 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=["memory", "processes"])
-    parser.add_argument("--nodes", type=int, default=1_000_000)
-    parser.add_argument("--degree", type=float, default=6.0,
+    parser.add_argument("--nodes", type=at_least(1), default=1_000_000)
+    parser.add_argument("--degree", type=at_least(0, float), default=6.0,
                         help="edges drawn per node before they are made undirected (6: about 12 per node)")
     parser.add_argument("--full-sizes", default="62500,125000,250000")
     parser.add_argument("--guard-gb", type=float, default=10.0)
-    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--batch-size", type=at_least(1), default=1024)
     parser.add_argument("--fanout", default="10,10")
-    parser.add_argument("--steps", type=int, default=20, help="timed steps of sampled training")
-    parser.add_argument("--full-steps", type=int, default=2, help="timed steps of full-batch training")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--steps", type=at_least(1), default=20, help="timed steps of sampled training")
+    parser.add_argument("--full-steps", type=at_least(1), default=2, help="timed steps of full-batch training")
+    parser.add_argument("--threads", type=at_least(1), default=1)
     args = parser.parse_args()
     fanout = json.dumps([int(f) for f in args.fanout.split(",")])
 

@@ -35,7 +35,7 @@ from torch_geometric.nn import TransformerConv
 
 from graphseq import graphs
 from graphseq.nn import SelfAttentionConv
-from timing import median_times
+from timing import at_least, median_times
 
 # (graphs, nodes per graph, channels, heads); a list of sizes is a batch of unequal graphs.
 DENSE_SIZES = [
@@ -174,10 +174,10 @@ def bench_sparse(repeats: int, device: torch.device, edges: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--edges", type=int, default=200_000)
+    parser.add_argument("--repeats", type=at_least(1), default=20)
+    parser.add_argument("--edges", type=at_least(1), default=200_000)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--threads", type=at_least(1), default=None, help="torch threads (default: torch's)")
     parser.add_argument("--only", choices=["dense", "sparse"], default=None)
     parser.add_argument("--memory-of", nargs=5, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 
+from timing import at_least
+
 CODE = """
 import json, sys, tempfile, torch, graphseq
 summary = graphseq.run("gat-citeseer", overrides={{"train.max_epochs": {epochs}, "train.patience": 10**6}},
@@ -33,8 +35,8 @@ SETTINGS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=60)
+    parser.add_argument("--repeats", type=at_least(1), default=2)
+    parser.add_argument("--epochs", type=at_least(1), default=60)
     args = parser.parse_args()
     results = {name: [] for name in SETTINGS}
     for repeat in range(args.repeats):
@@ -44,7 +46,9 @@ def main() -> None:
             env.update(extra)
             load = os.getloadavg()[0]
             done = subprocess.run([sys.executable, "-c", CODE.format(epochs=args.epochs)], env=env,
-                                  capture_output=True, text=True, check=True, cwd=tempfile.gettempdir())
+                                  capture_output=True, text=True, cwd=tempfile.gettempdir())
+            if done.returncode != 0:
+                sys.exit(f"{name}: the run failed (exit status {done.returncode}):\n{done.stderr.strip()}")
             figures = json.loads(done.stdout.strip().splitlines()[-1])
             results[name].append(figures["epoch"])
             print(f"{name}: {figures['threads']} threads, median epoch {1000 * figures['epoch']:.1f} ms "

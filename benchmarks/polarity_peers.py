@@ -27,9 +27,12 @@ import numpy as np
 import torch
 
 from graphseq.data.polarity import cv_folds, load_polarity
+from graphseq.errors import GraphseqError
+from graphseq.io import atomic_write_text, check_output_file, read_json
 from graphseq.stages.paragraph_vectors import spv_fold, words_of
 
 MODELS = ("tfidf", "doc2vec-dm", "doc2vec-dbow", "spv-dm", "spv-dbow", "bilstm")
+FOLDS = 10
 LOGISTIC_C = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
 
 
@@ -132,6 +135,30 @@ def spv_settings(pipeline: str = "spv-polarity") -> tuple[Dict[str, Any], str]:
     return table, rule
 
 
+def fold_list(text: str) -> List[int]:
+    """``--folds``: distinct folds of the ten, comma-separated (none: all of them)."""
+    try:
+        folds = [int(f) for f in text.split(",") if f.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated fold numbers, got {text}") from None
+    outside = [f for f in folds if not 0 <= f < FOLDS]
+    if outside:
+        raise argparse.ArgumentTypeError(f"fold(s) {', '.join(map(str, outside))} out of range: "
+                                         f"there are {FOLDS} folds, 0..{FOLDS - 1}")
+    repeated = sorted({f for f in folds if folds.count(f) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"fold(s) {', '.join(map(str, repeated))} named more than once")
+    return folds
+
+
+def finished_run(parser: argparse.ArgumentParser, option: str, run: str, name: str) -> Any:
+    """The JSON file ``name`` of the finished run given to ``option``, or a usage error."""
+    try:
+        return read_json(Path(run) / name)
+    except GraphseqError as error:
+        parser.error(f"{option} {run}: not a finished run ({error})")
+
+
 def summary_line(name: str, rows: List[Dict[str, Any]]) -> str:
     def stats(key):
         values = [r[key] for r in rows]
@@ -144,7 +171,7 @@ def summary_line(name: str, rows: List[Dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--folds", default="", help="comma-separated folds (default: all ten)")
+    parser.add_argument("--folds", type=fold_list, default="", help="comma-separated folds (default: all ten)")
     parser.add_argument("--models", default="tfidf,doc2vec-dm,doc2vec-dbow,spv-dm,spv-dbow",
                         help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--bert", default=None, metavar="RUN_DIR", help="a finished bert-polarity run to list beside")
@@ -161,11 +188,21 @@ def main() -> None:
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    # The runs listed beside and the output are checked now, not after hours of folds.
+    spv_rows = finished_run(parser, "--spv", args.spv, "folds.json") if args.spv else []
+    bert = finished_run(parser, "--bert", args.bert, "metrics.json") if args.bert else None
+    if bert is not None and not (isinstance(bert, dict) and isinstance(bert.get("runs"), list) and bert["runs"]):
+        parser.error(f"--bert {args.bert}: its metrics.json lists no runs")
+    if args.json:
+        try:
+            check_output_file(args.json, ".json", "--json")
+        except GraphseqError as error:
+            parser.error(str(error))
     sentences, labels = load_polarity(Path(args.data_root), Path(args.data_mirror) if args.data_mirror else None)
     labels = np.asarray(labels)
     words = [words_of(s) for s in sentences]
-    splits = cv_folds(len(sentences))
-    folds = [int(f) for f in args.folds.split(",") if f] or list(range(len(splits)))
+    splits = cv_folds(len(sentences), FOLDS)
+    folds = args.folds or list(range(FOLDS))
     settings, rule = spv_settings()
     runners: Dict[str, Callable[[int], Dict[str, Any]]] = {
         "tfidf": lambda f: tfidf_fold(words, labels, splits[f]),
@@ -196,13 +233,12 @@ def main() -> None:
         print(summary_line(name, rows))
     if args.spv:
         for mode in ("dm", "dbow"):
-            rows = json.loads((Path(args.spv) / "folds.json").read_text())
             rows = [{"val_accuracy": r[f"{rule}_val_accuracy"], "test_accuracy": r[f"{rule}_test_accuracy"],
-                     "seconds": r["seconds"]} for r in rows if r["mode"] == mode and r["fold"] in folds]
+                     "seconds": r["seconds"]} for r in spv_rows if r["mode"] == mode and r["fold"] in folds]
             if rows:
                 print(summary_line(f"SPV-{mode.upper()} (from {args.spv}, {len(rows)} folds)", rows))
     if args.bert:
-        metrics = json.loads((Path(args.bert) / "metrics.json").read_text())["runs"][0]
+        metrics = bert["runs"][0]
         for variant in ("pretrained", "scratch"):
             if f"{variant}_test_accuracy" in metrics:
                 print(f"| BERT {variant} (from {args.bert}, folds {metrics['folds']}) | "
@@ -213,7 +249,7 @@ def main() -> None:
             statistics.fmean(r["seconds"] for r in results["doc2vec-dbow"])
         print(f"\nseconds per fold, SPV-DBOW / Doc2Vec PV-DBOW: {ratio:.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        atomic_write_text(args.json, json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from .data.text import Vocabulary
 from .errors import GraphseqError
-from .io import atomic_write_text, write_png
+from .io import atomic_write_text, check_output_file, write_png
 from .models.charlm import CharLM
 
 
@@ -211,6 +211,9 @@ def draw_attention(images: Sequence[Tensor], captions: Sequence[Sequence[str]],
 
     if not (len(images) == len(captions) == len(attention)):
         raise ValueError("draw_attention needs one caption and one attention per image")
+    if columns < 1:
+        raise ValueError(f"draw_attention needs columns >= 1, got {columns}")
+    check_output_file(path, ".png")
     blocks = []
     for words, alpha in zip(captions, attention):
         if alpha.size(0) < len(words) + 1:
@@ -266,18 +269,22 @@ HALF_BLOCKS = {(False, False): " ", (True, False): "\u2580", (False, True): "\u2
 
 def image_blocks(image: Tensor, width: int = 20, ink_is_dark: bool = True,
                  threshold: float = 0.5) -> List[str]:
-    """A grey image ``[height, width]`` (or ``[1, height, width]``) as lines
+    """A grey image ``[height, width]`` (or ``[1, height, width]``; a colour
+    image ``[3, height, width]`` is drawn in grey) as lines
     of half-block characters, ``width`` columns wide and about ``width / 2``
     lines tall (a character cell is twice as tall as it is wide, so the
     picture keeps its proportions). The image is scaled to ``width`` pixels
     by area averaging; its values are scaled to ``[0, 1]`` by its own
     minimum and maximum, and a pixel is ink where it is darker (or, without
     ``ink_is_dark``, lighter) than ``threshold``."""
+    if not isinstance(width, int) or width < 1:
+        raise ValueError(f"image_blocks needs a whole number width >= 1, got {width!r}")
+    if not (image.dim() == 2 or (image.dim() == 3 and image.size(0) in (1, 3))) or image.numel() == 0:
+        raise ValueError(f"image_blocks expects an image [height, width] or [channels (1 or 3), height, width], "
+                         f"got shape {list(image.shape)}")
     image = image.detach().float().cpu()
     if image.dim() == 3:
         image = image.mean(dim=0)
-    if image.dim() != 2:
-        raise ValueError(f"image_blocks expects an image [height, width], got shape {list(image.shape)}")
     height = max(2, round(width * image.size(0) / image.size(1) / 2) * 2)
     small = F.adaptive_avg_pool2d(image[None, None], (height, width))[0, 0]
     low, high = small.min(), small.max()

@@ -1,5 +1,6 @@
 """Views of trained models: the character model's hidden-unit heat map, the
-units that track features of a text, and an ON-LSTM's master-forget distances."""
+units that track features of a text, an ON-LSTM's master-forget distances,
+a captioner's attention picture and images drawn in the terminal."""
 import re
 
 import pytest
@@ -8,7 +9,7 @@ import torch
 from graphseq.data.text import Vocabulary
 from graphseq.errors import GraphseqError
 from graphseq.models.charlm import CharLM
-from graphseq.views import (heatmap_html, hidden_activations, interesting_units,
+from graphseq.views import (draw_attention, heatmap_html, hidden_activations, image_blocks, interesting_units,
                             master_forget_distances, text_features, write_heatmap)
 
 VOCAB = Vocabulary.of_characters("abcd:\n ")
@@ -64,3 +65,44 @@ def test_onlstm_heat_map_adds_the_master_forget_distances(tmp_path):
 
 def test_other_cells_have_no_distances():
     assert master_forget_distances(CharLM(len(VOCAB), hidden_size=8), VOCAB, "ab") is None
+
+
+@pytest.mark.parametrize("columns", [0, -1])
+def test_draw_attention_refuses_fewer_than_one_column(tmp_path, columns):
+    with pytest.raises(ValueError, match=f"draw_attention needs columns >= 1, got {columns}"):
+        draw_attention([torch.rand(3, 8, 8)], [["a"]], [torch.rand(2, 4)], tmp_path / "a.png", columns=columns)
+    assert not (tmp_path / "a.png").exists()
+
+
+def test_draw_attention_will_not_overwrite_a_file_that_is_not_png(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text("keep")
+    with pytest.raises(GraphseqError, match="will not overwrite a file that is not .png"):
+        draw_attention([torch.rand(3, 8, 8)], [["a"]], [torch.rand(2, 4)], config)
+    assert config.read_text() == "keep"
+
+
+def test_draw_attention_writes_a_png(tmp_path):
+    draw_attention([torch.rand(3, 8, 8)], [["a"]], [torch.rand(2, 4)], tmp_path / "a.png", columns=2)
+    assert (tmp_path / "a.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_image_blocks_draws_a_grey_or_channels_first_image():
+    image = torch.zeros(4, 4)
+    image[:, :2] = 1.0  # light left half: the ink is on the right
+    assert image_blocks(image, 4) == ["  \u2588\u2588"] * 2
+    assert image_blocks(image.expand(3, 4, 4), 4) == image_blocks(image[None], 4) == image_blocks(image, 4)
+
+
+@pytest.mark.parametrize("width", [0, -3, 2.5])
+def test_image_blocks_refuses_a_width_below_one_column(width):
+    with pytest.raises(ValueError, match=f"image_blocks needs a whole number width >= 1, got {width}"):
+        image_blocks(torch.rand(28, 28), width)
+
+
+@pytest.mark.parametrize("shape", [(28, 28, 3), (1, 1, 4, 4), (0, 5)])
+def test_image_blocks_refuses_shapes_it_does_not_draw(shape):
+    expected = r"image_blocks expects an image \[height, width\] or \[channels \(1 or 3\), height, width\], " \
+        + re.escape(f"got shape {list(shape)}")
+    with pytest.raises(ValueError, match=expected):
+        image_blocks(torch.rand(shape), 8)

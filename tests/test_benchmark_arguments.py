@@ -1,0 +1,91 @@
+"""The benchmark scripts refuse bad arguments as argparse does (exit status 2,
+the reason on stderr) before they load data or time anything. The scripts
+are run as a user runs them, in a subprocess, with bad arguments only."""
+import argparse
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+LIMIT_S = 60
+
+
+def load_timing():
+    spec = importlib.util.spec_from_file_location("benchmark_timing", BENCHMARKS / "timing.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def refused(script: str, args: list, cwd: Path) -> subprocess.Popen:
+    """Starts ``script`` in a session of its own, so that a script which starts
+    work instead of refusing can be stopped with everything it started."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", GRAPHSEQ_DATA=str(cwd / "datasets"))
+    env.pop("GRAPHSEQ_MIRROR", None)
+    return subprocess.Popen([sys.executable, str(BENCHMARKS / script), *args], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+@pytest.mark.parametrize("low, text", [(1, "0"), (1, "-5"), (1, "x"), (1, "2.5"), (0, "-1")])
+def test_at_least_refuses_a_count_below_its_floor(low, text):
+    with pytest.raises(argparse.ArgumentTypeError, match=f"^must be a whole number >= {low}, got {text}$"):
+        load_timing().at_least(low)(text)
+
+
+def test_at_least_reads_a_count_or_a_number():
+    at_least = load_timing().at_least
+    assert at_least(1)("3") == 3 and at_least(0)("0") == 0  # --threads 0: leave torch's threads as they are
+    assert at_least(0, float)("2.5") == 2.5
+    with pytest.raises(argparse.ArgumentTypeError, match="must be a number >= 0, got nan"):
+        at_least(0, float)("nan")
+
+
+CASES = [
+    ("bench_threads.py", ["--repeats", "0"], "argument --repeats: must be a whole number >= 1, got 0"),
+    ("bench_threads.py", ["--epochs", "0"], "argument --epochs: must be a whole number >= 1, got 0"),
+    ("bench_scale.py", ["memory", "--batch-size", "0"], "argument --batch-size: must be a whole number >= 1, got 0"),
+    ("bench_scale.py", ["memory", "--degree", "-3"], "argument --degree: must be a number >= 0, got -3"),
+    ("bench_recurrent.py", ["--cells", "lstm,foo"], "--cells: unknown cell(s) foo; choose from lstm, gru"),
+    ("bench_self_attention.py", ["--edges", "0"], "argument --edges: must be a whole number >= 1, got 0"),
+    ("polarity_peers.py", ["--folds", "0,3,0"], "argument --folds: fold(s) 0 named more than once"),
+    ("polarity_peers.py", ["--folds", "3,-1"], "argument --folds: fold(s) -1 out of range: there are 10 folds, 0..9"),
+    ("polarity_peers.py", ["--json", "."], "cannot write --json .: Is a directory"),
+]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+    """Every case started at once (each spends its seconds loading torch), then awaited."""
+    started = {}
+    for script, args, _ in CASES:
+        cwd = tmp_path_factory.mktemp("cwd")
+        started[script, tuple(args)] = cwd, refused(script, args, cwd)
+    finished, deadline = {}, time.monotonic() + LIMIT_S
+    try:
+        for case, (cwd, process) in started.items():
+            try:
+                out, err = process.communicate(timeout=max(0.1, deadline - time.monotonic()))
+                finished[case] = cwd, process.returncode, out, err
+            except subprocess.TimeoutExpired:
+                finished[case] = cwd, None, "", f"ran for {LIMIT_S} s instead of refusing its arguments"
+        yield finished
+    finally:
+        for _, process in started.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+
+
+@pytest.mark.parametrize("script, args, message", CASES,
+                         ids=lambda value: " ".join(value) if isinstance(value, list) else None)
+def test_script_refuses_bad_arguments_before_any_work(refusals, script, args, message):
+    cwd, returncode, out, err = refusals[script, tuple(args)]
+    assert returncode == 2, err[-2000:]
+    assert f"{script}: error: {message}" in err
+    assert out == "" and not (cwd / "datasets").exists()
