@@ -19,7 +19,9 @@ PLOT_NAME = "learning_curves.png"
 
 def mean_curve(curves: Sequence[List[List[float]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean and standard deviation over seeds at every number of labels that
-    every seed reached: ``(num_labels, mean, std)``."""
+    every seed reached: ``(num_labels, mean, std)``, empty if they share none."""
+    if not curves:
+        raise ValueError("mean_curve needs the curve of at least one seed, got none")
     shared = sorted(set.intersection(*(set(int(n) for n, _ in c) for c in curves)))
     values = np.array([[dict((int(n), a) for n, a in c)[x] for x in shared] for c in curves])
     return np.array(shared), values.mean(axis=0), values.std(axis=0, ddof=1 if len(curves) > 1 else 0)
@@ -42,11 +44,20 @@ def plot_learning_curves(runs: Sequence[Curves], path: str | Path, title: str,
     check_output_file(path, ".png")
     figure, axes = plt.subplots(figsize=(8, 5.5), dpi=120)
     colours = plt.get_cmap("tab10")
-    for i, strategy in enumerate(runs[0]):
-        x, mean, std = mean_curve([r[strategy] for r in runs if strategy in r])
-        label = f"{strategy} ({mean[-1]:.3f}" + (f" ± {std[-1]:.3f})" if len(runs) > 1 else ")")
+    strategies = list(dict.fromkeys(strategy for r in runs for strategy in r))
+    for i, strategy in enumerate(strategies):
+        curves = [r[strategy] for r in runs if strategy in r]
+        x, mean, std = mean_curve(curves)
+        if x.size == 0:
+            # Seeds with skipped items may share no label count: each seed's own curve, no mean.
+            for j, curve in enumerate(curves):
+                points = np.array(curve, dtype=float)
+                axes.plot(points[:, 0], points[:, 1], marker="o", markersize=2.5, color=colours(i % 10),
+                          alpha=0.6, label=f"{strategy} (seeds share no label count)" if j == 0 else None)
+            continue
+        label = f"{strategy} ({mean[-1]:.3f}" + (f" ± {std[-1]:.3f})" if len(curves) > 1 else ")")
         axes.plot(x, mean, marker="o", markersize=2.5, color=colours(i % 10), label=label)
-        if len(runs) > 1:
+        if len(curves) > 1:
             axes.fill_between(x, mean - std, mean + std, color=colours(i % 10), alpha=0.15)
     if reference is not None:
         axes.axhline(reference, color="black", linestyle="--", linewidth=1,

@@ -29,6 +29,9 @@ class GCNLearner:
                  weight_decay: float = 5e-4, dropout: float = 0.5, evaluate: str = "test"):
         if not isinstance(getattr(data, f"{evaluate}_mask", None), Tensor):
             raise GraphseqError(f"learner.evaluate = {evaluate!r}: this task's data has no {evaluate}_mask")
+        if not bool(getattr(data, f"{evaluate}_mask").any()):
+            raise GraphseqError(f"GCNLearner: the {evaluate}_mask selects no nodes, so there is no "
+                                f"{evaluate} accuracy to measure")
         self.mask_name = f"{evaluate}_mask"
         self.data = data.to(device)
         # Bag-of-words features are mostly zeros; kept sparse, dropout is cheap.

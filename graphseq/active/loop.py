@@ -12,6 +12,7 @@ the learning curve.
 from __future__ import annotations
 
 import logging
+import operator
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
@@ -23,7 +24,7 @@ from tqdm.auto import tqdm
 from ..errors import GraphseqError
 from .oracles import QUIT, SKIP, UNDO, Question, Reply
 from .store import LabelStore
-from .strategies import get_strategy
+from .strategies import get_strategy, random_sampling
 
 # What a person reads about an item: (item, probabilities [num_items,
 # num_classes] or None before the first model, labelled {item: class}) -> lines.
@@ -80,6 +81,44 @@ def _check_stored_items(store: LabelStore, strategy: str, pool: Tensor) -> None:
                             f"It was left as it is")
 
 
+def _class_index(label, item: int, names: Sequence[str], who: str) -> int:
+    """``label`` as an index of ``names``, checked before it is stored."""
+    try:
+        index = operator.index(label)
+    except TypeError:
+        index = -1
+    if not 0 <= index < len(names):
+        raise GraphseqError(f"{who} label {label!r} for item {item} is no class (0..{len(names) - 1})")
+    return index
+
+
+def _check_task(task: Task, initial: Mapping[int, int] | Sequence[int]) -> Dict[int, int] | List[int]:
+    """The class names differ and the initial items are items of the pool, each once, with labels
+    among the classes: checked before the store is touched. Returns ``initial`` as ints."""
+    names = list(task.class_names)
+    twice = [name for name, count in Counter(names).items() if count > 1]
+    if twice:
+        raise GraphseqError(f"active_learning: the task's class names hold {twice[0]!r} twice; "
+                            f"labels are stored by name, so each must differ")
+    allowed = set(task.pool.tolist())
+    items = []
+    for item in initial:
+        try:
+            items.append(operator.index(item))
+        except TypeError:
+            raise GraphseqError(f"active_learning: initial item {item!r} is not an item index") from None
+        if items[-1] not in allowed:
+            raise GraphseqError(f"active_learning: initial item {item} is not among the items that may be "
+                                f"labelled (the pool of this task)")
+    repeated = [item for item, count in Counter(items).items() if count > 1]
+    if repeated:
+        raise GraphseqError(f"active_learning: initial item {repeated[0]} is given twice")
+    if isinstance(initial, Mapping):
+        return {item: _class_index(label, item, names, "active_learning: initial")
+                for item, label in zip(items, initial.values())}
+    return items
+
+
 def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelStore, *,
                     strategy: str, initial: Mapping[int, int] | Sequence[int], budget: int,
                     batch_size: int, generator: Optional[torch.Generator] = None, resume: bool = False,
@@ -92,19 +131,33 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
     class}`` (stored with source ``initial``), or items the oracle is asked
     about first, before any model can choose (a person's or a file's first,
     random round). ``budget`` counts every label, the initial ones included;
-    ``batch_size`` items are asked about per round. A round cut short by
+    ``batch_size`` items are asked about per round. Until some item is
+    labelled (``initial`` empty, or every item of the first round skipped),
+    the items asked about are drawn at random from the pool. Labels are
+    checked against the classes (and an oracle with a ``check(class_names,
+    pool)`` method is asked to check itself) before the store is touched.
+    A round cut short by
     quit is finished first when the run is resumed, so the learning curve
     gets a point after each whole round, resumed or not. ``resume_hint`` is
     what the oracle is told to type to continue.
     """
     log = log or logging.getLogger("graphseq")
     select = get_strategy(strategy)
+    for name, value in (("budget", budget), ("batch_size", batch_size)):
+        try:
+            operator.index(value)
+        except TypeError:
+            raise GraphseqError(f"active_learning: {name} must be a whole number, got {value!r}") from None
     if budget < len(initial):
         raise GraphseqError(f"the budget ({budget}) is smaller than the initial labelled set ({len(initial)})")
     if batch_size < 1:
         raise GraphseqError(f"batch_size must be at least 1, got {batch_size}")
     names = list(task.class_names)
     index_of = {name: i for i, name in enumerate(names)}
+    initial = _check_task(task, initial)
+    check_oracle = getattr(oracle, "check", None)
+    if callable(check_oracle):
+        check_oracle(names, task.pool)
 
     if not resume:
         if store.has_human_answers(strategy):
@@ -116,7 +169,7 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
             for item, label in initial.items():
                 store.add(strategy, item, names[label], "initial")
         else:
-            store.set_pending(strategy, [int(i) for i in initial])
+            store.set_pending(strategy, initial)
     _check_stored_items(store, strategy, task.pool)
     labelled: Dict[int, int] = {}
     for answer in store.answers(strategy):
@@ -150,12 +203,15 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                 candidates = pool[~torch.isin(pool, taken)]
                 if len(labelled) >= budget or candidates.numel() == 0:
                     break
-                round = len(store.rounds(strategy)) - 1  # rounds chosen by the strategy before
-                chosen = select(probabilities, candidates.to(probabilities.device),
-                                min(batch_size, budget - len(labelled)),
-                                generator=generator, edge_index=task.edge_index.to(probabilities.device),
-                                embeddings=embeddings, round=round,
-                                labelled=items.to(probabilities.device))
+                k = min(batch_size, budget - len(labelled))
+                if labelled:
+                    round = len(store.rounds(strategy)) - 1  # rounds chosen by the strategy before
+                    chosen = select(probabilities, candidates.to(probabilities.device), k,
+                                    generator=generator, edge_index=task.edge_index.to(probabilities.device),
+                                    embeddings=embeddings, round=round,
+                                    labelled=items.to(probabilities.device))
+                else:  # No model yet (every item asked so far was skipped): ask about random items.
+                    chosen = random_sampling(None, candidates, k, generator=generator)
                 queue = [int(i) for i in chosen]
                 store.set_pending(strategy, queue)
             while queue:
@@ -186,8 +242,9 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                     store.add(strategy, item, None, oracle.source, pending=queue)
                     skipped.add(item)
                 else:
-                    store.add(strategy, item, names[reply], oracle.source, pending=queue)
-                    labelled[item] = reply
+                    label = _class_index(reply, item, names, f"active_learning: the {oracle.source} oracle's")
+                    store.add(strategy, item, names[label], oracle.source, pending=queue)
+                    labelled[item] = label
                 bar.update(len(labelled) - bar.n)
             if stopped:
                 break

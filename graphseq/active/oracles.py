@@ -14,7 +14,7 @@ import enum
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -65,20 +65,45 @@ def parse_class(text: str, class_names: Sequence[str]) -> int:
 
 class SimulatedOracle:
     """Answers with the true label; with probability ``noise`` with another
-    class drawn at random instead (seeded, so runs repeat)."""
+    class drawn at random instead (seeded, so runs repeat). A true label
+    outside the classes (PyG marks unknown ones -1) is refused, by
+    :meth:`check` before the loop stores anything, never answered."""
 
     source = "simulated"
 
     def __init__(self, truth: Tensor, noise: float = 0.0, seed: int = 0):
         if not 0.0 <= noise <= 1.0:
             raise GraphseqError(f"label noise must be between 0 and 1, got {noise}")
-        self.truth = truth.detach().cpu()
+        self.truth = torch.as_tensor(truth).detach().cpu()
         self.noise = noise
         self.generator = torch.Generator().manual_seed(seed)
 
+    def _check(self, item: Optional[int], num_classes: int) -> None:
+        """Refuses noise without another class, and an ``item`` without a true class."""
+        if self.noise > 0 and num_classes < 2:
+            raise GraphseqError(f"SimulatedOracle: label noise needs at least two classes, got {num_classes}")
+        if item is None:
+            return
+        if not 0 <= item < self.truth.numel():
+            raise GraphseqError(f"SimulatedOracle: item {item} has no true label "
+                                f"(the truth holds {self.truth.numel()} items)")
+        label = int(self.truth[item])
+        if not 0 <= label < num_classes:
+            raise GraphseqError(f"SimulatedOracle: label {label} for item {item} is no class (0..{num_classes - 1})")
+
+    def check(self, class_names: Sequence[str], pool: Tensor) -> None:
+        """Every item of the pool has a true label among the classes."""
+        pool = pool.cpu()
+        known = (pool >= 0) & (pool < self.truth.numel())
+        labels = torch.full_like(pool, -1)
+        labels[known] = self.truth[pool[known]].to(pool.dtype)
+        wrong = pool[(labels < 0) | (labels >= len(class_names))]
+        self._check(int(wrong[0]) if wrong.numel() else None, len(class_names))
+
     def ask(self, question: Question) -> Reply:
-        label = int(self.truth[question.item])
         num_classes = len(question.class_names)
+        self._check(question.item, num_classes)
+        label = int(self.truth[question.item])
         if self.noise > 0 and float(torch.rand((), generator=self.generator)) < self.noise:
             # Shift by 1..C-1 so the wrong label is never the true one.
             shift = int(torch.randint(1, num_classes, (), generator=self.generator))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -71,6 +72,8 @@ class LabelStore:
 
     def __init__(self, path: str | Path, read_only: bool = False):
         self.path = Path(path)
+        if read_only and not self.path.exists():
+            raise GraphseqError(f"no label store at {self.path} (the file does not exist)")
         if self.path.exists():
             check_sqlite(self.path)  # Before anything is written to it.
             self._check_tables()
@@ -175,6 +178,9 @@ class LabelStore:
     # Learning curve ------------------------------------------------------ #
 
     def add_round(self, strategy: str, labels: int, accuracy: float) -> None:
+        if not math.isfinite(accuracy):
+            raise ValueError(f"LabelStore.add_round: the accuracy after {labels} labels of {strategy!r} "
+                             f"must be a finite number, got {accuracy}")
         self._write("INSERT OR REPLACE INTO rounds (strategy, labels, accuracy) VALUES (?, ?, ?)",
                     (strategy, int(labels), float(accuracy)))
 

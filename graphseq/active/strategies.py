@@ -3,9 +3,13 @@
 Each strategy is a plain function ``(probabilities, pool, k, **inputs) ->
 indices``: ``probabilities`` ``[num_items, num_classes]`` are the model's
 predictions for every item, ``pool`` ``[num_pool]`` the indices still
-unlabelled, and the result the ``k`` chosen indices (a subset of ``pool``,
-most wanted first). Every strategy accepts the same keyword inputs that the
-loop offers and ignores those it does not need:
+unlabelled (indices, not a boolean mask: pass ``mask.nonzero().view(-1)``),
+and the result the ``k`` chosen indices (a subset of ``pool``, most wanted
+first). A negative ``k``, a mask as ``pool``, an ``edge_index`` not shaped
+``[2, num_edges]`` are refused (ValueError); so are probabilities or
+embeddings holding NaN (GraphseqError: training diverged), which would
+otherwise be ranked as the most wanted items. Every strategy accepts the
+same keyword inputs that the loop offers and ignores those it does not need:
 
 - ``generator`` (torch.Generator): the seeded source of randomness;
 - ``edge_index`` ``[2, num_edges]``: the graph over the items;
@@ -18,6 +22,7 @@ are only ranked.
 """
 from __future__ import annotations
 
+import operator
 from typing import Callable, Dict, Optional, Tuple
 
 import networkx as nx
@@ -29,6 +34,41 @@ from ..errors import GraphseqError
 from .measures import entropy, least_confidence, margin
 
 Strategy = Callable[..., Tensor]
+
+
+# --------------------------------------------------------------------------- #
+# Checks
+# --------------------------------------------------------------------------- #
+
+def check_query(name: str, pool: Tensor, k: int) -> None:
+    """``pool`` is a 1-D tensor of item indices and ``k`` a count >= 0."""
+    if pool.dtype == torch.bool:
+        raise ValueError(f"{name}: pool must hold item indices, got a boolean mask; "
+                         f"pass mask.nonzero().view(-1)")
+    if pool.dim() != 1 or pool.is_floating_point() or pool.is_complex():
+        raise ValueError(f"{name}: pool must be a 1-D tensor of item indices, "
+                         f"got shape {list(pool.shape)} of {pool.dtype}")
+    try:
+        count = operator.index(k)
+    except TypeError:
+        raise ValueError(f"{name}: k must be a whole number, got {k!r}") from None
+    if count < 0:
+        raise ValueError(f"{name}: k must be at least 0, got {k}")
+
+
+def check_edge_index(name: str, edge_index: Tensor) -> None:
+    if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point():
+        raise ValueError(f"{name}: edge_index must be an integer tensor of shape [2, num_edges], "
+                         f"got shape {list(edge_index.shape)} of {edge_index.dtype}")
+
+
+def check_no_nan(name: str, what: str, values: Tensor, items: Optional[Tensor] = None) -> None:
+    """The rows of ``values`` for ``items`` (all rows if None) hold no NaN (one host sync)."""
+    rows = values if items is None else values[items]
+    if torch.isnan(rows).any():
+        row = int(torch.isnan(rows).reshape(rows.size(0), -1).any(dim=1).nonzero()[0])
+        item = row if items is None else int(items[row])
+        raise GraphseqError(f"{name}: the {what} hold NaN (item {item} first); did training diverge?")
 
 
 # --------------------------------------------------------------------------- #
@@ -60,22 +100,29 @@ def percentile(scores: Tensor) -> Tensor:
 def random_sampling(probabilities: Tensor, pool: Tensor, k: int, *,
                     generator: Optional[torch.Generator] = None, **_) -> Tensor:
     """``k`` items of the pool drawn uniformly without replacement."""
+    check_query("random_sampling", pool, k)
     order = torch.randperm(pool.numel(), generator=generator)[:k]
     return pool[order.to(pool.device)]
 
 
 def entropy_sampling(probabilities: Tensor, pool: Tensor, k: int, **_) -> Tensor:
     """The items whose predicted class distribution has the highest entropy."""
+    check_query("entropy_sampling", pool, k)
+    check_no_nan("entropy_sampling", "probabilities", probabilities, pool)
     return top_k(entropy(probabilities), pool, k)
 
 
 def margin_sampling(probabilities: Tensor, pool: Tensor, k: int, **_) -> Tensor:
     """The items whose two most probable classes are closest."""
+    check_query("margin_sampling", pool, k)
+    check_no_nan("margin_sampling", "probabilities", probabilities, pool)
     return top_k(margin(probabilities), pool, k)
 
 
 def least_confidence_sampling(probabilities: Tensor, pool: Tensor, k: int, **_) -> Tensor:
     """The items whose most probable class is least probable."""
+    check_query("least_confidence_sampling", pool, k)
+    check_no_nan("least_confidence_sampling", "probabilities", probabilities, pool)
     return top_k(least_confidence(probabilities), pool, k)
 
 
@@ -99,11 +146,15 @@ def pagerank_centrality(edge_index: Tensor, num_nodes: int, damping: float = 0.8
 
 def degree_sampling(probabilities: Tensor, pool: Tensor, k: int, *, edge_index: Tensor, **_) -> Tensor:
     """The best-connected items: the most edges first."""
+    check_query("degree_sampling", pool, k)
+    check_edge_index("degree_sampling", edge_index)
     return top_k(degree_centrality(edge_index, probabilities.size(0)), pool, k)
 
 
 def pagerank_sampling(probabilities: Tensor, pool: Tensor, k: int, *, edge_index: Tensor, **_) -> Tensor:
     """The items of highest PageRank."""
+    check_query("pagerank_sampling", pool, k)
+    check_edge_index("pagerank_sampling", edge_index)
     return top_k(pagerank_centrality(edge_index, probabilities.size(0)), pool, k)
 
 
@@ -158,6 +209,11 @@ def age_sampling(probabilities: Tensor, pool: Tensor, k: int, *, edge_index: Ten
     Density is measured by k-means (one cluster per class) on ``embeddings``,
     the model's predictions where none are given, as AGE does.
     """
+    check_query("age_sampling", pool, k)
+    check_edge_index("age_sampling", edge_index)
+    check_no_nan("age_sampling", "probabilities", probabilities, pool)
+    if embeddings is not None:
+        check_no_nan("age_sampling", "embeddings", embeddings)
     gamma = 1.0 / (2.005 - basef ** round)
     alpha = beta = (1.0 - gamma) / 2.0
     points = probabilities if embeddings is None else embeddings
@@ -174,6 +230,9 @@ def coreset_sampling(probabilities: Tensor, pool: Tensor, k: int, *, embeddings:
     Networks: A Core-Set Approach" <https://arxiv.org/abs/1708.00489>`_
     (Sener and Savarese, ICLR 2018): again and again, the pool item farthest
     from every labelled or already chosen item in embedding space."""
+    check_query("coreset_sampling", pool, k)
+    check_no_nan("coreset_sampling", "embeddings", embeddings, pool)
+    check_no_nan("coreset_sampling", "embeddings", embeddings, labelled)
     points = embeddings.detach()
     if labelled.numel():
         nearest = torch.cdist(points[pool], points[labelled]).min(dim=1).values  # [num_pool]

@@ -20,6 +20,7 @@ from ..data.planetoid import load_planetoid
 from ..data.polarity import CLASS_NAMES as POLARITY_CLASSES
 from ..data.polarity import load_polarity
 from ..data.text import tfidf
+from ..errors import GraphseqError
 from ..graphs import knn
 from .loop import Task
 from .prompt import wrap
@@ -80,16 +81,30 @@ def polarity_task(root: Path, mirror: Optional[Path] = None, neighbours: int = 1
     numbered as :func:`~graphseq.data.polarity.load_polarity` returns them:
     the negative sentences first. A fixed fifth of the sentences (the same
     for every seed) is held out for testing; the rest is the pool. ``limit``
-    keeps that many sentences, drawn at random (0: all), for quick runs."""
+    keeps that many sentences, drawn at random (0: all), for quick runs;
+    the test set must keep at least one sentence."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise GraphseqError(f"polarity_task: limit must be a whole number >= 0 (0: all sentences), got {limit!r}")
+    if not 0 < test_fraction < 1:
+        raise GraphseqError(f"polarity_task: test_fraction must be between 0 and 1, both excluded, "
+                            f"got {test_fraction}")
     sentences, labels = load_polarity(root, mirror)
     if limit:
         order = np.sort(np.random.default_rng(0).permutation(len(sentences))[:limit])
         sentences, labels = [sentences[i] for i in order], [labels[i] for i in order]
-    x = tfidf(sentences)  # [num_sentences, vocabulary], sparse
-    edge_index = knn(x, neighbours)
     num_items = len(sentences)
+    num_test = int(test_fraction * num_items)
+    if num_test < 1:  # test_fraction < 1 always leaves a pool
+        raise GraphseqError(f"polarity_task: test_fraction={test_fraction} of {num_items} sentences leaves "
+                            f"no test sentence; keep more sentences (limit) or raise test_fraction")
+    try:
+        x = tfidf(sentences)  # [num_sentences, vocabulary], sparse
+    except ValueError as error:  # scikit-learn: no word is in two sentences
+        raise GraphseqError(f"polarity_task: {num_items} sentences are too few for a vocabulary "
+                            f"({error}); raise limit") from None
+    edge_index = knn(x, neighbours)
     test = torch.zeros(num_items, dtype=torch.bool)
-    test[torch.as_tensor(np.random.default_rng(1).permutation(num_items)[:int(test_fraction * num_items)])] = True
+    test[torch.as_tensor(np.random.default_rng(1).permutation(num_items)[:num_test])] = True
     data = Data(x=x, edge_index=edge_index, y=torch.tensor(labels), test_mask=test, num_nodes=num_items)
     graph_neighbours = adjacency_lists(edge_index, num_items)
 

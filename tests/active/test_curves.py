@@ -61,3 +61,19 @@ def test_plot_curves_refuses_a_figure_path_it_cannot_write(tmp_path, capsys):
     assert main(["plot-curves", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"graphseq: error: cannot write {tmp_path / PLOT_NAME}: Is a directory\n"
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["learning_curves.png", "metrics.json"]
+
+
+def test_seeds_that_share_no_label_count_are_drawn_each_on_its_own(tmp_path):
+    from graphseq.active.curves import mean_curve, plot_learning_curves
+
+    x, mean, std = mean_curve([[[1, 0.5]], [[2, 0.6]]])
+    assert x.size == mean.size == std.size == 0
+    path = plot_learning_curves([{"m": [[1, 0.5]]}, {"m": [[2, 0.6]]}], tmp_path / "c.png", "t")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_mean_curve_of_no_seeds_is_refused():
+    from graphseq.active.curves import mean_curve
+
+    with pytest.raises(ValueError, match="mean_curve needs the curve of at least one seed, got none"):
+        mean_curve([])

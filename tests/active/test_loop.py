@@ -155,3 +155,81 @@ def test_the_simulated_oracle_spends_the_budget_exactly(tmp_path):
 def test_budget_below_the_initial_set_is_refused(tmp_path):
     with LabelStore(tmp_path / STORE_NAME) as store, pytest.raises(GraphseqError, match="budget"):
         run(store, SimulatedOracle(TRUTH), budget=0)
+
+
+def test_a_first_round_skipped_whole_is_followed_by_random_questions_until_a_label(tmp_path):
+    # No label after the random first round: no model can choose, so more random items are asked.
+    learner = FractionLearner()
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        outcome = run(store, HumanOracle(io.StringIO("s\ns\nt\nc\nq\n"), io.StringIO()), initial=[3, 4],
+                      learner=learner)
+        assert store.skipped("entropy") == [3, 4]
+        answers = stored(store)
+    assert [(label, source) for _, label, source in answers] == [("Theory", "human"), ("Case_Based", "human")]
+    assert not {item for item, _, _ in answers} & {3, 4}
+    assert learner.fitted == [sorted(item for item, _, _ in answers)]
+    assert outcome.stopped and outcome.curve == [[2, 2 / 8]]
+
+
+@pytest.mark.parametrize("initial", [[], {}])
+def test_an_empty_initial_set_starts_with_random_questions(tmp_path, initial):
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        outcome = run(store, SimulatedOracle(TRUTH), initial=initial, budget=4)
+        assert len(store.answers("entropy")) == 4
+    assert [n for n, _ in outcome.curve] == [2, 4]
+
+
+@pytest.mark.parametrize("truth,problem", [
+    (torch.tensor([0, 1, 2, 0, 1, -1, 0, 1]), r"SimulatedOracle: label -1 for item 5 is no class \(0..2\)"),
+    (torch.tensor([0, 1, 2, 0, 1, 2, 3, 1]), r"SimulatedOracle: label 3 for item 6 is no class \(0..2\)"),
+    (torch.tensor([0, 1, 2]), r"SimulatedOracle: item 3 has no true label \(the truth holds 3 items\)"),
+])
+def test_true_labels_outside_the_classes_are_refused_before_anything_is_stored(tmp_path, truth, problem):
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        with pytest.raises(GraphseqError, match=problem):
+            run(store, SimulatedOracle(truth))
+        assert store.answers("entropy", skips=True) == []
+
+
+@pytest.mark.parametrize("initial,problem", [
+    ({0: -1}, r"initial label -1 for item 0 is no class \(0..2\)"),
+    ({0: 0, 1: 3}, r"initial label 3 for item 1 is no class \(0..2\)"),
+    ({0: 0, 19: 1}, "initial item 19 is not among the items that may be labelled"),
+    ([2, 2], "initial item 2 is given twice"),
+])
+def test_a_refused_initial_set_leaves_the_store_as_it_was(tmp_path, initial, problem):
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        run(store, SimulatedOracle(TRUTH), budget=2)
+        before = stored(store)
+        with pytest.raises(GraphseqError, match=problem):
+            run(store, SimulatedOracle(TRUTH), initial=initial)
+        assert stored(store) == before
+
+
+class WrongOracle:
+    source = "file"
+
+    def ask(self, question):
+        return 7
+
+    def tell(self, text):
+        pass
+
+    def restrict(self, pool):
+        return pool
+
+
+def test_an_oracles_label_outside_the_classes_is_refused_not_stored(tmp_path):
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        with pytest.raises(GraphseqError, match=r"the file oracle's label 7 for item 3 is no class \(0..2\)"):
+            run(store, WrongOracle())
+        assert stored(store) == [(0, "Theory", "initial")]
+
+
+def test_duplicate_class_names_are_refused(tmp_path):
+    twice = Task(["a", "a", "b"], torch.arange(8), task().edge_index, task().describe)
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        with pytest.raises(GraphseqError, match="class names hold 'a' twice"):
+            active_learning(twice, FractionLearner(), SimulatedOracle(TRUTH), store, strategy="entropy",
+                            initial={0: 0}, budget=4, batch_size=2)
+        assert store.answers("entropy", skips=True) == []

@@ -124,3 +124,18 @@ def test_file_oracle_check_names_unknown_items_and_labels(tmp_path):
     message = str(error.value)
     assert "2 problems" in message and "line 3: item 9 is not among the items" in message
     assert "line 4: 'banana' is no class" in message
+
+
+def test_simulated_noise_with_one_class_is_refused():
+    with pytest.raises(GraphseqError, match="label noise needs at least two classes, got 1"):
+        SimulatedOracle(torch.zeros(4, dtype=torch.long), noise=0.5).ask(Question(0, ["only"]))
+
+
+def test_simulated_oracle_checks_the_truth_of_the_pool_only():
+    truth = torch.tensor([0, 1, -1, 2])  # -1: PyG's mark of an unknown label
+    oracle = SimulatedOracle(truth)
+    oracle.check(["a", "b", "c"], torch.tensor([0, 1, 3]))
+    with pytest.raises(GraphseqError, match=r"label -1 for item 2 is no class \(0..2\)"):
+        oracle.check(["a", "b", "c"], torch.arange(4))
+    with pytest.raises(GraphseqError, match=r"label -1 for item 2 is no class \(0..2\)"):
+        oracle.ask(Question(2, ["a", "b", "c"]))

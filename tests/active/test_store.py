@@ -65,3 +65,18 @@ def test_labels_csv_asks_which_strategy_when_there_are_several(tmp_path):
 def test_labels_csv_names_a_missing_store(tmp_path):
     with pytest.raises(GraphseqError, match="no label store"):
         labels_csv(tmp_path)
+
+
+@pytest.mark.parametrize("accuracy", [float("nan"), float("inf")])
+def test_a_round_without_a_finite_accuracy_is_refused(tmp_path, accuracy):
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        with pytest.raises(ValueError, match=f"add_round: the accuracy after 3 labels of 'age' must be a finite "
+                                             f"number, got {accuracy}"):
+            store.add_round("age", 3, accuracy)
+        assert store.rounds("age") == []
+
+
+def test_opening_a_missing_store_read_only_names_the_file(tmp_path):
+    with pytest.raises(GraphseqError, match=f"no label store at {tmp_path / 'missing.sqlite'}"):
+        LabelStore(tmp_path / "missing.sqlite", read_only=True)
+    assert not (tmp_path / "missing.sqlite").exists()

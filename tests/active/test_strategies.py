@@ -79,3 +79,45 @@ def test_kmeans_finds_the_same_centres_as_sklearn():
     order = lambda c: sorted(map(tuple, torch.as_tensor(c).round(decimals=4).tolist()))  # noqa: E731
     assert order(centres) == order(reference)
     assert torch.bincount(assignment).tolist() == [40, 40, 40]
+
+
+def select_with(name, probabilities=PROBABILITIES, pool=POOL, k=2, **inputs):
+    inputs = {"generator": torch.Generator().manual_seed(0), "edge_index": EDGE_INDEX,
+              "embeddings": PROBABILITIES, "round": 1, "labelled": torch.tensor([0]), **inputs}
+    return get_strategy(name)(probabilities, pool, k, **inputs)
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_a_negative_k_is_refused(name):
+    with pytest.raises(ValueError, match=f"{name}_sampling: k must be at least 0, got -1"):
+        select_with(name, k=-1)
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_a_boolean_mask_as_pool_is_refused(name):
+    mask = torch.tensor([False, True, True, False, True, False])
+    with pytest.raises(ValueError, match=rf"{name}_sampling: pool must hold item indices, got a boolean mask; "
+                                         rf"pass mask.nonzero\(\).view\(-1\)"):
+        select_with(name, pool=mask)
+
+
+@pytest.mark.parametrize("name", ["entropy", "margin", "least_confidence", "age"])
+def test_nan_probabilities_are_refused_not_ranked_first(name):
+    probabilities = PROBABILITIES.clone()
+    probabilities[3] = float("nan")
+    with pytest.raises(GraphseqError, match=f"{name}_sampling: the probabilities hold NaN \\(item 3 first\\)"):
+        select_with(name, probabilities=probabilities)
+
+
+def test_nan_embeddings_are_refused_by_coreset():
+    embeddings = PROBABILITIES.clone()
+    embeddings[3, 0] = float("nan")
+    with pytest.raises(GraphseqError, match=r"coreset_sampling: the embeddings hold NaN \(item 3 first\)"):
+        select_with("coreset", embeddings=embeddings)
+
+
+@pytest.mark.parametrize("name", ["degree", "pagerank", "age"])
+def test_an_edge_index_not_shaped_two_by_edges_is_refused(name):
+    with pytest.raises(ValueError, match=rf"{name}_sampling: edge_index must be an integer tensor of shape "
+                                         rf"\[2, num_edges\], got shape \[10, 2\]"):
+        select_with(name, edge_index=EDGE_INDEX.t().contiguous())
