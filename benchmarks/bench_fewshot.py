@@ -117,8 +117,9 @@ def main():
           f"(forward, backward, Adam); largest output difference at the start {difference:.1e}")
     for name, seconds in median.items():
         print(f"  {name:<24} {seconds * 1e3:9.2f} ms")
-    print(f"  ratio GNN  message passing / dense: {median['GNN, message passing'] / median['GNN, dense reference']:.2f}")
-    print(f"  ratio step message passing / dense: {median['step, message passing'] / median['step, dense reference']:.2f}")
+    for part, label in (("GNN", "GNN "), ("step", "step")):
+        ratio = median[f"{part}, message passing"] / median[f"{part}, dense reference"]
+        print(f"  ratio {label} message passing / dense: {ratio:.2f}")
     if args.per_support > 1:
         name = f"step, {args.per_support} to a support"
         print(f"  ratio step {args.per_support} to a support set / drawn alone (the draw, not the layer): "
