@@ -95,10 +95,10 @@ def _run(args: argparse.Namespace) -> int:
     from .pipeline import run
 
     options = {}
+    if args.labels:  # First, so that a pipeline without a use for it names the option the user typed.
+        options["labels"] = args.labels
     if args.oracle or args.labels:
         options["oracle"] = args.oracle or "file"
-    if args.labels:
-        options["labels"] = args.labels
     summary = run(args.pipeline, overrides=args.overrides, seed=args.seed, runs=args.runs,
                   device=args.device, out=args.out, data_root=args.data_root,
                   data_mirror=args.data_mirror, quiet=args.quiet, resume=args.resume,

@@ -47,7 +47,7 @@ BAD_COMMANDS = [
     (["run", "gat-cora", "--device", "meta"], "--device 'meta' is not supported"),
     (["run", "gat-cora", "--device", "cuda:\u00b2"], "--device 'cuda:\u00b2' is not supported"),  # isdigit, not int
     (["run", "gat-cora", "--oracle", "human"], "--oracle has no use in pipeline gat-cora"),
-    (["run", "gat-cora", "--labels", "answers.csv"], "--oracle has no use in pipeline gat-cora"),
+    (["run", "gat-cora", "--labels", "answers.csv"], "--labels has no use in pipeline gat-cora"),
     (["run", "charlm-lstm", "--oracle", "simulated"], "--oracle has no use in pipeline charlm-lstm"),
     (["run", "active-cora", "--labels", "{tmp}/missing.csv"], "active.labels = '{tmp}/missing.csv' is not allowed: "
                                                              "it must be empty, or the path of an existing file"),
