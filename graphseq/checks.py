@@ -17,6 +17,7 @@ of a value (int, float, str, list) is checked separately, from the default.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -36,6 +37,11 @@ def is_whole_number(text: str) -> bool:
     """``text`` is written with the digits 0-9 only (``str.isdigit`` also
     accepts superscripts such as "²", which ``int`` refuses)."""
     return text.isascii() and text.isdigit()
+
+
+def is_integer(value: Any) -> bool:
+    """A whole number: a Python or NumPy integer, not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def is_number(value: Any) -> bool:

@@ -12,6 +12,8 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import index_sort, to_undirected
 
+from .checks import is_integer
+
 Lengths = Union[Sequence[int], Tensor, int]
 
 
@@ -226,7 +228,7 @@ def with_self_loops(edge_index: Tensor, num_nodes: int, sort: bool = False) -> T
         shape = list(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index).__name__
         raise ValueError(f"edge_index must be a [2, num_edges] tensor, got {shape}")
     if not torch.compiler.is_compiling() and (
-            isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0):
+            not is_integer(num_nodes) or num_nodes < 0):
         raise ValueError(f"num_nodes must be a whole number >= 0, got {num_nodes!r}")
     edge_index = edge_index[:, edge_index[0] != edge_index[1]]
     loops = torch.arange(num_nodes, device=edge_index.device).expand(2, -1)

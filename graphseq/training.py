@@ -55,7 +55,7 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from . import distributed
-from .checks import is_number
+from .checks import is_integer, is_number
 from .errors import GraphseqError
 from .io import first_sentence, load_checkpoint, save_checkpoint, write_png
 
@@ -165,7 +165,7 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
     entries of ``meta``. It is written atomically, by rank 0 alone.
     """
     for name, value in (("steps", steps), ("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if not is_integer(value) or value < 0:
             raise GraphseqError(f"{desc}: {name} must be a whole number >= 0, got {value!r}")
     for name, value in (("minutes", minutes), ("clip", clip)):
         if not is_number(value) or value < 0:  # nan would pass every budget and clipping test

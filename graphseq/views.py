@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .checks import is_integer
 from .data.text import Vocabulary
 from .errors import GraphseqError
 from .io import atomic_write_text, check_output_file, write_png
@@ -277,7 +278,7 @@ def image_blocks(image: Tensor, width: int = 20, ink_is_dark: bool = True,
     by area averaging; its values are scaled to ``[0, 1]`` by its own
     minimum and maximum, and a pixel is ink where it is darker (or, without
     ``ink_is_dark``, lighter) than ``threshold``."""
-    if not isinstance(width, int) or width < 1:
+    if not is_integer(width) or width < 1:
         raise ValueError(f"image_blocks needs a whole number width >= 1, got {width!r}")
     if not (image.dim() == 2 or (image.dim() == 3 and image.size(0) in (1, 3))) or image.numel() == 0:
         raise ValueError(f"image_blocks expects an image [height, width] or [channels (1 or 3), height, width], "

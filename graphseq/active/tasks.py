@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..checks import is_integer
 from ..data.planetoid import load_planetoid
 from ..data.polarity import CLASS_NAMES as POLARITY_CLASSES
 from ..data.polarity import load_polarity
@@ -83,7 +84,7 @@ def polarity_task(root: Path, mirror: Optional[Path] = None, neighbours: int = 1
     for every seed) is held out for testing; the rest is the pool. ``limit``
     keeps that many sentences, drawn at random (0: all), for quick runs;
     the test set must keep at least one sentence."""
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+    if not is_integer(limit) or limit < 0:
         raise GraphseqError(f"polarity_task: limit must be a whole number >= 0 (0: all sentences), got {limit!r}")
     if not 0 < test_fraction < 1:
         raise GraphseqError(f"polarity_task: test_fraction must be between 0 and 1, both excluded, "

@@ -10,7 +10,6 @@ them in one indexing operation: no per-image Python work on the way.
 """
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -19,6 +18,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from .. import graphs
+from ..checks import is_integer
 from ..errors import GraphseqError
 
 
@@ -70,11 +70,6 @@ class FewShotClasses:
         return (images.float() / 255 - mean.view(-1, 1, 1)) / std.view(-1, 1, 1)
 
 
-def _is_int(value) -> bool:
-    """Whether ``value`` is a whole number (a Python or NumPy integer, not a bool)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def distinct_draws(rows: int, k: int, n: int, generator: Optional[torch.Generator] = None) -> Tensor:
     """``[rows, k]`` integers from ``0 .. n-1``, distinct within each row, each
     row uniform over the ordered k-subsets."""
@@ -117,7 +112,7 @@ class EpisodeSampler:
 
     def __init__(self, classes: FewShotClasses, ways: int, shots: int, unlabelled: int = 0):
         for name, value in (("ways", ways), ("shots", shots), ("unlabelled", unlabelled)):
-            if not _is_int(value):
+            if not is_integer(value):
                 raise GraphseqError(f"EpisodeSampler needs a whole number for {name}, got {value!r}")
         ways, shots, unlabelled = int(ways), int(shots), int(unlabelled)
         if ways < 2:
@@ -158,10 +153,10 @@ class EpisodeSampler:
         """Refuses a ``num_episodes`` that is not a whole number >= 0, and a
         ``per_support`` that does not divide it or asks for more queries than
         a class has images left."""
-        if not _is_int(num_episodes) or num_episodes < 0:
+        if not is_integer(num_episodes) or num_episodes < 0:
             raise GraphseqError(f"EpisodeSampler.sample needs a whole number of episodes >= 0, "
                                 f"got {num_episodes!r}")
-        if not _is_int(per_support):
+        if not is_integer(per_support):
             raise GraphseqError(f"EpisodeSampler.sample needs a whole number for per_support, "
                                 f"got {per_support!r}")
         if per_support < 1 or num_episodes % per_support:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import numbers
 import os
 import zipfile
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..checks import is_integer
 from ..errors import GraphseqError
 from ..io import load_checkpoint, save_checkpoint
 from .files import Checksum, check_file, download_url
@@ -176,7 +176,7 @@ def load_omniglot(root: Path, mirror: Optional[Path] = None, size: int = 28, dow
                   log: Optional[logging.Logger] = None) -> Omniglot:
     """All 1,623 characters x 20 drawings at ``size`` x ``size``, from the
     cache under ``root`` when it was built from the same files."""
-    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+    if not is_integer(size) or size < 1:
         raise GraphseqError(f"load_omniglot needs a size of at least 1 pixel, got {size!r}")
     log = log or logging.getLogger("graphseq")
     folder = find_omniglot(root, mirror, download)

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Data
 from torch_geometric.utils import to_dense_batch
 
+from ..checks import is_integer
 from ..nn.metric_attention import MetricAttentionConv
 
 UNKNOWN_LABELS = ("zeros", "uniform")
@@ -181,7 +182,7 @@ class FewShotConfig:
     active: bool = False            # a query head after the first block
 
     def __post_init__(self):
-        if isinstance(self.num_layers, bool) or not isinstance(self.num_layers, int) or self.num_layers < 1:
+        if not is_integer(self.num_layers) or self.num_layers < 1:
             raise ValueError(f"FewShotConfig needs num_layers >= 1 (blocks before the last layer), "
                              f"got {self.num_layers!r}")
 

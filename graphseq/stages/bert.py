@@ -372,7 +372,7 @@ def _check_pretrained_groups(check, *, runs: list, groups: int, folds: int, fold
 
 @stage("bert_pretrained_groups", checks={"runs": TEXT_LIST, "groups": at_least(1), "folds": at_least(3),
                                          "fold_seed": between(0, MAX_SEED), "pretrain_set": TEXT_LIST},
-       resumes=PLAN_FILE, resume_reads=(FOLDS_FILE,), precheck=_check_pretrained_groups)
+       resumes=PLAN_FILE, precheck=_check_pretrained_groups)
 def bert_pretrained_groups(ctx, *, runs: list = [], groups: int = 2, folds: int = 10, fold_seed: int = 0,
                            pretrain_set: list = []) -> None:
     """The pretrained model each test fold fine-tunes from, written to
@@ -483,7 +483,7 @@ def _check_finetune(check, *, run_folds: list, **_) -> None:
                                 "lr": positive, "scratch_lr": non_negative, "pool": one_of(*POOLS),
                                 "warmup": between(0, 1), "weight_decay": non_negative, "clip": non_negative,
                                 "evals_per_epoch": at_least(1), "max_steps": non_negative},
-       resume_may_change=("run_folds",), precheck=_check_finetune)
+       resume_may_change=("run_folds",), resume_reads=(FOLDS_FILE,), precheck=_check_finetune)
 def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int = 32, lr: float = 1e-3,
                   scratch_lr: float = 0.0, pool: str = "cls", pretrained_pooler: bool = False, warmup: float = 0.1,
                   weight_decay: float = 0.01, clip: float = 1.0, amp: bool = True, evals_per_epoch: int = 2,
