@@ -63,11 +63,11 @@ class GAT(nn.Module):
         passes the same graph every epoch, so the result is kept for as long
         as the same, unmodified ``edge_index`` tensor comes back."""
         checks.check_tensor(self, edge_index, "edge_index")
-        key = (edge_index, edge_index._version, num_nodes)
+        key = (edge_index, checks.version(edge_index), num_nodes)
         if self._graph is not None and self._graph[0] is key[0] and self._graph[1:3] == key[1:]:
             return self._graph[3]
         graph = graphs.with_self_loops(edge_index, num_nodes, sort=True)
-        self._graph = (*key, graph)
+        self._graph = None if key[1] is None else (*key, graph)
         return graph
 
     def inference_layers(self):

@@ -202,13 +202,13 @@ class AttentionConv(MessagePassing):
             edge_index = edge_index.as_tensor()
         if not isinstance(edge_index, Tensor):  # a list, say: named before the cache reads it
             checks.check_edge_index(self, edge_index, size)
-        key = (edge_index._version, size, self_loops, num_loops)
+        key = (checks.version(edge_index), size, self_loops, num_loops)
         cache = self._graph_cache
-        if cache is not None and cache[0]() is edge_index and cache[1] == key:
+        if cache is not None and key[0] is not None and cache[0]() is edge_index and cache[1] == key:
             return cache[2]  # Checked when it was made.
         checks.check_edge_index(self, edge_index, size)
         graph = self._make_graph(edge_index, size, self_loops, num_loops)
-        self._graph_cache = (weakref.ref(edge_index), key, graph)
+        self._graph_cache = None if key[0] is None else (weakref.ref(edge_index), key, graph)
         return graph
 
     @staticmethod

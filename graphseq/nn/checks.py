@@ -34,6 +34,14 @@ def reading_values() -> bool:
     return not torch.compiler.is_compiling()
 
 
+def version(tensor: Tensor) -> Optional[int]:
+    """``tensor``'s count of in-place edits, to tell when a result kept for it
+    is stale; :obj:`None` for an inference tensor (made under
+    :func:`torch.inference_mode`), which counts none, so nothing may be kept
+    for it."""
+    return None if tensor.is_inference() else tensor._version
+
+
 def check_kwargs(layer: Layer, kwargs: Mapping[str, Any],
                  allowed: Iterable[str] = MESSAGE_PASSING_KWARGS) -> None:
     """Refuses keyword arguments outside ``allowed`` with a :class:`TypeError`

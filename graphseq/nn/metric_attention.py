@@ -5,7 +5,7 @@ node's own (the identity operator).
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple, Union
+from typing import Iterable, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -72,6 +72,9 @@ class MetricAttentionConv(AttentionConv):
                  bias: bool = True, **kwargs):
         checks.check_kwargs(self, kwargs)
         super().__init__(heads=1, **kwargs)
+        if isinstance(hidden_channels, (str, bytes)) or not isinstance(hidden_channels, Iterable):
+            raise ValueError(f"{type(self).__name__} needs hidden_channels as a list of widths, one per "
+                            f"hidden layer of the metric MLP (e.g. [64, 32]), got {hidden_channels!r}")
         checks.check_sizes(self, in_channels=in_channels, out_channels=out_channels,
                            hidden_channels=list(hidden_channels))
         checks.check_probability(self, "dropout", dropout)

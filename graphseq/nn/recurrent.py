@@ -60,8 +60,11 @@ class ChainSchedule(NamedTuple):
             ``edge_index`` each of those edges is ``[sizes[t]]``.
         edge_index, batch: the chains it was made for (the caller's
             tensors, not copies); a layer given the schedule with other
-            chains (of the same sizes) refuses it, except under
-            :func:`torch.compile`, which cannot read them.
+            chains (of the same sizes), or with these tensors edited in
+            place since, refuses it, except under :func:`torch.compile`,
+            which cannot read them.
+        versions: the count of in-place edits of ``edge_index`` and
+            ``batch`` when it was made (:obj:`None` where not counted).
     """
     num_nodes: int
     num_edges: int
@@ -75,6 +78,7 @@ class ChainSchedule(NamedTuple):
     edge_ids: Tuple[List[Tensor], List[Tensor]]
     edge_index: Optional[Tensor] = None  # the chains it was made for, to check a reuse
     batch: Optional[Tensor] = None
+    versions: Tuple[Optional[int], Optional[int]] = (None, None)
 
     def to(self, device: Union[str, torch.device]) -> "ChainSchedule":
         """The same schedule with its tensors on ``device``."""
@@ -84,7 +88,12 @@ class ChainSchedule(NamedTuple):
             if isinstance(value, (tuple, list)) and not isinstance(value, ChainSchedule):
                 return type(value)(move(v) for v in value)
             return value
-        return ChainSchedule(*(move(value) for value in self))
+        moved = ChainSchedule(*(move(value) for value in self))
+        return moved._replace(versions=_versions(moved.edge_index, moved.batch))
+
+
+def _versions(*tensors: Optional[Tensor]) -> Tuple[Optional[int], ...]:
+    return tuple(None if tensor is None else checks.version(tensor) for tensor in tensors)
 
 
 @torch.compiler.disable
@@ -197,7 +206,7 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
     step_edges = [frontier[:, :size] for size in sizes[1:]]
     return ChainSchedule(num_nodes, num_edges, num_graphs, sizes, tuple(orders), tuple(positions),
                          chain_graph.to(device), graph_chain, step_edges,
-                         tuple(edge_ids), *given)
+                         tuple(edge_ids), *given, _versions(*given))
 
 
 def _same(kept: Optional[Tensor], given: Optional[Tensor], num_nodes: int) -> bool:
@@ -567,8 +576,14 @@ class ChainRecurrence(MessagePassing):
         if num_graphs is not None and num_graphs != schedule.num_graphs:
             raise ValueError(f"{name}: the schedule is for {schedule.num_graphs} graphs, "
                              f"but the initial state has {num_graphs}")
-        if checks.reading_values() and schedule.edge_index is not None and not (
-                _same(schedule.edge_index, edge_index, x.size(0)) and _same(schedule.batch, batch, x.size(0))):
+        if not checks.reading_values() or schedule.edge_index is None:
+            return
+        for label, kept, given, version in zip(("edge_index", "batch"), (schedule.edge_index, schedule.batch),
+                                               (edge_index, batch), schedule.versions):
+            if kept is given and version is not None and checks.version(given) != version:
+                raise ValueError(f"{name}: {label} was edited in place after its schedule was made; "
+                                 f"make one with chain_schedule for the chains it holds now")
+        if not (_same(schedule.edge_index, edge_index, x.size(0)) and _same(schedule.batch, batch, x.size(0))):
             raise ValueError(f"{name}: the schedule was made for other chains than edge_index and batch "
                              f"(the same sizes, other edges); make one with chain_schedule for these")
 

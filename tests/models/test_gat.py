@@ -52,6 +52,18 @@ def test_prepared_graph_is_reused_only_for_the_same_unchanged_edges():
     assert torch.allclose(first, fresh(x, EDGE_INDEX))
 
 
+def test_runs_under_inference_mode():
+    model = GAT(5, 3, hidden_channels=4, heads=2).eval()
+    x = torch.randn(6, 5)
+    with torch.no_grad():
+        expected, other = model(x, EDGE_INDEX), model(x, EDGE_INDEX.flip(0))
+    with torch.inference_mode():
+        edges = EDGE_INDEX.clone()
+        assert torch.allclose(model(x, edges), expected)
+        edges.copy_(EDGE_INDEX.flip(0))  # Inference tensors count no edits: nothing may be kept.
+        assert torch.allclose(model(x, edges), other)
+
+
 def test_a_malformed_edge_index_is_named_before_the_layers():
     model = GAT(5, 3, hidden_channels=4, heads=2)
     with pytest.raises(ValueError, match=r"edge_index must be a \[2, num_edges\] tensor, got \[3, 4\]"):

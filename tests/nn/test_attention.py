@@ -4,7 +4,8 @@ import torch_geometric.nn as pyg_nn
 from torch_geometric import EdgeIndex
 from torch_geometric.utils import to_torch_coo_tensor, to_torch_csc_tensor, to_torch_csr_tensor
 
-from graphseq.nn import GATConv
+import graphseq.nn
+from graphseq.nn import GATConv, SelfAttentionConv, TransformerEncoderLayer
 from graphseq.nn.attention import AttentionConv
 
 # A 6-node graph with a repeated edge (1 -> 0 twice), an existing self-loop
@@ -347,6 +348,26 @@ def test_graph_is_kept_while_the_same_edges_come_back():
     assert conv._graph_cache[2] is not graph
     assert torch.allclose(changed, conv(x, edge_index.clone()), atol=1e-6)
     assert not torch.allclose(changed, conv(x, EDGE_INDEX), atol=1e-6)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: GATConv(5, 4, heads=2),
+    lambda: SelfAttentionConv(5, 1),
+    lambda: TransformerEncoderLayer(5, 1, 8),
+    lambda: graphseq.nn.MetricAttentionConv(5, 4, [6]),  # not this file's example below
+], ids=["gat", "self-attention", "transformer", "metric"])
+def test_runs_under_inference_mode_and_keeps_nothing_for_inference_tensors(make):
+    """An inference tensor counts no in-place edits, so the graph made from it
+    is not kept: an edit under inference mode is seen."""
+    torch.manual_seed(0)
+    conv, x = make().eval(), torch.randn(6, 5)
+    with torch.no_grad():
+        expected, other = conv(x, EDGE_INDEX), conv(x, EDGE_INDEX.flip(0))
+    with torch.inference_mode():
+        edge_index = EDGE_INDEX.clone()
+        assert torch.allclose(conv(x, edge_index), expected, atol=1e-6)
+        edge_index.copy_(EDGE_INDEX.flip(0))
+        assert torch.allclose(conv(x, edge_index), other, atol=1e-6)
 
 
 def test_wrong_inputs_are_named():

@@ -91,6 +91,7 @@ def test_value_checks_do_not_break_a_compiled_graph():
     (lambda: SelfAttentionConv(0, 1), "SelfAttentionConv needs embed_dim to be a whole number >= 1, got 0"),
     (lambda: MetricAttentionConv(4, 2, [3], dropout=-1.0), r"MetricAttentionConv needs dropout in \[0, 1\]"),
     (lambda: MetricAttentionConv(4, 2, [0]), r"each of hidden_channels to be a whole number >= 1, got \[0\]"),
+    (lambda: MetricAttentionConv(4, 2, 3), r"MetricAttentionConv needs hidden_channels as a list of widths.*got 3"),
     (lambda: MetricAttentionConv(0, 2, [3]), "in_channels to be a whole number >= 1, got 0"),
     # In torch.nn.TransformerEncoderLayer's names, not its SelfAttentionConv's.
     (lambda: TransformerEncoderLayer(8, 3),

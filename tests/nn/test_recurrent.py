@@ -442,6 +442,25 @@ def test_a_given_schedule_gives_the_same_results_and_is_checked():
     assert torch.equal(layer(x, chain(7), torch.zeros(7, dtype=torch.long), schedule=one)[0], layer(x, chain(7))[0])
 
 
+def test_a_schedule_refuses_its_chains_edited_in_place():
+    """The schedule keeps the caller's tensors, not copies: an in-place edit
+    would give the old chains' numbers silently."""
+    layer = ChainGRU(3, 4)
+    x, edge_index, batch = torch.randn(7, 3), chain([3, 4]), lengths_to_batch([3, 4])
+    schedule = chain_schedule(edge_index, 7, batch)
+    assert layer(x, edge_index, batch, schedule=schedule.to("cpu"))[0].shape == (7, 4)
+    edge_index.copy_(chain([4, 3]))
+    with pytest.raises(ValueError, match="ChainGRU: edge_index was edited in place after its schedule was made"):
+        layer(x, edge_index, batch, schedule=schedule)
+    batch.copy_(lengths_to_batch([4, 3]))
+    schedule = chain_schedule(edge_index, 7, batch)
+    batch.copy_(lengths_to_batch([3, 4]))
+    with pytest.raises(ValueError, match="ChainGRU: batch was edited in place"):
+        layer(x, edge_index, batch, schedule=schedule)
+    batch.copy_(lengths_to_batch([4, 3]))
+    assert layer(x, edge_index, batch, schedule=chain_schedule(edge_index, 7, batch))[0].shape == (7, 4)
+
+
 def test_lists_where_tensors_belong_are_named():
     with pytest.raises(TypeError, match="ChainLSTM expects edge_index to be a tensor, got list"):
         ChainLSTM(3, 4)(torch.randn(5, 3), chain(5).tolist())
