@@ -43,6 +43,8 @@ from . import checks
 from .sparse import EdgePattern, SampledDot, SparseAggregate, fused_kernels_apply, segment_softmax, sparse_dense_mm
 
 PairTensor = Tuple[Tensor, Optional[Tensor]]
+# How add_self_loops may reduce a node's incoming edge features for its loop.
+FILL_REDUCTIONS = ("add", "sum", "mean", "min", "max", "mul")
 
 
 class AttentionGraph:
@@ -399,6 +401,9 @@ class GATConv(AttentionConv):
         checks.check_sizes(self, lazy=True, in_channels=in_channels)
         checks.check_sizes(self, out_channels=out_channels)
         checks.check_probability(self, "value_dropout", value_dropout)
+        if isinstance(fill_value, str) and fill_value not in FILL_REDUCTIONS:
+            raise ValueError(f"{type(self).__name__} needs fill_value to be a number, a tensor or one of "
+                             f"{', '.join(map(repr, FILL_REDUCTIONS))}, got {fill_value!r}")
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.concat = concat

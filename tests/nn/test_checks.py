@@ -88,6 +88,8 @@ def test_value_checks_do_not_break_a_compiled_graph():
     (lambda: GATConv(-2, 2), r"GATConv needs in_channels to be a whole number >= 1 \(or -1, inferred\), got -2"),
     (lambda: GATConv((4, 0), 2), r"needs each of in_channels to be a whole number >= 1 .*got \(4, 0\)"),
     (lambda: GATConv(4, 0), "GATConv needs out_channels to be a whole number >= 1, got 0"),
+    (lambda: GATConv(4, 2, edge_dim=3, fill_value="bogus"),
+     r"GATConv needs fill_value to be a number, a tensor or one of 'add', 'sum', 'mean', .*got 'bogus'"),
     (lambda: SelfAttentionConv(0, 1), "SelfAttentionConv needs embed_dim to be a whole number >= 1, got 0"),
     (lambda: MetricAttentionConv(4, 2, [3], dropout=-1.0), r"MetricAttentionConv needs dropout in \[0, 1\]"),
     (lambda: MetricAttentionConv(4, 2, [0]), r"each of hidden_channels to be a whole number >= 1, got \[0\]"),
