@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import GCNConv
 
+from ..nn import checks
 from ..nn.sparse import sparse_dropout
 
 
@@ -36,8 +37,16 @@ class GCN(torch.nn.Module):
         self.dropout = dropout
         self.conv1 = GCNConv(in_channels, hidden_channels, cached=True)
         self.conv2 = GCNConv(hidden_channels, out_channels, cached=True)
+        self._graph = None  # what the layers' cached normalisation was made from
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tuple[Tensor, Tensor]:
+        # The layers keep their normalised graph (cached=True, for retraining
+        # on one graph); it is made again for any other or edited graph.
+        key = (edge_index, checks.version(edge_index), torch.is_inference_mode_enabled(), x.size(0))
+        if key[1] is None or self._graph is None or self._graph[0] is not edge_index or self._graph[1:] != key[1:]:
+            for conv in (self.conv1, self.conv2):
+                conv._cached_edge_index = conv._cached_adj_t = None
+            self._graph = None if key[1] is None else key
         x = sparse_dropout(x, self.dropout, self.training)
         hidden = F.relu(self.conv1(x, edge_index))  # [num_nodes, hidden_channels]
         x = F.dropout(hidden, p=self.dropout, training=self.training)

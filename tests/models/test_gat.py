@@ -62,6 +62,8 @@ def test_runs_under_inference_mode():
         assert torch.allclose(model(x, edges), expected)
         edges.copy_(EDGE_INDEX.flip(0))  # Inference tensors count no edits: nothing may be kept.
         assert torch.allclose(model(x, edges), other)
+        assert torch.allclose(model(x, EDGE_INDEX), expected)  # The graph kept outside is not used inside,
+    model(x, EDGE_INDEX).sum().backward()  # nor the one made inside outside.
 
 
 def test_a_malformed_edge_index_is_named_before_the_layers():

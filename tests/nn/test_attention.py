@@ -370,6 +370,17 @@ def test_runs_under_inference_mode_and_keeps_nothing_for_inference_tensors(make)
         assert torch.allclose(conv(x, edge_index), other, atol=1e-6)
 
 
+def test_the_same_edges_serve_inside_and_outside_inference_mode():
+    """Validation under inference mode between training steps, on one graph."""
+    conv, x = GATConv(5, 4, heads=2), torch.randn(6, 5)
+    edge_index = EDGE_INDEX.clone()
+    expected = conv(x, edge_index).detach()
+    with torch.inference_mode():
+        assert torch.allclose(conv(x, edge_index), expected)
+    conv(x, edge_index).sum().backward()
+    assert conv.att_src.grad is not None
+
+
 def test_wrong_inputs_are_named():
     conv = GATConv(5, 4)
     with pytest.raises(ValueError, match=r"GATConv expects x of shape \[num_nodes, 5\], got \[6, 3\]"):
