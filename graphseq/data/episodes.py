@@ -239,7 +239,7 @@ class EpisodeSampler:
         image = image.flatten(0, 1)  # [num_nodes, 2]
         pixels = self.classes.images[image[:, 0], image[:, 1]]  # [num_nodes, channels, height, width]
         shared = {}
-        if per_support > 1:
+        if per_support > 1 and num_episodes:
             key = image[:, 0] * self.classes.per_class + image[:, 1]
             _, node_image = torch.unique(key, return_inverse=True)
             first = torch.full((int(node_image.max()) + 1,), key.numel(), dtype=torch.long)
@@ -257,8 +257,9 @@ class EpisodeSampler:
 
     def edges(self, num_episodes: int) -> Tensor:
         """Every episode fully connected (without self-loops), episodes numbered
-        one after the other."""
+        one after the other: a copy of the one kept for this many episodes,
+        so that editing one batch's edges leaves the next batch's alone."""
         if num_episodes not in self._edges:
             self._edges[num_episodes] = graphs.fully_connected([self.episode_size] * num_episodes,
                                                                self_loops=False)
-        return self._edges[num_episodes]
+        return self._edges[num_episodes].clone()

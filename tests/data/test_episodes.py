@@ -150,6 +150,17 @@ def test_sampler_refuses_counts_that_are_not_whole_numbers():
     with pytest.raises(GraphseqError, match="needs a whole number for per_support, got 1.0"):
         sampler.sample(2, per_support=1.0)
     assert sampler.sample(0).num_nodes == 0
+    assert sampler.sample(0, per_support=2).num_nodes == 0
+
+
+def test_each_batch_has_its_own_edges():
+    """Editing one batch's edge_index (or reusing it under inference mode)
+    leaves the next batch's alone."""
+    sampler = EpisodeSampler(numbered_classes(), 2, 1)
+    first = sampler.sample(3, torch.Generator().manual_seed(0))
+    expected = first.edge_index.clone()
+    first.edge_index[0, 0] = 5
+    assert torch.equal(sampler.sample(3, torch.Generator().manual_seed(0)).edge_index, expected)
 
 
 def test_classes_refuse_float_images_and_mean_of_other_channels():
