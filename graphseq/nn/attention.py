@@ -40,7 +40,8 @@ from torch_geometric.utils.sparse import set_sparse_value
 
 from .. import graphs
 from . import checks
-from .sparse import EdgePattern, SampledDot, SparseAggregate, fused_kernels_apply, segment_softmax, sparse_dense_mm
+from .sparse import (EdgePattern, SampledDot, SparseAggregate, fused_kernels_apply, plain_autograd, segment_softmax,
+                     sparse_dense_mm)
 
 PairTensor = Tuple[Tensor, Optional[Tensor]]
 # How add_self_loops may reduce a node's incoming edge features for its loop.
@@ -184,6 +185,11 @@ class AttentionConv(MessagePassing):
         self.dropout = dropout
         self._graph_cache = None
 
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_graph_cache"] = None  # Made again after loading; its weak reference cannot be pickled.
+        return state
+
     @torch.compiler.disable
     def attention_graph(self, edge_index: Tensor, size: Tuple[int, int], self_loops: bool = False,
                         num_loops: Optional[int] = None) -> AttentionGraph:
@@ -191,7 +197,9 @@ class AttentionConv(MessagePassing):
         :class:`EdgeIndex` or a sparse adjacency (rows = targets), with every
         self-loop replaced by one per node (the first ``num_loops`` nodes)
         when ``self_loops``. The result is kept for as long as the same,
-        unmodified ``edge_index`` comes back.
+        unmodified ``edge_index`` comes back (edits that autograd does not
+        count, through ``.data`` or a shared NumPy array, are not seen: pass
+        a new tensor after those).
 
         :func:`torch.compile` leaves this method out of its graphs: its output
         size depends on the data (removed self-loops) and it reads the cache,
@@ -251,9 +259,12 @@ class AttentionConv(MessagePassing):
 
     def use_fused_path(self, value: Tensor, graph: AttentionGraph) -> bool:
         """Whether the fused sparse path may run: nothing observes the edges,
-        we are not compiling and the kernels serve ``value``'s device and dtype."""
+        we are not compiling nor under a torch.func transform or autocast
+        (which picks each op's precision), and the kernels serve ``value``'s
+        device and dtype."""
         return (fused_kernels_apply(value) and graph.num_edges > 0 and not self.edges_observed()
-                and not torch.compiler.is_compiling())
+                and not torch.is_autocast_enabled(value.device.type)
+                and not torch.compiler.is_compiling() and plain_autograd())
 
     def attend(self, graph: AttentionGraph, value: Tensor, edge_attr: Optional[Tensor] = None,
                need_weights: bool = False, **score_inputs) -> Tuple[Tensor, Optional[Tensor]]:
@@ -263,7 +274,7 @@ class AttentionConv(MessagePassing):
         channels]`` and, if ``need_weights``, alpha ``[num_edges, heads]`` in
         the order of ``graph.edge_index``."""
         if not self.use_fused_path(value, graph):
-            alpha = self.edge_updater(graph.edge_index, edge_attr=edge_attr, **score_inputs)
+            alpha = self.edge_updater(graph.edge_index, edge_attr=edge_attr, edge_order=None, **score_inputs)
             alpha = F.dropout(alpha, p=self.dropout, training=self.training)  # [num_edges, heads]
             out = self.propagate(graph.edge_index, x=value, alpha=alpha, size=graph.size)
             return out, alpha
@@ -271,7 +282,8 @@ class AttentionConv(MessagePassing):
         edges, perm = graph.by_target()
         if edge_attr is not None and perm is not None:
             edge_attr = edge_attr.index_select(0, perm)
-        alpha = self.edge_updater(edges, edge_attr=edge_attr, **score_inputs)  # [num_edges, heads], by target
+        # edge_order: for a score that draws randomness per edge, to draw it in the user's order.
+        alpha = self.edge_updater(edges, edge_attr=edge_attr, edge_order=graph, **score_inputs)  # by target
         if self.training and self.dropout > 0:
             # The mask is drawn in the user's edge order, so that both paths
             # (and PyG's layers) drop the same edges for the same seed.
@@ -778,7 +790,7 @@ class SelfAttentionConv(AttentionConv):
         """SDPA on ``[graphs, nodes, heads, head_dim]`` tensors."""
         query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
         dropout = self.dropout if self.training else 0.0
-        if dropout > 0 or torch.compiler.is_compiling() or not torch.is_grad_enabled():
+        if dropout > 0 or torch.compiler.is_compiling() or not torch.is_grad_enabled() or not plain_autograd():
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
         else:
             out = TwiceDifferentiableSDPA.apply(query, key, value, mask)

@@ -32,6 +32,7 @@ from torch.nn import Parameter
 from torch_geometric.nn import MessagePassing
 
 from . import checks
+from .sparse import plain_autograd
 
 State = Union[Tensor, Tuple[Tensor, Tensor]]
 
@@ -244,6 +245,9 @@ class ChainRecurrence(MessagePassing):
         hidden_size (int): size of the hidden state.
         num_layers (int): number of stacked layers. (default: :obj:`1`)
         bias (bool): learn the biases ``b_ih`` and ``b_hh``. (default: :obj:`True`)
+        batch_first (bool): accepted as :obj:`False` only: nodes have no
+            batch dimension. It stands where :class:`torch.nn.LSTM` has it, so
+            that torch's positional arguments mean the same here.
         dropout (float): dropout probability on the outputs of every layer
             but the last, during training. (default: :obj:`0.`)
         bidirectional (bool): also run along the reversed chains and
@@ -253,8 +257,6 @@ class ChainRecurrence(MessagePassing):
             (default: :obj:`False`)
         device, dtype: where and in which precision to create the parameters,
             as for :class:`torch.nn.LSTM`. (default: :obj:`None`)
-        batch_first (bool): accepted as :obj:`False` only, for drop-in use of
-            :class:`torch.nn.LSTM`'s arguments: nodes have no batch dimension.
     """
 
     gate_blocks: int = 1  # the input projection has gate_blocks * hidden_size rows
@@ -265,9 +267,8 @@ class ChainRecurrence(MessagePassing):
     propagate_type = {"state": Tensor, "aligned": bool, "edge_id": Optional[Tensor]}
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 dropout: float = 0.0, bidirectional: bool = False,
-                 learn_initial_state: bool = False, *, batch_first: bool = False,
-                 device=None, dtype=None, **kwargs):
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, *,
+                 learn_initial_state: bool = False, device=None, dtype=None, **kwargs):
         # The chain fixes the message passing (one message per node, summed),
         # so none of MessagePassing's own options apply.
         checks.check_kwargs(self, kwargs, allowed=())
@@ -504,9 +505,9 @@ class ChainRecurrence(MessagePassing):
         the first ``carried`` rows, the output and the new states of the other
         rows. The fused step gives the same numbers; torch.compile (which
         fuses by itself) and autocast (which picks each op's precision) trace
-        :meth:`cell` instead."""
+        :meth:`cell` instead, as do torch.func transforms and forward-mode AD."""
         if self.fused_step is None or torch.compiler.is_compiling() \
-                or torch.is_autocast_enabled(x.device.type):
+                or torch.is_autocast_enabled(x.device.type) or not plain_autograd():
             return None
         return self.fused_step
 
@@ -671,13 +672,14 @@ class ChainRNN(ChainRecurrence):
     gate_blocks = 1
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
-                 nonlinearity: str = "tanh", bias: bool = True, dropout: float = 0.0,
-                 bidirectional: bool = False, learn_initial_state: bool = False, **kwargs):
+                 nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False,
+                 dropout: float = 0.0, bidirectional: bool = False, *, learn_initial_state: bool = False,
+                 **kwargs):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"ChainRNN's nonlinearity is 'tanh' or 'relu', got {nonlinearity!r}")
         self.nonlinearity = nonlinearity
-        super().__init__(input_size, hidden_size, num_layers=num_layers, bias=bias, dropout=dropout,
-                         bidirectional=bidirectional, learn_initial_state=learn_initial_state, **kwargs)
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         learn_initial_state=learn_initial_state, **kwargs)
 
     def cell(self, inputs, state, weights):
         w_hh, _ = weights
@@ -879,14 +881,14 @@ class ChainLSTM(ChainRecurrence):
     has_cell_state = True
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
-                 learn_initial_state: bool = False, **kwargs):
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 proj_size: int = 0, *, learn_initial_state: bool = False, **kwargs):
         if not 0 <= proj_size < hidden_size:
             raise ValueError(f"ChainLSTM needs 0 <= proj_size < hidden_size (as torch.nn.LSTM), "
                              f"got proj_size={proj_size}, hidden_size={hidden_size}")
         self.proj_size = proj_size
-        super().__init__(input_size, hidden_size, num_layers=num_layers, bias=bias, dropout=dropout,
-                         bidirectional=bidirectional, learn_initial_state=learn_initial_state, **kwargs)
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         learn_initial_state=learn_initial_state, **kwargs)
 
     def output_size(self) -> int:
         return self.proj_size or self.hidden_size
@@ -1082,15 +1084,15 @@ class ChainONLSTM(ChainRecurrence):
     has_cell_state = True
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 dropout: float = 0.0, bidirectional: bool = False, chunk_size: int = 1,
-                 learn_initial_state: bool = False, **kwargs):
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 chunk_size: int = 1, *, learn_initial_state: bool = False, **kwargs):
         if chunk_size < 1 or hidden_size % chunk_size:
             raise ValueError(f"ChainONLSTM needs chunk_size to divide hidden_size, "
                              f"got hidden_size={hidden_size}, chunk_size={chunk_size}")
         self.chunk_size = chunk_size
         self.num_chunks = hidden_size // chunk_size
-        super().__init__(input_size, hidden_size, num_layers=num_layers, bias=bias, dropout=dropout,
-                         bidirectional=bidirectional, learn_initial_state=learn_initial_state, **kwargs)
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         learn_initial_state=learn_initial_state, **kwargs)
 
     def gate_size(self) -> int:
         return 4 * self.hidden_size + 2 * self.num_chunks

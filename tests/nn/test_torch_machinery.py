@@ -1,0 +1,112 @@
+"""The layers under PyTorch's own machinery: torch.func transforms, forward-mode
+AD, autocast, pickling, and torch.nn's positional arguments. The fast paths'
+hand-written autograd Functions serve plain reverse mode only, so the layers
+step aside from them elsewhere and must give the same numbers."""
+import io
+
+import pytest
+import torch
+from torch.autograd import forward_ad
+
+from graphseq.graphs import chain, lengths_to_batch
+from graphseq.nn import ChainGRU, ChainLSTM, ChainRNN, GATConv, MetricAttentionConv, SelfAttentionConv
+
+EDGE_INDEX = torch.tensor([[1, 2, 0, 3, 4, 2, 3],
+                           [0, 1, 1, 4, 3, 0, 2]])  # out of target order: the fast path sorts them
+CHAINS, BATCH = chain([2, 4]), lengths_to_batch([2, 4])
+
+LAYERS = {
+    "gat": (lambda: GATConv(5, 3, heads=2), (EDGE_INDEX,)),
+    "self-attention": (lambda: SelfAttentionConv(5, 1), (EDGE_INDEX,)),
+    "metric": (lambda: MetricAttentionConv(5, 3, [4]).eval(), (EDGE_INDEX,)),
+    "lstm": (lambda: ChainLSTM(5, 3), (CHAINS, BATCH)),
+    "gru": (lambda: ChainGRU(5, 3, bidirectional=True), (CHAINS, BATCH)),
+}
+
+
+def output(layer, x, graph):
+    out = layer(x, *graph)
+    return out[0] if isinstance(out, tuple) else out
+
+
+@pytest.fixture(params=list(LAYERS), ids=list(LAYERS))
+def case(request):
+    torch.manual_seed(0)
+    make, graph = LAYERS[request.param]
+    return make().double(), torch.randn(6, 5, dtype=torch.double), graph
+
+
+def test_torch_func_grad_jacrev_and_vmap_agree_with_autograd(case):
+    layer, x, graph = case
+    params = {name: p.detach() for name, p in layer.named_parameters()}
+
+    def loss(params, x):
+        out = torch.func.functional_call(layer, params, (x, *graph))
+        return (out[0] if isinstance(out, tuple) else out).pow(2).sum()
+
+    grads = torch.func.grad(loss)(params, x)
+    layer.zero_grad()
+    output(layer, x, graph).pow(2).sum().backward()
+    for name, p in layer.named_parameters():
+        assert torch.allclose(grads[name], p.grad), name
+    jacobian = torch.func.jacrev(lambda x: output(layer, x, graph))(x)
+    expected = torch.autograd.functional.jacobian(lambda x: output(layer, x, graph), x)
+    assert torch.allclose(jacobian, expected)
+    batched = torch.func.vmap(lambda x: output(layer, x, graph))(torch.stack([x, 2 * x]))
+    assert torch.allclose(batched[1], output(layer, 2 * x, graph))
+
+
+def test_forward_mode_ad_gives_the_jacobian_vector_product(case):
+    layer, x, graph = case
+    if isinstance(layer, SelfAttentionConv):
+        pytest.skip("no edges of a fully connected graph here; the edge path is what is tested")
+    tangent = torch.randn_like(x)
+    with forward_ad.dual_level():
+        jvp = forward_ad.unpack_dual(output(layer, forward_ad.make_dual(x, tangent), graph)).tangent
+    _, expected = torch.autograd.functional.jvp(lambda x: output(layer, x, graph), x, tangent)
+    assert torch.allclose(jvp, expected)
+
+
+def test_a_layer_pickles_after_a_forward_and_gives_the_same_outputs(case):
+    layer, x, graph = case
+    expected = output(layer, x, graph)  # keeps a graph for these edges
+    buffer = io.BytesIO()
+    torch.save(layer, buffer)
+    buffer.seek(0)
+    assert torch.allclose(output(torch.load(buffer, weights_only=False), x, graph), expected)
+
+
+def test_a_call_under_a_transform_leaves_ordinary_calls_alone():
+    conv, x = GATConv(5, 3), torch.randn(6, 5)
+    torch.func.jacrev(lambda x: conv(x, EDGE_INDEX))(x)
+    assert conv(x, EDGE_INDEX).shape == (6, 3)
+
+
+def test_metric_attention_runs_under_cpu_autocast_as_the_message_path_does():
+    torch.manual_seed(0)
+    conv, x = MetricAttentionConv(5, 3, [4]).eval(), torch.randn(6, 5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fast = conv(x, EDGE_INDEX)
+        conv.register_message_forward_hook(lambda *args: None)  # the message path
+        assert torch.allclose(fast.float(), conv(x, EDGE_INDEX).float())
+
+
+def test_metric_dropout_drops_the_same_pairs_on_both_paths():
+    conv, x = MetricAttentionConv(5, 3, [4], dropout=0.5).train(), torch.randn(6, 5)
+    torch.manual_seed(0)
+    fast = conv(x, EDGE_INDEX)
+    conv.register_message_forward_hook(lambda *args: None)
+    torch.manual_seed(0)
+    assert torch.allclose(fast, conv(x, EDGE_INDEX), atol=1e-6)
+
+
+@pytest.mark.parametrize("ours,theirs,args", [
+    (ChainGRU, torch.nn.GRU, (8, 5, 2, True, False, 0.5, True)),
+    (ChainLSTM, torch.nn.LSTM, (8, 5, 2, True, False, 0.5, True, 3)),
+    (ChainRNN, torch.nn.RNN, (8, 5, 2, "relu", True, False, 0.5, True)),
+], ids=["gru", "lstm", "rnn"])
+def test_positional_arguments_mean_what_they_mean_for_torch(ours, theirs, args):
+    layer, peer = ours(*args), theirs(*args)
+    assert (layer.num_layers, layer.dropout, layer.bidirectional) == (peer.num_layers, peer.dropout, peer.bidirectional)
+    assert {name: p.shape for name, p in layer.named_parameters()} == \
+        {name: p.shape for name, p in peer.named_parameters()}
