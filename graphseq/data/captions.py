@@ -41,9 +41,10 @@ STOPWORDS = frozenset(
 
 
 def tokenize_caption(caption: str) -> List[str]:
-    """Lower-cased words (letters, digits, inner apostrophes); punctuation
-    separates them and is dropped, as the COCO evaluation tokenizer does."""
-    return re.findall(r"[a-z0-9]+(?:'[a-z]+)?", caption.lower())
+    """Lower-cased words (letters, accented ones included, digits, inner
+    apostrophes); punctuation separates them and is dropped, as the COCO
+    evaluation tokenizer does."""
+    return re.findall(r"[^\W_]+(?:'[^\W\d_]+)?", caption.lower())
 
 
 def caption_vocabulary(captions: Iterable[Sequence[str]], min_count: int = 1) -> Vocabulary:

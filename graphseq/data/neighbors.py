@@ -23,6 +23,8 @@ from torch_geometric.loader import NeighborLoader
 from torch_geometric.sampler import NeighborSampler, SamplerOutput
 from tqdm import tqdm
 
+from ..errors import GraphseqError
+
 Layer = Callable[[Tensor, Tensor], Tensor]
 
 
@@ -106,10 +108,17 @@ def _sample_in_edges(colptr: Tensor, targets: Tensor, fanout: int, replace: bool
     return position, targets[owner]
 
 
+def _check_hops(name: str, num_neighbors: Sequence[int]) -> None:
+    if len(num_neighbors) == 0:
+        raise GraphseqError(f"{name} needs num_neighbors for at least one hop (e.g. [10, 10], -1 for every "
+                            f"neighbour), got none")
+
+
 def make_sampler(data: Data, num_neighbors: Sequence[int], replace: bool = False) -> NeighborSampler:
     """PyG's neighbour sampler for ``data`` (it sorts the edges by target once:
     build it once and hand it to every loader), or :class:`TorchNeighborSampler`
     where no compiled sampler is installed."""
+    _check_hops("make_sampler", num_neighbors)
     if has_compiled_sampler():
         return NeighborSampler(data, num_neighbors=list(num_neighbors), replace=replace)
     with warnings.catch_warnings():  # PyG warns that its own fallback needs pyg-lib.
@@ -123,6 +132,7 @@ def neighbor_loader(data: Data, num_neighbors: Sequence[int], input_nodes: Optio
     """PyG's ``NeighborLoader`` over ``data`` with ``sampler`` (default:
     :func:`make_sampler`). Each batch's first ``batch.batch_size`` nodes are
     its seeds (``input_nodes``), ``batch.n_id`` their global ids."""
+    _check_hops("neighbor_loader", num_neighbors)
     sampler = sampler or make_sampler(data, num_neighbors, kwargs.pop("replace", False))
     return NeighborLoader(data, num_neighbors=list(num_neighbors), input_nodes=input_nodes,
                           batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,

@@ -140,7 +140,7 @@ def pack_pair(a: Sequence[int], b: Optional[Sequence[int]], max_len: int, cls_id
 
 def collate(sequences: List[List[int]], segments: Optional[List[List[int]]] = None) -> TokenGraphs:
     """Concatenates token sequences into one batch of token graphs."""
-    lengths = torch.tensor([len(s) for s in sequences])
+    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
     tokens = torch.tensor([t for s in sequences for t in s], dtype=torch.long)
     batch = torch.repeat_interleave(torch.arange(len(sequences)), lengths)
     starts = torch.cumsum(lengths, 0) - lengths

@@ -111,6 +111,11 @@ class WordPieceTokenizer:
         """The pieces joined into words, one space between words and no
         clean-up around punctuation, so ``decode(encode(t))`` gives back
         ``" ".join(words(t))`` whenever no word is unknown."""
+        size = self.vocab_size
+        outside = [i for i in ids if not 0 <= i < size]
+        if outside:
+            raise GraphseqError(f"WordPieceTokenizer.decode: id {outside[0]} is outside the vocabulary's "
+                                f"{size} pieces (ids 0 to {size - 1})")
         pieces = [self.tokenizer.id_to_token(i) for i in ids
                   if not (skip_special_tokens and i < len(SPECIAL_TOKENS))]
         return " ".join(pieces).replace(" ##", "")

@@ -265,10 +265,14 @@ def fill_mask(model: BertForPretraining, tokenizer: WordPieceTokenizer, text: st
         raise GraphseqError(f"the text has {len(ids)} pieces; the model reads at most "
                             f"{model.config.max_len - 2}")
     graphs = collate([tokens], [segments]).to(next(model.parameters()).device)
+    was_training = model.training
     model.eval()
-    states = model.encoder(graphs.tokens, graphs.segments, graphs.positions, graphs.batch)
-    masked = torch.nonzero(graphs.tokens == tokenizer.mask_id).flatten()
-    probabilities = model.mlm_logits(states[masked]).softmax(-1)  # [masks, vocab]
+    try:
+        states = model.encoder(graphs.tokens, graphs.segments, graphs.positions, graphs.batch)
+        masked = torch.nonzero(graphs.tokens == tokenizer.mask_id).flatten()
+        probabilities = model.mlm_logits(states[masked]).softmax(-1)  # [masks, vocab]
+    finally:
+        model.train(was_training)
     top = probabilities.topk(min(top_k, probabilities.size(-1)), dim=-1)
     return [[(tokenizer.id_to_token(i), float(p)) for p, i in zip(values.tolist(), indices.tolist())]
             for values, indices in zip(top.values, top.indices)]

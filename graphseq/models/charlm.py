@@ -90,6 +90,9 @@ class CharLM(nn.Module):
             raise GraphseqError(f"forward_windows needs tokens of shape [num_streams, window], "
                                 f"got shape {tuple(tokens.shape)}")
         num_streams, window = tokens.shape
+        if window < 1:
+            raise GraphseqError(f"forward_windows needs windows of at least 1 character, got tokens of shape "
+                                f"{tuple(tokens.shape)}")
         edge_index, batch = self.chains(num_streams, window, tokens.device)
         logits, state = self(tokens.reshape(-1), edge_index, batch, state)
         return logits.view(num_streams, window, -1), state
@@ -139,20 +142,24 @@ def sample(model: CharLM, vocab: Vocabulary, prime: str = "", length: int = 500,
     if not prime and "\n" not in vocab.index:
         raise GraphseqError("sample starts after a line break when the prime is empty, but this vocabulary "
                             "has no line break: give a prime")
+    was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
-    generator = torch.Generator().manual_seed(seed) if seed is not None else None
-    context = vocab.encode(prime or "\n").to(device)
-    logits, state = model.forward_windows(context.view(1, -1))
-    drawn: List[int] = []
-    for _ in range(length):
-        last = logits[0, -1].float().cpu()
-        if temperature == 0:
-            char = int(last.argmax())
-        else:
-            char = int(torch.multinomial(F.softmax(last / temperature, dim=-1), 1, generator=generator))
-        drawn.append(char)
-        logits, state = model.forward_windows(torch.tensor([[char]], device=device), state)
+    try:
+        device = next(model.parameters()).device
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        context = vocab.encode(prime or "\n").to(device)
+        logits, state = model.forward_windows(context.view(1, -1))
+        drawn: List[int] = []
+        for _ in range(length):
+            last = logits[0, -1].float().cpu()
+            if temperature == 0:
+                char = int(last.argmax())
+            else:
+                char = int(torch.multinomial(F.softmax(last / temperature, dim=-1), 1, generator=generator))
+            drawn.append(char)
+            logits, state = model.forward_windows(torch.tensor([[char]], device=device), state)
+    finally:
+        model.train(was_training)
     return prime + vocab.decode(drawn)
 
 

@@ -126,13 +126,19 @@ class SupervisedParagraphVectors(nn.Module):
             nn.init.uniform_(table.weight, -0.5 / self.dim, 0.5 / self.dim)
         nn.init.zeros_(self.output.weight)
 
-    def for_new_documents(self, num_documents: int) -> "SupervisedParagraphVectors":
+    def for_new_documents(self, num_documents: int,
+                          generator: Optional[torch.Generator] = None) -> "SupervisedParagraphVectors":
         """A model sharing this one's word, class and output vectors, with
-        fresh vectors for ``num_documents`` new documents (for inference)."""
+        fresh vectors for ``num_documents`` new documents (for inference),
+        drawn from ``generator`` (the global RNG without one), on this model's
+        device and in its dtype."""
         new = SupervisedParagraphVectors(self.num_words, num_documents, self.num_classes, self.dim,
                                          self.mode, self.train_words, self.sparse)
         new.word, new.label, new.output = self.word, self.label, self.output
-        return new.to(self.output.weight.device)
+        weight = self.output.weight
+        vectors = (torch.rand(num_documents, self.dim, generator=generator, dtype=weight.dtype) - 0.5) / self.dim
+        new.document = nn.Embedding(num_documents, self.dim, sparse=self.sparse, _weight=vectors.to(weight.device))
+        return new
 
     def loss(self, target_words: Tensor, documents: Tensor, classes: Optional[Tensor],
              context_words: Tensor, context_target: Tensor, noise: Tensor) -> Tensor:
@@ -259,20 +265,24 @@ def infer(model: SupervisedParagraphVectors, corpus: FlatCorpus, *, epochs: int,
           generator: torch.Generator) -> Tensor:
     """Vectors for the documents of ``corpus`` with every trained vector
     frozen and no class node: Doc2Vec's ``infer_vector``, for all the
-    documents at once (they do not interact). Returns ``[num_documents, dim]``."""
-    new = model.for_new_documents(corpus.num_documents)
-    frozen = [p for name, p in new.named_parameters() if not name.startswith("document.")]
-    flags = [p.requires_grad for p in frozen]
-    for p in frozen:
-        p.requires_grad_(False)
-    try:
-        fit(new, corpus, None, new.document.parameters(), epochs=epochs, lr=lr, window=window,
-            negative=negative, batch_size=batch_size, noise_distribution=noise_distribution,
-            keep=keep, generator=generator)
-    finally:
-        for p, flag in zip(frozen, flags):
-            p.requires_grad_(flag)
-    return new.document.weight.detach().clone()
+    documents at once (they do not interact). The new vectors start from
+    ``generator``, and inference, an optimisation, runs with gradients on
+    even under :func:`torch.no_grad` or :func:`torch.inference_mode`.
+    Returns ``[num_documents, dim]`` without gradient history."""
+    with torch.inference_mode(False), torch.enable_grad():
+        new = model.for_new_documents(corpus.num_documents, generator)
+        frozen = [p for name, p in new.named_parameters() if not name.startswith("document.")]
+        flags = [p.requires_grad for p in frozen]
+        for p in frozen:
+            p.requires_grad_(False)
+        try:
+            fit(new, corpus, None, new.document.parameters(), epochs=epochs, lr=lr, window=window,
+                negative=negative, batch_size=batch_size, noise_distribution=noise_distribution,
+                keep=keep, generator=generator)
+        finally:
+            for p, flag in zip(frozen, flags):
+                p.requires_grad_(flag)
+        return new.document.weight.detach().clone()
 
 
 def noise_distribution(counts: Tensor, power: float = 0.75) -> Tensor:
@@ -294,7 +304,7 @@ def class_log_likelihood(model: SupervisedParagraphVectors, corpus: FlatCorpus, 
     down-sampling, no shrinking). Returns ``[num_documents, num_classes]``;
     the predicted class is the row's largest."""
     device = model.output.weight.device
-    scores = torch.zeros(corpus.num_documents, model.num_classes, device=device)
+    scores = torch.zeros(corpus.num_documents, model.num_classes, device=device, dtype=model.output.weight.dtype)
     classes = model.label.weight  # [classes, dim]
     for start in range(0, corpus.words.numel(), batch_size):
         targets = torch.arange(start, min(start + batch_size, corpus.words.numel()))
@@ -309,5 +319,5 @@ def class_log_likelihood(model: SupervisedParagraphVectors, corpus: FlatCorpus, 
             count = torch.bincount(context_target, minlength=targets.numel()).to(device) + 2.0
             h = (context_sum + vectors[documents]).unsqueeze(1) + classes.unsqueeze(0)  # [T, classes, dim]
             logits = (h * u.unsqueeze(1)).sum(-1) / count.unsqueeze(1)
-        scores.index_add_(0, documents, F.logsigmoid(logits))
+        scores.index_add_(0, documents, F.logsigmoid(logits).to(scores.dtype))
     return scores

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import global_max_pool, global_mean_pool
 
@@ -64,6 +65,12 @@ class SentenceClassifier(nn.Module):
         elif self.pool == "mean":
             sentence = global_mean_pool(out, batch, size=num_graphs)
         else:
-            # The last layer's forward and backward final states.
-            sentence = torch.cat([h_n[-2], h_n[-1]], dim=1)  # [num_graphs, 2 * hidden]
+            # The last layer's final states of both directions. An empty sentence keeps the zero
+            # initial state (the other pools give it zeros too); empty sentences at the end, which
+            # batch cannot show, get zero rows, and an empty batch (one row in h_n) none.
+            if h_n.size(1) > num_graphs and tokens.numel():
+                raise GraphseqError(f"SentenceClassifier: batch holds {h_n.size(1)} sentences, "
+                                    f"but num_graphs is {num_graphs}")
+            sentence = torch.cat([h_n[-2], h_n[-1]], dim=1)[:num_graphs]
+            sentence = F.pad(sentence, (0, 0, 0, num_graphs - sentence.size(0)))  # [num_graphs, 2 * hidden]
         return self.classifier(self.dropout(sentence))  # [num_graphs, num_classes]

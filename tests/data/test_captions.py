@@ -1,6 +1,7 @@
 """Caption data: tokens and vocabulary, and the COCO and Flickr readers on
 small files written in their layouts (no copy of either set exists here)."""
 import json
+import re
 import zipfile
 
 import numpy as np
@@ -26,6 +27,15 @@ def _write_images(folder, names, size=40):
 
 def test_tokenize_lowers_and_drops_punctuation():
     assert tokenize_caption("A man's dog, running. In 2 PARKS!") == ["a", "man's", "dog", "running", "in", "2", "parks"]
+
+
+def test_tokenize_keeps_accented_letters_and_reads_ascii_as_before():
+    assert tokenize_caption("Café naïve, Zürich's ÉCOLE_2") == ["café", "naïve", "zürich's", "école", "2"]
+    generator = np.random.default_rng(0)
+    texts = ["".join(generator.choice(list("aZ09' ,._-!"), 40)) for _ in range(200)]
+    texts += [c for caps in generate_split("train", 20, seed=0, image_size=32).captions for c in caps]
+    for text in texts:
+        assert tokenize_caption(text) == re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower())
 
 
 def test_vocabulary_puts_the_special_symbols_first_and_drops_rare_words():

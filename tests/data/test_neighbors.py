@@ -1,9 +1,11 @@
 """Neighbour sampling through PyG's NeighborLoader, and layer-wise inference."""
+import pytest
 import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
 
 from graphseq.data.neighbors import layerwise_inference, make_sampler, neighbor_loader
+from graphseq.errors import GraphseqError
 from graphseq.models import GAT
 from graphseq.models.inductive_gat import InductiveGAT
 
@@ -62,3 +64,11 @@ def test_layerwise_inference_equals_the_full_forward_pass():
         layerwise = layerwise_inference(model.inference_layers(), data.x, data.edge_index, data.num_nodes,
                                         batch_size=16)
         assert torch.allclose(full, layerwise, atol=1e-5)
+
+
+def test_a_fanout_of_no_hops_is_refused():
+    data = random_graph()
+    with pytest.raises(GraphseqError, match=r"neighbor_loader needs num_neighbors for at least one hop .*got none"):
+        next(iter(neighbor_loader(data, [], batch_size=8)))
+    with pytest.raises(GraphseqError, match=r"make_sampler needs num_neighbors for at least one hop"):
+        make_sampler(data, ())

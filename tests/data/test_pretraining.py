@@ -143,3 +143,12 @@ def test_draw_refuses_a_negative_number_of_examples():
     with pytest.raises(GraphseqError, match="draw needs num >= 0 examples, got -1"):
         pairs.draw(-1, torch.Generator().manual_seed(0))
     assert pairs.draw(0, torch.Generator().manual_seed(0)) == ([], [], [])
+
+
+def test_an_empty_batch_collates_to_no_nodes_and_no_graphs():
+    graphs = collate([])
+    assert graphs.num_graphs == 0
+    for values in (graphs.tokens, graphs.segments, graphs.positions, graphs.batch):
+        assert values.dtype == torch.long and values.shape == (0,)
+    batch = SentencePairs([[[10, 11], [12]]], 16, CLS, SEP).batch(0, torch.Generator().manual_seed(0), VOCAB, MASK)
+    assert batch.num_graphs == 0 and batch.tokens.shape == batch.mlm_labels.shape == batch.nsp_labels.shape == (0,)

@@ -89,3 +89,12 @@ def test_a_tokenizer_file_without_the_special_tokens_is_named(tokenizer, tmp_pat
     path.write_text(json.dumps(saved))
     with pytest.raises(GraphseqError, match=r"tokenizer.json: a WordPiece tokenizer must hold .* as ids 0-4"):
         WordPieceTokenizer.load(path)
+
+
+@pytest.mark.parametrize("bad", [10**6, -1])
+def test_decode_refuses_an_id_outside_the_vocabulary(tokenizer, bad):
+    size = tokenizer.vocab_size
+    with pytest.raises(GraphseqError, match=rf"WordPieceTokenizer.decode: id {bad} is outside the vocabulary's "
+                                            rf"{size} pieces \(ids 0 to {size - 1}\)"):
+        tokenizer.decode([5, bad])
+    assert tokenizer.decode([size - 1]) == tokenizer.id_to_token(size - 1)

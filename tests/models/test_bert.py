@@ -7,7 +7,7 @@ import torch
 from graphseq.data.pretraining import IGNORE, collate
 from graphseq.data.wordpiece import WordPieceTokenizer
 from graphseq.errors import GraphseqError
-from graphseq.models.bert import (BertClassifier, BertConfig, BertEncoder, BertForPretraining,
+from graphseq.models.bert import (BertClassifier, BertConfig, BertEncoder, BertForPretraining, POOLS,
                                   cls_nodes, fill_mask)
 
 CONFIG = dict(vocab_size=50, hidden_size=16, num_layers=3, num_heads=4, feedforward_size=32, max_len=12)
@@ -175,3 +175,21 @@ def test_fill_mask_refuses_a_tokenizer_of_another_size(tokenizer):
     for top_k in (0, -1):
         with pytest.raises(GraphseqError, match=f"fill_mask needs top_k >= 1, got {top_k}"):
             fill_mask(model, tokenizer, "the [MASK] was wonderful", top_k=top_k)
+
+
+def test_an_empty_batch_gives_no_rows_and_a_zero_loss():
+    torch.manual_seed(0)
+    empty = collate([])
+    for pool in POOLS:
+        assert BertClassifier(BertConfig(**CONFIG), num_classes=3, pool=pool).eval()(empty).shape == (0, 3)
+    empty.mlm_labels, empty.nsp_labels = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    loss, figures = BertForPretraining(BertConfig(**CONFIG)).loss(empty)
+    assert float(loss) == 0.0 and figures["mlm_count"] == figures["nsp_count"] == 0
+
+
+def test_fill_mask_gives_the_model_back_in_the_mode_it_had(tokenizer):
+    model = BertForPretraining(BertConfig(**{**CONFIG, "vocab_size": tokenizer.vocab_size}))
+    for training in (True, False):
+        model.train(training)
+        fill_mask(model, tokenizer, "the [MASK] was wonderful")
+        assert model.training == training and all(m.training == training for m in model.modules())

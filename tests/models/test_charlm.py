@@ -91,3 +91,18 @@ def test_forward_windows_names_the_shape_it_needs():
     model = CharLM(len(VOCAB), embedding_dim=4, hidden_size=8)
     with pytest.raises(GraphseqError, match=r"tokens of shape \[num_streams, window\], got shape \(3,\)"):
         model.forward_windows(torch.tensor([1, 2, 3]))
+
+
+def test_sample_gives_the_model_back_in_the_mode_it_had():
+    model = CharLM(len(VOCAB), embedding_dim=4, hidden_size=8, dropout=0.3)
+    for training in (True, False):
+        model.train(training)
+        sample(model, VOCAB, "ab", 5, seed=0)
+        assert model.training == training and all(m.training == training for m in model.modules())
+
+
+def test_forward_windows_refuses_windows_of_no_characters():
+    model = CharLM(len(VOCAB), embedding_dim=4, hidden_size=8)
+    with pytest.raises(GraphseqError, match=r"forward_windows needs windows of at least 1 character, "
+                                            r"got tokens of shape \(2, 0\)"):
+        model.forward_windows(torch.zeros(2, 0, dtype=torch.long))

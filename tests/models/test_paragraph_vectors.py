@@ -170,3 +170,39 @@ def test_fit_refuses_bad_settings(mode, train_words, changes, match):
 def test_a_model_of_no_dimensions_is_refused():
     with pytest.raises(GraphseqError, match="SupervisedParagraphVectors needs dim >= 1, got 0"):
         SupervisedParagraphVectors(7, 3, 2, dim=0)
+
+
+def infer_toy(model, **changes):
+    documents, _ = toy_corpus()
+    counts = torch.bincount(torch.tensor([w for d in documents for w in d]), minlength=7)
+    settings = dict(epochs=2, lr=0.1, window=2, negative=3, batch_size=8,
+                    noise_distribution=noise_distribution(counts), keep=keep_probability(counts, 0),
+                    generator=torch.Generator().manual_seed(1))
+    return infer(model, FlatCorpus.of(documents[:4]), **{**settings, **changes})
+
+
+def test_inference_with_a_seeded_generator_ignores_the_global_rng():
+    model = SupervisedParagraphVectors(7, 3, 2, dim=8)
+    torch.manual_seed(1)
+    first = infer_toy(model)
+    torch.manual_seed(2)
+    assert torch.equal(infer_toy(model), first)
+
+
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
+def test_inference_runs_under_no_grad_and_inference_mode(context):
+    model = SupervisedParagraphVectors(7, 3, 2, dim=8)
+    expected = infer_toy(model)
+    with context():
+        vectors = infer_toy(model)
+    assert torch.equal(vectors, expected) and not vectors.requires_grad and vectors.grad_fn is None
+
+
+@pytest.mark.parametrize("mode", ["dm", "dbow"])
+def test_inference_and_scoring_keep_a_double_models_dtype(mode):
+    model = SupervisedParagraphVectors(7, 3, 2, dim=8, mode=mode).double()
+    vectors = infer_toy(model)
+    assert vectors.dtype == torch.float64
+    documents, _ = toy_corpus()
+    scores = class_log_likelihood(model, FlatCorpus.of(documents[:4]), vectors, window=2)
+    assert scores.dtype == torch.float64 and scores.shape == (4, 2)
