@@ -608,6 +608,12 @@ class SelfAttentionConv(AttentionConv):
         add_zero_attn (bool): not implemented; must be :obj:`False`.
         kdim (int, optional): size of each key sample. (default: ``embed_dim``)
         vdim (int, optional): size of each value sample. (default: ``embed_dim``)
+        batch_first (bool): accepted and ignored, so that
+            :class:`torch.nn.MultiheadAttention`'s arguments (positional
+            ones too) mean the same here: nodes are the rows of ``x``, with no
+            batch or sequence dimension.
+        device, dtype: where and in which precision to create the parameters.
+            (default: :obj:`None`)
         **kwargs (optional): arguments of :class:`MessagePassing`.
 
     Shapes:
@@ -624,7 +630,7 @@ class SelfAttentionConv(AttentionConv):
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: Optional[int] = None,
-                 vdim: Optional[int] = None, **kwargs):
+                 vdim: Optional[int] = None, batch_first: bool = False, device=None, dtype=None, **kwargs):
         checks.check_option(self, "add_bias_kv", add_bias_kv, False,
                             "its learned extra key and value are not part of this layer")
         checks.check_option(self, "add_zero_attn", add_zero_attn, False,
@@ -659,6 +665,7 @@ class SelfAttentionConv(AttentionConv):
             self.register_parameter("in_proj_bias", None)
         self.out_proj = torch.nn.Linear(embed_dim, embed_dim, bias=bias)
         self.reset_parameters()
+        self.to(device=device, dtype=dtype)
 
     def reset_parameters(self):
         # torch.nn.MultiheadAttention's initialisation.

@@ -7,7 +7,7 @@ encoders stack.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -53,12 +53,19 @@ class TransformerEncoderLayer(torch.nn.Module):
         dropout (float): dropout probability of the attention coefficients
             and after the attention, the activation and the feed-forward
             network. (default: :obj:`0.1`)
-        activation (str): ``"relu"`` or ``"gelu"``. (default: :obj:`"relu"`)
+        activation (str or callable): ``"relu"``, ``"gelu"`` or a function of
+            one tensor. (default: :obj:`"relu"`)
         layer_norm_eps (float): the layer norms' epsilon. (default: :obj:`1e-5`)
+        batch_first (bool): accepted and ignored, so that
+            :class:`torch.nn.TransformerEncoderLayer`'s arguments (positional
+            ones too) mean the same here: nodes are the rows of ``x``, with no
+            batch or sequence dimension.
         norm_first (bool): normalise before the attention and the feed-forward
             network instead of after the residual sums. (default: :obj:`False`)
         bias (bool): learn biases in the linear layers and layer norms.
             (default: :obj:`True`)
+        device, dtype: where and in which precision to create the parameters.
+            (default: :obj:`None`)
 
     Shapes:
         - **input:** node features :math:`(|\mathcal{V}|, d)`, optional edge
@@ -68,8 +75,8 @@ class TransformerEncoderLayer(torch.nn.Module):
     """
 
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
-                 activation: str = "relu", layer_norm_eps: float = 1e-5, norm_first: bool = False,
-                 bias: bool = True):
+                 activation: Union[str, Callable[[Tensor], Tensor]] = "relu", layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True, device=None, dtype=None):
         super().__init__()
         # Checked here, in this layer's names, before SelfAttentionConv would
         # check them in its own (embed_dim, num_heads).
@@ -78,14 +85,14 @@ class TransformerEncoderLayer(torch.nn.Module):
         if d_model % nhead != 0:
             raise ValueError(f"{checks.layer_name(self)} needs d_model ({d_model}) to be divisible by "
                              f"nhead ({nhead})")
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+        if not callable(activation) and activation not in ACTIVATIONS:
+            raise ValueError(f"{checks.layer_name(self)} needs activation {' or '.join(map(repr, ACTIVATIONS))} "
+                             f"or a function, got {activation!r}")
         self.d_model = d_model
         self.nhead = nhead
         self.dim_feedforward = dim_feedforward
         self.dropout_p = dropout
-        self.activation_name = activation
-        self.activation = ACTIVATIONS[activation]
+        self.activation = activation if callable(activation) else ACTIVATIONS[activation]
         self.norm_first = norm_first
 
         self.self_attn = SelfAttentionConv(d_model, nhead, dropout=dropout, bias=bias)
@@ -97,6 +104,7 @@ class TransformerEncoderLayer(torch.nn.Module):
         self.dropout1 = torch.nn.Dropout(dropout)
         self.dropout2 = torch.nn.Dropout(dropout)
         self.reset_parameters()
+        self.to(device=device, dtype=dtype)
 
     def reset_parameters(self):
         self.self_attn.reset_parameters()

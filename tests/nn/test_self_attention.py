@@ -280,6 +280,17 @@ def test_cross_attention_along_a_mask_with_gradients():
         assert torch.allclose(p.grad, r.grad, atol=1e-5), name
 
 
+def test_multihead_attentions_arguments_mean_the_same_positional_ones_too():
+    """(embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim,
+    vdim, batch_first, device, dtype)."""
+    args = (CHANNELS, HEADS, 0.0, False, False, False, None, None, True, "cpu", torch.float64)
+    ours, theirs = SelfAttentionConv(*args).eval(), torch.nn.MultiheadAttention(*args).eval()
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(1, 5, CHANNELS, dtype=torch.float64)
+    assert ours.in_proj_weight.dtype == torch.float64 and ours.in_proj_bias is None
+    assert torch.allclose(ours(x[0]), reference(theirs, x)[0])
+
+
 def test_unimplemented_multihead_attention_options_are_refused_by_name():
     with pytest.raises(ValueError, match="SelfAttentionConv does not implement add_zero_attn=True"):
         SelfAttentionConv(CHANNELS, HEADS, add_zero_attn=True)

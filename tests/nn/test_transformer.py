@@ -1,5 +1,6 @@
 import pytest
 import torch
+import torch.nn.functional as F
 
 from graphseq import graphs
 from graphseq.nn import TransformerEncoderLayer
@@ -82,8 +83,22 @@ def test_sparse_graph_attends_along_its_edges_only():
 
 
 def test_unknown_activation_is_named():
-    with pytest.raises(ValueError, match="relu, gelu"):
+    with pytest.raises(ValueError, match="TransformerEncoderLayer needs activation 'relu' or 'gelu' or a function, "
+                                         "got 'tanh'"):
         TransformerEncoderLayer(D_MODEL, HEADS, activation="tanh")
+
+
+def test_torchs_arguments_mean_the_same_positional_ones_too():
+    """(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+    batch_first, norm_first, bias, device, dtype), a callable activation included."""
+    torch.manual_seed(0)
+    args = (D_MODEL, HEADS, FEEDFORWARD, 0.0, F.gelu, 1e-6, True, True, False)
+    ours = TransformerEncoderLayer(*args, dtype=torch.float64).eval()
+    theirs = torch.nn.TransformerEncoderLayer(*args, dtype=torch.float64).eval()
+    assert ours.norm_first and ours.norm1.eps == 1e-6 and ours.linear1.bias is None
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(5, D_MODEL, dtype=torch.float64)
+    assert torch.allclose(ours(x), theirs(x.unsqueeze(0))[0])
 
 
 def test_repr():
