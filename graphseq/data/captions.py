@@ -103,17 +103,40 @@ class CaptionSet(torch.utils.data.Dataset):
     def __getitem__(self, index: int):
         return self.load_images([index])[0], self.captions[index]
 
+    def _indices(self, name: str, indices) -> List[int]:
+        """``indices`` (a sequence, or a 1-d tensor or array, of ints or a boolean mask over the images) as a list."""
+        if isinstance(indices, (Tensor, np.ndarray)):
+            if indices.ndim != 1:
+                raise TypeError(f"CaptionSet.{name} takes a sequence or 1-d tensor of indices, got a {indices.ndim}-d "
+                                f"{type(indices).__name__}; pass [i] for one image (data[i] gives the item itself)")
+            indices = indices.tolist()
+        elif isinstance(indices, (int, np.integer, str)):
+            raise TypeError(f"CaptionSet.{name} takes a sequence or 1-d tensor of indices, got {indices!r}; "
+                            f"pass [i] for one image (data[i] gives the item itself)")
+        indices = list(indices)
+        if indices and all(isinstance(i, (bool, np.bool_)) for i in indices):
+            if len(indices) != len(self):
+                raise ValueError(f"CaptionSet.{name} got a boolean mask over {len(indices)} images, "
+                                 f"but the set has {len(self)}")
+            return [i for i, keep in enumerate(indices) if keep]
+        for i in indices:
+            if not isinstance(i, (int, np.integer)) or isinstance(i, (bool, np.bool_)):
+                raise TypeError(f"CaptionSet.{name} takes integer indices or a boolean mask, got {i!r}")
+            if not -len(self) <= i < len(self):
+                raise IndexError(f"CaptionSet.{name} got index {i}, out of range for {len(self)} images")
+        return [int(i) for i in indices]
+
     def load_images(self, indices: Sequence[int] | Tensor) -> Tensor:
         """The images at ``indices`` as ``float [len, 3, S, S]`` in ``[0, 1]``."""
-        if isinstance(indices, Tensor):
-            indices = indices.tolist()
+        indices = self._indices("load_images", indices)
         if self.images is not None:
-            return self.images[list(indices)].float().div_(255.0)
+            return self.images[indices].float().div_(255.0)
         return torch.stack([read_image(self.paths[i], self.image_size) for i in indices])
 
     def subset(self, indices: Sequence[int] | Tensor | np.ndarray) -> "CaptionSet":
-        """The images at ``indices`` (a sequence, an array or a tensor of ints) with all that belongs to them."""
-        indices = indices.tolist() if isinstance(indices, (Tensor, np.ndarray)) else list(indices)
+        """The images at ``indices`` (a sequence, or a 1-d array or tensor of ints or a boolean mask) with all
+        that belongs to them."""
+        indices = self._indices("subset", indices)
         pick = lambda items: None if items is None else [items[i] for i in indices]  # noqa: E731
         return CaptionSet([self.captions[i] for i in indices],
                           images=None if self.images is None else self.images[indices],

@@ -121,6 +121,11 @@ class WordPieceTokenizer:
         return " ".join(pieces).replace(" ##", "")
 
     def id_to_token(self, i: int) -> str:
+        """The piece with id ``i``."""
+        size = self.vocab_size
+        if not 0 <= i < size:
+            raise GraphseqError(f"WordPieceTokenizer.id_to_token: id {i} is outside the vocabulary's "
+                                f"{size} pieces (ids 0 to {size - 1})")
         return self.tokenizer.id_to_token(i)
 
     def __repr__(self) -> str:

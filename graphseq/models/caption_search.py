@@ -58,6 +58,12 @@ def _next_word_log_probs(model: Captioner, logits: Tensor) -> Tensor:
     return logits.index_fill(1, banned, float("-inf")).log_softmax(dim=-1)
 
 
+def _nothing(model: Captioner, was_training: bool) -> Generated:
+    """What an empty batch of images gets: no captions."""
+    model.train(was_training)
+    return Generated([], [], [] if model.config["decoder"] == "attention" else None)
+
+
 def _finish(model: Captioner, tokens: Tensor, scores: Tensor, alphas: Optional[Tensor]) -> Generated:
     words, attention = [], []
     for b in range(tokens.size(0)):
@@ -70,7 +76,7 @@ def _finish(model: Captioner, tokens: Tensor, scores: Tensor, alphas: Optional[T
 
 @torch.no_grad()
 def greedy(model: Captioner, images: Tensor, max_length: int = 20) -> Generated:
-    """The likeliest word at every step, until the end symbol or ``max_length`` words."""
+    """The likeliest word at every step, until the end symbol or ``max_length`` words (no images: no captions)."""
     return sample(model, images, temperature=0.0, max_length=max_length)
 
 
@@ -84,6 +90,8 @@ def sample(model: Captioner, images: Tensor, temperature: float = 1.0, max_lengt
     model.eval()
     regions, pooled = model.encode(images)
     n = images.size(0)
+    if n == 0:
+        return _nothing(model, was_training)
     device = pooled.device
     rows = torch.arange(n, device=device)
     words = torch.full((n,), model.start_id, dtype=torch.long, device=device)
@@ -125,6 +133,8 @@ def beam_search(model: Captioner, images: Tensor, beam_size: int = 3, max_length
     model.eval()
     regions, pooled = model.encode(images)
     n, k, device = images.size(0), beam_size, pooled.device
+    if n == 0:
+        return _nothing(model, was_training)
     rows = torch.arange(n, device=device).repeat_interleave(k)  # the image of each beam
     words = torch.full((n * k,), model.start_id, dtype=torch.long, device=device)
     # Only the first beam of each image is alive at the start, so the first

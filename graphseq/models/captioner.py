@@ -406,6 +406,8 @@ class Captioner(nn.Module):
         if len(captions) != pooled.size(0):
             raise ValueError(f"Captioner.loss got {len(captions)} captions for {pooled.size(0)} images; "
                              f"caption i describes image i")
+        if len(captions) == 0:
+            raise ValueError("Captioner.loss needs at least one caption, got an empty batch")
         device = pooled.device
         inputs, targets, lengths = self.caption_nodes(captions)
         logits = self.decoder(regions, pooled, inputs.to(device), lengths)

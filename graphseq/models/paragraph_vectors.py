@@ -111,6 +111,8 @@ class SupervisedParagraphVectors(nn.Module):
             raise GraphseqError(f"unknown paragraph-vector mode {mode!r}; use one of {', '.join(MODES)}")
         if dim < 1:
             raise GraphseqError(f"SupervisedParagraphVectors needs dim >= 1, got {dim}")
+        if num_classes < 0:
+            raise GraphseqError(f"SupervisedParagraphVectors needs num_classes >= 0, got {num_classes}")
         self.num_words, self.num_classes, self.dim = num_words, num_classes, dim
         self.mode, self.train_words, self.sparse = mode, train_words, sparse
         self.word = nn.Embedding(num_words, dim, sparse=sparse)  # input vectors of context words
@@ -178,7 +180,7 @@ class SupervisedParagraphVectors(nn.Module):
 
     def class_similarity(self, vectors: Tensor) -> Tensor:
         """Cosine similarity of each row of ``vectors`` to each class vector ``[N, classes]``."""
-        return F.normalize(vectors, dim=-1) @ F.normalize(self.label.weight, dim=-1).t()
+        return F.normalize(vectors, dim=-1) @ F.normalize(self.label.weight[:self.num_classes], dim=-1).t()
 
     def nearest_words(self, class_index: int, k: int = 10, allowed: Optional[Tensor] = None) -> List[int]:
         """The ``k`` words whose vectors lie nearest (cosine) to a class
@@ -188,6 +190,11 @@ class SupervisedParagraphVectors(nn.Module):
         fewer than ``k`` come back where fewer words are candidates."""
         if k < 0:
             raise GraphseqError(f"nearest_words needs k >= 0, got {k}")
+        if not self.num_classes:
+            raise GraphseqError("nearest_words needs a class vector, but the model has none (num_classes=0)")
+        if not -self.num_classes <= class_index < self.num_classes:
+            raise GraphseqError(f"nearest_words got class_index {class_index}, but the model has {self.num_classes} "
+                                f"classes")
         table = self.word.weight if (self.mode == "dm" or self.train_words) else self.output.weight
         similarity = F.normalize(table, dim=-1) @ F.normalize(self.label.weight[class_index], dim=0)
         candidates = torch.arange(self.num_words, device=similarity.device)
@@ -198,6 +205,17 @@ class SupervisedParagraphVectors(nn.Module):
             candidates = candidates[allowed.to(similarity.device)]
         top = similarity[candidates].topk(min(k, candidates.numel())).indices
         return candidates[top].tolist()
+
+
+def _check_ids(name: str, what: str, ids: Tensor, bound: int, why: str = ""):
+    if ids.numel():
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= bound:
+            raise GraphseqError(f"{name} needs {what} ids in 0 .. {bound - 1}{why}, got {low if low < 0 else high}")
+
+
+def _check_words(name: str, model: SupervisedParagraphVectors, corpus: FlatCorpus):
+    _check_ids(name, "word", corpus.words, model.num_words, " (the model's vocabulary)")
 
 
 def fit(model: SupervisedParagraphVectors, corpus: FlatCorpus, classes: Optional[Tensor],
@@ -225,6 +243,14 @@ def fit(model: SupervisedParagraphVectors, corpus: FlatCorpus, classes: Optional
         raise GraphseqError(f"fit needs batch_size >= 1, got {batch_size}")
     if negative < 1:
         raise GraphseqError(f"fit needs negative >= 1 noise words per target (negative sampling), got {negative}")
+    _check_words("fit", model, corpus)
+    if classes is not None:
+        if classes.dim() != 1 or classes.numel() < corpus.num_documents:
+            raise GraphseqError(f"fit needs classes as one class id per document ({corpus.num_documents}), "
+                                f"got shape {tuple(classes.shape)}")
+        if not model.num_classes:
+            raise GraphseqError("fit got classes, but the model has no class vectors (num_classes=0); pass None")
+        _check_ids("fit", "class", classes, model.num_classes)
     device = model.output.weight.device
     optimizer = torch.optim.Adagrad(list(parameters), lr=lr)
     losses: List[float] = []
@@ -269,6 +295,7 @@ def infer(model: SupervisedParagraphVectors, corpus: FlatCorpus, *, epochs: int,
     ``generator``, and inference, an optimisation, runs with gradients on
     even under :func:`torch.no_grad` or :func:`torch.inference_mode`.
     Returns ``[num_documents, dim]`` without gradient history."""
+    _check_words("infer", model, corpus)
     with torch.inference_mode(False), torch.enable_grad():
         new = model.for_new_documents(corpus.num_documents, generator)
         frozen = [p for name, p in new.named_parameters() if not name.startswith("document.")]
@@ -303,9 +330,10 @@ def class_log_likelihood(model: SupervisedParagraphVectors, corpus: FlatCorpus, 
     class vector in DM. Every word and its whole window are read (no
     down-sampling, no shrinking). Returns ``[num_documents, num_classes]``;
     the predicted class is the row's largest."""
+    _check_words("class_log_likelihood", model, corpus)
     device = model.output.weight.device
     scores = torch.zeros(corpus.num_documents, model.num_classes, device=device, dtype=model.output.weight.dtype)
-    classes = model.label.weight  # [classes, dim]
+    classes = model.label.weight[:model.num_classes]  # [classes, dim]
     for start in range(0, corpus.words.numel(), batch_size):
         targets = torch.arange(start, min(start + batch_size, corpus.words.numel()))
         u = model.output(corpus.words[targets].to(device))  # [T, dim]

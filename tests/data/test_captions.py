@@ -243,3 +243,27 @@ def test_sentences_where_lists_are_expected_are_refused():
         CaptionSet(["a cat", "a dog"], images=images)
     with pytest.raises(TypeError, match="for image 1"):
         CaptionSet([["a cat"], [["a", "dog"]]], images=images)
+
+
+def test_caption_set_subset_takes_boolean_masks_and_refuses_a_single_index():
+    images = torch.arange(3 * 3 * 8 * 8, dtype=torch.uint8).view(3, 3, 8, 8)
+    data = CaptionSet([["a"], ["b"], ["c"]], images=images, labels=[["x"], ["y"], ["z"]])
+    for mask in (torch.tensor([True, False, True]), np.array([True, False, True]), [True, False, True]):
+        part = data.subset(mask)
+        assert part.captions == [["a"], ["c"]] and part.labels == [["x"], ["z"]]
+        assert torch.equal(part.images, images[[0, 2]])
+    assert data.subset(torch.tensor([-1])).captions == [["c"]] and data.subset([]).captions == []
+    assert torch.equal(data.load_images(torch.tensor([True, False, False])), images[:1].float() / 255)
+    for single in (torch.tensor(1), 1, np.int64(1)):
+        with pytest.raises(TypeError, match=r"^CaptionSet.subset takes a sequence or 1-d tensor of indices, got .*; "
+                                            r"pass \[i\] for one image"):
+            data.subset(single)
+    with pytest.raises(TypeError, match=r"^CaptionSet.load_images takes a sequence or 1-d tensor of indices, got a "
+                                        r"0-d Tensor"):
+        data.load_images(torch.tensor(0))
+    with pytest.raises(IndexError, match="^CaptionSet.subset got index 3, out of range for 3 images$"):
+        data.subset(torch.tensor([0, 3]))
+    with pytest.raises(ValueError, match="^CaptionSet.subset got a boolean mask over 2 images, but the set has 3$"):
+        data.subset(torch.tensor([True, False]))
+    with pytest.raises(TypeError, match="^CaptionSet.subset takes integer indices or a boolean mask, got 1.0$"):
+        data.subset(torch.tensor([1.0]))

@@ -98,3 +98,13 @@ def test_decode_refuses_an_id_outside_the_vocabulary(tokenizer, bad):
                                             rf"{size} pieces \(ids 0 to {size - 1}\)"):
         tokenizer.decode([5, bad])
     assert tokenizer.decode([size - 1]) == tokenizer.id_to_token(size - 1)
+
+
+@pytest.mark.parametrize("bad", [10**6, -1])
+def test_id_to_token_refuses_an_id_outside_the_vocabulary(tokenizer, bad):
+    size = tokenizer.vocab_size
+    with pytest.raises(GraphseqError, match=rf"^WordPieceTokenizer.id_to_token: id {bad} is outside the "
+                                            rf"vocabulary's {size} pieces \(ids 0 to {size - 1}\)$"):
+        tokenizer.id_to_token(bad)
+    with pytest.raises(GraphseqError, match="id_to_token"):
+        tokenizer.id_to_token(size)

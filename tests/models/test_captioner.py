@@ -269,3 +269,18 @@ def test_words_refuse_ids_outside_the_vocabulary_and_the_vocabulary_needs_the_sp
 def test_decoding_refuses_what_caption_image_refuses(decode, message):
     with pytest.raises(GraphseqError, match=message):
         decode(_captioner("init").eval(), torch.rand(1, 3, 32, 32))
+
+
+@pytest.mark.parametrize("decoder", ["init", "input", "attention"])
+def test_decoding_no_images_writes_no_captions(decoder):
+    model = _captioner(decoder).train()
+    attention = [] if decoder == "attention" else None
+    for decode in (greedy, sample, beam_search):
+        out = decode(model, torch.rand(0, 3, 32, 32))
+        assert (out.words, out.log_probs, out.attention) == ([], [], attention)
+        assert model.training
+    with pytest.raises(ValueError, match="ConvEncoder expects images"):
+        greedy(model, torch.rand(0, 1, 32, 32))
+    regions, pooled = model.encode(torch.rand(0, 3, 32, 32))
+    with pytest.raises(ValueError, match="^Captioner.loss needs at least one caption, got an empty batch$"):
+        model.loss(regions, pooled, [])

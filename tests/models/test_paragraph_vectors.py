@@ -206,3 +206,62 @@ def test_inference_and_scoring_keep_a_double_models_dtype(mode):
     documents, _ = toy_corpus()
     scores = class_log_likelihood(model, FlatCorpus.of(documents[:4]), vectors, window=2)
     assert scores.dtype == torch.float64 and scores.shape == (4, 2)
+
+
+
+def toy_settings(documents, **changes):
+    counts = torch.bincount(torch.tensor([w for d in documents for w in d]), minlength=7)
+    return {**dict(epochs=1, lr=0.1, window=2, negative=3, batch_size=64,
+                   noise_distribution=noise_distribution(counts), keep=keep_probability(counts, 0),
+                   generator=torch.Generator().manual_seed(1)), **changes}
+
+
+@pytest.mark.parametrize("bad", [7, -1])
+def test_words_outside_the_vocabulary_are_refused(bad):
+    model = SupervisedParagraphVectors(7, 2, 2, dim=8)
+    documents = [[0, 1, 6], [2, bad]]
+    corpus = FlatCorpus.of(documents)
+    settings = toy_settings([[0, 1, 6], [2]])
+    message = rf"needs word ids in 0 \.\. 6 \(the model's vocabulary\), got {bad}$"
+    with pytest.raises(GraphseqError, match="^infer " + message):
+        infer(model, corpus, **settings)
+    with pytest.raises(GraphseqError, match="^fit " + message):
+        fit(model, corpus, torch.tensor([0, 1]), model.parameters(), **settings)
+    with pytest.raises(GraphseqError, match="^class_log_likelihood " + message):
+        class_log_likelihood(model, corpus, torch.zeros(2, 8), window=2)
+
+
+@pytest.mark.parametrize("classes, match", [
+    (torch.tensor([0, 1, 2] * 20), r"^fit needs class ids in 0 \.\. 1, got 2$"),
+    (torch.tensor([0, 1, -1] * 20), r"^fit needs class ids in 0 \.\. 1, got -1$"),
+    (torch.tensor([0, 1]), r"^fit needs classes as one class id per document \(60\), got shape \(2,\)$"),
+])
+def test_fit_refuses_classes_the_model_has_no_vector_for(classes, match):
+    model = SupervisedParagraphVectors(7, 60, 2, dim=8)
+    documents, _ = toy_corpus()
+    with pytest.raises(GraphseqError, match=match):
+        fit(model, FlatCorpus.of(documents), classes, model.parameters(), **toy_settings(documents))
+
+
+def test_a_model_without_classes_is_plain_paragraph_vectors():
+    torch.manual_seed(0)
+    model = SupervisedParagraphVectors(7, 60, 0, dim=8)
+    documents, classes = toy_corpus()
+    corpus = FlatCorpus.of(documents)
+    assert len(fit(model, corpus, None, model.parameters(), **toy_settings(documents))) == 1
+    with pytest.raises(GraphseqError, match=r"^fit got classes, but the model has no class vectors \(num_classes=0\)"):
+        fit(model, corpus, classes, model.parameters(), **toy_settings(documents))
+    assert class_log_likelihood(model, corpus, torch.zeros(60, 8), window=2).shape == (60, 0)
+    assert model.class_similarity(torch.ones(3, 8)).shape == (3, 0)
+    with pytest.raises(GraphseqError, match=r"^nearest_words needs a class vector, but the model has none"):
+        model.nearest_words(0)
+    with pytest.raises(GraphseqError, match="^SupervisedParagraphVectors needs num_classes >= 0, got -1$"):
+        SupervisedParagraphVectors(7, 3, -1, dim=8)
+
+
+def test_nearest_words_refuses_a_class_the_model_lacks():
+    model = toy_model("dm")
+    assert model.nearest_words(-1, k=3) == model.nearest_words(1, k=3)
+    for bad in (2, -3):
+        with pytest.raises(GraphseqError, match=f"^nearest_words got class_index {bad}, but the model has 2 classes$"):
+            model.nearest_words(bad)
