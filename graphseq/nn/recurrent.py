@@ -820,6 +820,11 @@ def _differentiable_step_grads(needs_input_grad, outputs, grads, *args):
     ``create_graph``; ``W_hh``'s included (see _DeferredRecurrentGrad)."""
     wanted = [k for k, arg in enumerate(args) if arg is not None and needs_input_grad[k]]
     with torch.enable_grad():
+        # Fresh aliases, so that each argument's gradient counts this step's
+        # use of it alone: the message was made from W_hh in earlier steps,
+        # and a gradient taken for W_hh itself would count those paths too.
+        # Higher derivatives still reach the originals through the aliases.
+        args = tuple(arg.view_as(arg) if isinstance(arg, Tensor) else arg for arg in args)
         results = outputs(*args)
     pairs = [(result, grad) for result, grad in zip(results, grads) if grad is not None]
     found = torch.autograd.grad([result for result, _ in pairs], [args[k] for k in wanted],

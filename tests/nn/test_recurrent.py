@@ -585,6 +585,27 @@ def functional(layer, edge_index, batch):
     return run, [p.detach().clone().requires_grad_() for p in layer.parameters()]
 
 
+@pytest.mark.parametrize("ours,theirs,options", PAIRS, ids=PAIR_IDS)
+def test_gradients_taken_with_create_graph_equal_torchs_and_so_do_second_derivatives(ours, theirs, options):
+    """gradgradcheck differentiates the create_graph gradients but does not
+    compare them with the plain ones: W_hh's once counted earlier steps twice."""
+    torch.manual_seed(3)
+    layer = ours(3, 5, num_layers=2, bidirectional=True, **options).double()
+    peer = theirs(3, 5, num_layers=2, bidirectional=True, **options).double()
+    peer.load_state_dict(layer.state_dict())
+    x = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    peer_x = x.detach().clone().requires_grad_()
+    grads = torch.autograd.grad(layer(x, chain(5))[0].pow(2).sum(), [x, *layer.parameters()], create_graph=True)
+    expected = torch.autograd.grad(peer(peer_x[:, None])[0].pow(2).sum(), [peer_x, *peer.parameters()],
+                                   create_graph=True)
+    for grad, want in zip(grads, expected):
+        assert torch.allclose(grad, want, atol=1e-10)
+    directions = [torch.randn_like(g) for g in grads[1:]]
+    hvp = torch.autograd.grad(sum((g * d).sum() for g, d in zip(grads[1:], directions)), x)[0]
+    want = torch.autograd.grad(sum((g * d).sum() for g, d in zip(expected[1:], directions)), peer_x)[0]
+    assert torch.allclose(hvp, want, atol=1e-10)
+
+
 @pytest.mark.parametrize("layer_class,options", [
     (ChainRNN, {"nonlinearity": "relu"}), (ChainLSTM, {}), (ChainLSTM, {"proj_size": 2}),
     (ChainGRU, {}), (ChainONLSTM, {}),
