@@ -139,13 +139,17 @@ def test_nearest_words_returns_only_allowed_words_even_when_fewer_than_k():
         model.nearest_words(0, k=2, allowed=torch.ones(5, dtype=torch.bool))
 
 
+def toy_settings(documents, **changes):
+    """fit/infer's settings for ``documents`` (word counts from them), with ``changes``."""
+    counts = torch.bincount(torch.tensor([w for d in documents for w in d]), minlength=7)
+    return {**dict(epochs=1, lr=0.1, window=2, negative=3, batch_size=64,
+                   noise_distribution=noise_distribution(counts), keep=keep_probability(counts, 0),
+                   generator=torch.Generator().manual_seed(1)), **changes}
+
+
 def fit_toy(model, **changes):
     documents, classes = toy_corpus()
-    counts = torch.bincount(torch.tensor([w for d in documents for w in d]), minlength=7)
-    settings = dict(epochs=1, lr=0.1, window=2, negative=3, batch_size=64,
-                    noise_distribution=noise_distribution(counts), keep=keep_probability(counts, 0),
-                    generator=torch.Generator().manual_seed(1))
-    return fit(model, FlatCorpus.of(documents), classes, model.parameters(), **{**settings, **changes})
+    return fit(model, FlatCorpus.of(documents), classes, model.parameters(), **toy_settings(documents, **changes))
 
 
 def test_dbow_without_word_training_fits_with_a_window_of_zero():
@@ -174,11 +178,8 @@ def test_a_model_of_no_dimensions_is_refused():
 
 def infer_toy(model, **changes):
     documents, _ = toy_corpus()
-    counts = torch.bincount(torch.tensor([w for d in documents for w in d]), minlength=7)
-    settings = dict(epochs=2, lr=0.1, window=2, negative=3, batch_size=8,
-                    noise_distribution=noise_distribution(counts), keep=keep_probability(counts, 0),
-                    generator=torch.Generator().manual_seed(1))
-    return infer(model, FlatCorpus.of(documents[:4]), **{**settings, **changes})
+    return infer(model, FlatCorpus.of(documents[:4]), **toy_settings(documents, **{"epochs": 2, "batch_size": 8,
+                                                                                  **changes}))
 
 
 def test_inference_with_a_seeded_generator_ignores_the_global_rng():
@@ -207,13 +208,6 @@ def test_inference_and_scoring_keep_a_double_models_dtype(mode):
     scores = class_log_likelihood(model, FlatCorpus.of(documents[:4]), vectors, window=2)
     assert scores.dtype == torch.float64 and scores.shape == (4, 2)
 
-
-
-def toy_settings(documents, **changes):
-    counts = torch.bincount(torch.tensor([w for d in documents for w in d]), minlength=7)
-    return {**dict(epochs=1, lr=0.1, window=2, negative=3, batch_size=64,
-                   noise_distribution=noise_distribution(counts), keep=keep_probability(counts, 0),
-                   generator=torch.Generator().manual_seed(1)), **changes}
 
 
 @pytest.mark.parametrize("bad", [7, -1])
