@@ -390,6 +390,12 @@ def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer
         optimizer.load_state_dict(checkpoint["optimizer"])
         if scheduler is not None and checkpoint["scheduler"] is not None:
             scheduler.load_state_dict(checkpoint["scheduler"])
+            if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+                # The optimizer's state put back the rate the old schedule set; a
+                # resume that moved the schedule (a new budget) steps at the new one's.
+                for group, base, rate in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
+                    group["lr"] = base * rate(scheduler.last_epoch)
+                scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
         scaler.load_state_dict(checkpoint["scaler"])
     except (RuntimeError, ValueError, KeyError, TypeError) as error:  # another model's or optimizer's state
         raise GraphseqError(f"--resume: {path} does not fit this model ({first_sentence(error)})") from None

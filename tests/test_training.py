@@ -79,6 +79,32 @@ def test_two_steps_and_two_resumed_steps_equal_four_straight_steps(tmp_path):
     assert checkpoint["scheduler"]["last_epoch"] == 4
 
 
+def test_a_resume_with_a_new_budget_steps_at_the_new_schedules_rate_at_once(tmp_path):
+    """A cosine schedule over ``steps`` (the character LM's and the captioner's):
+    resumed with more steps, the first resumed step already follows the new one."""
+    from graphseq.stages.charlm import cosine_rate
+
+    def rates(steps, resume=False, stop=None):
+        torch.manual_seed(0)
+        model = nn.Linear(3, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: cosine_rate(s, steps, 0.1))
+        seen = []
+
+        def loss_fn(model, step):
+            seen.append((step, optimizer.param_groups[0]["lr"]))
+            return model(batch(step)[0][:, :3]).pow(2).mean()
+
+        train_steps(make_ctx(tmp_path, resume), model, optimizer, loss_fn, steps=stop or steps,
+                    scheduler=scheduler, checkpoint_every=1)
+        return seen
+
+    rates(10, stop=5)
+    resumed = rates(20, resume=True)
+    assert [step for step, _ in resumed] == list(range(5, 20))
+    assert all(rate == pytest.approx(cosine_rate(step, 20, 0.1)) for step, rate in resumed)
+
+
 def test_cpu_time_counts_the_training_steps_and_survives_a_resume(tmp_path):
     def busy_evaluate(model):  # an evaluation that burns 0.3 CPU seconds
         started = time.process_time()

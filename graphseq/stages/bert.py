@@ -175,7 +175,8 @@ def bert_model(ctx, *, hidden_size: int = 128, num_layers: int = 2, num_heads: i
 
 def warmup_linear_decay(optimizer: torch.optim.Optimizer, steps: int, warmup: float):
     """BERT's schedule: the rate rises linearly over the first ``warmup``
-    fraction of the steps, then falls linearly to zero at the last."""
+    fraction of the steps (from ``1 / warm-up steps`` at the first), then
+    falls linearly, reaching zero as the last step ends."""
     warmup_steps = max(1, round(warmup * steps))
 
     def factor(step: int) -> float:

@@ -128,8 +128,8 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
     training text, ``window`` characters at a time, carrying the recurrent
     state across windows and cutting the gradient between them.
 
-    Adam at ``lr``, lowered along a half cosine to ``lr_end * lr`` at the
-    last of the ``steps`` steps (see :func:`cosine_rate`), gradients clipped
+    Adam at ``lr``, lowered along a half cosine to ``lr_end * lr``, reached
+    as the ``steps`` steps end (see :func:`cosine_rate`), gradients clipped
     to norm ``clip``. Stops after ``steps`` steps, or earlier after
     ``minutes`` minutes of training (0: no time limit); with ``steps = 0``
     only ``minutes`` bounds the run and the rate stays at ``lr``. The
