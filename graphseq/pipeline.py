@@ -34,6 +34,11 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
+try:
+    import fcntl
+except ImportError:  # Windows: run folders are not locked.
+    fcntl = None
+
 from . import __version__, distributed
 from .checks import is_whole_number, refusal
 from .errors import GraphseqError
@@ -399,6 +404,8 @@ def _check_seeds(seed: Any, runs: Any) -> None:
 def _check_out(out: Path) -> None:
     """``out`` is a folder, or can become one: no file in the way, and a
     writable folder above it."""
+    if out.is_symlink() and not out.exists():
+        raise GraphseqError(f"--out {out} is a link to {os.readlink(out)}, which does not exist")
     if out.exists() and not out.is_dir():
         raise GraphseqError(f"--out {out} is a file, not a folder")
     existing = out
@@ -435,6 +442,29 @@ def _apply_options(config: Dict[str, Any], options: Dict[str, Any], name: str) -
                 table[option] = _check_type(f"{table_name}.{option}", setting, params[option],
                                             f"--{option}")
     return objects
+
+
+def _lock_out(out: Path) -> Optional[int]:
+    """Holds the folder ``out`` for this run with an advisory lock on the
+    folder itself (no file is written), so that a second run on it is
+    refused while this one lives; the descriptor to close at the end, or
+    None where folders cannot be locked. Under torchrun rank 0 holds it."""
+    if fcntl is None or not distributed.is_main():
+        return None
+    try:
+        descriptor = os.open(out, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise GraphseqError(f"--out {out} is in use by another graphseq run; wait for it to end, "
+                            f"or choose another --out") from None
+    except OSError:  # a file system without locks
+        os.close(descriptor)
+        return None
+    return descriptor
 
 
 def _resumable(config: Dict[str, Any]) -> List[str]:
@@ -564,14 +594,24 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
                 continue  # This seed had not started; it starts afresh.
             for file in files:
                 if not (folder / file).is_file():
+                    advice = ("it stopped before it stored anything, so start it again without --resume"
+                              if not _stage_stored(out, None) else "start a new run with another --out")
                     raise GraphseqError(f"--resume: {folder / file} is missing, so the run cannot "
-                                        f"continue where it stopped; start a new run with another --out")
+                                        f"continue where it stopped; {advice}")
                 check_stored_file(folder / file)
             for stored in _read_on_resume(folder, config):
                 check_stored_file(stored)
     elif (out / "config.toml").is_file():
-        raise GraphseqError(f"--out {out} already holds a run; continue it with --resume, "
-                            f"or choose another --out")
+        # A run that stopped before a stage stored anything (only config.toml
+        # and log.txt) is started again in its folder; any other is kept.
+        if _stage_stored(out, None):
+            raise GraphseqError(f"--out {out} already holds a run; continue it with --resume, "
+                                f"or choose another --out" if _resumable(config) else
+                                f"--out {out} already holds a run, and {name} cannot resume one; "
+                                f"choose another --out")
+    elif out.is_dir() and any(out.iterdir()):
+        raise GraphseqError(f"--out {out} holds files but no graphseq run (no config.toml); "
+                            f"choose a new or an empty folder")
 
     precheck(config, data_root, data_mirror, objects)
     distributed.barrier()  # Every process has checked before rank 0 writes.
@@ -582,7 +622,9 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
               "seed": seed, "runs": runs, **sections(config)}
     before = _snapshot(out)
     made = [folder for folder in (out, *out.parents) if not folder.exists()]  # --out and new folders above it
+    lock = _lock_out(out) if out.is_dir() else None  # Refused here, a second run has written nothing.
     out.mkdir(parents=True, exist_ok=True)
+    lock = lock if lock is not None else _lock_out(out)  # A folder made at once by two runs: one goes on.
     log = None
     try:
         if distributed.is_main() and (
@@ -605,6 +647,8 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         raise
     finally:
         _close(log)
+        if lock is not None:
+            os.close(lock)
         distributed.teardown()
 
 

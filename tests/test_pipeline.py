@@ -216,6 +216,64 @@ def test_a_new_run_into_a_run_folder_is_refused(charlm_run, data_root, mirror):
     assert folder_hash(charlm_run) == before
 
 
+def test_a_folder_in_use_by_another_run_is_refused_and_left_alone(charlm_run, tmp_path, data_root, mirror):
+    """Two runs on one folder (two --resume at once) would interleave their
+    checkpoints and answers: the folder is locked while a run lives."""
+    fcntl = pytest.importorskip("fcntl")
+    before = folder_hash(charlm_run)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    held = [os.open(folder, os.O_RDONLY) for folder in (charlm_run, fresh)]  # what running runs hold
+    try:
+        for descriptor in held:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(GraphseqError, match=f"--out {charlm_run} is in use by another graphseq run"):
+            run("charlm-lstm", overrides={**CHARLM, "train.steps": 4}, out=charlm_run, resume=True,
+                data_root=data_root, data_mirror=mirror, quiet=True)
+        with pytest.raises(GraphseqError, match="is in use by another graphseq run"):
+            run("charlm-lstm", overrides=CHARLM, out=fresh, data_root=data_root, data_mirror=mirror, quiet=True)
+    finally:
+        for descriptor in held:
+            os.close(descriptor)
+    assert folder_hash(charlm_run) == before and not any(fresh.iterdir())
+    run("charlm-lstm", overrides=CHARLM, out=fresh, data_root=data_root, data_mirror=mirror, quiet=True)
+
+
+def test_a_folder_of_other_files_is_refused_and_left_alone(tmp_path, data_root, mirror):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "metrics.json").write_text("{}")  # a person's own file, not a run's
+    with pytest.raises(GraphseqError, match="holds files but no graphseq run \\(no config.toml\\)"):
+        run("charlm-lstm", overrides=CHARLM, out=out, data_root=data_root, data_mirror=mirror, quiet=True)
+    assert [p.name for p in out.iterdir()] == ["metrics.json"] and (out / "metrics.json").read_text() == "{}"
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(GraphseqError, match="--out .*link is a link to .*gone, which does not exist"):
+        run("charlm-lstm", overrides=CHARLM, out=link, data_root=data_root, data_mirror=mirror, quiet=True)
+
+
+def test_a_run_killed_before_storing_anything_is_started_again_in_its_folder(charlm_run, tmp_path, data_root,
+                                                                            mirror):
+    """Killed after config.toml and before its first checkpoint: --resume has
+    nothing to continue from and says so; a new run takes the folder."""
+    out = tmp_path / "killed"
+    out.mkdir()
+    for name in ("config.toml", "log.txt"):
+        (out / name).write_bytes((charlm_run / name).read_bytes())
+    with pytest.raises(GraphseqError, match="it stopped before it stored anything, so start it again without "
+                                            "--resume"):
+        run("charlm-lstm", out=out, resume=True, data_root=data_root, data_mirror=mirror, quiet=True)
+    run("charlm-lstm", overrides=CHARLM, seed=3, out=out, data_root=data_root, data_mirror=mirror, quiet=True)
+    assert (out / "checkpoint.pt").is_file() and (out / "metrics.json").is_file()
+
+
+def test_a_finished_run_of_a_pipeline_that_cannot_resume_says_so(tmp_path, data_root, mirror):
+    out = tmp_path / "gat"
+    run("gat-cora", overrides=FAST, out=out, data_root=data_root, data_mirror=mirror, quiet=True)
+    with pytest.raises(GraphseqError, match="already holds a run, and gat-cora cannot resume one; choose another"):
+        run("gat-cora", overrides=FAST, out=out, data_root=data_root, data_mirror=mirror, quiet=True)
+
+
 def test_a_run_that_fails_before_storing_anything_leaves_no_folder(tmp_path, data_root):
     out = tmp_path / "runs" / "failed"
     with pytest.raises(GraphseqError, match="text_file not found"):
