@@ -8,6 +8,7 @@ environment before torch loads.
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import sys
@@ -17,6 +18,8 @@ from typing import List, Optional
 
 from .errors import GraphseqError
 
+# Why a write fails that no check of the command line foresees.
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
 DESCRIPTION = ("graphseq: attention, recurrent networks and active learning as PyTorch Geometric "
                "message passing; run named pipelines, label data at the terminal, sample models.")
 
@@ -79,6 +82,10 @@ def _run(args: argparse.Namespace) -> int:
         raise GraphseqError("--resume needs --out DIR, the run to continue")
     if args.threads is not None and args.threads < 1:
         raise GraphseqError(f"--threads must be at least 1, got {args.threads}")
+    if args.threads is not None and args.threads > (os.cpu_count() or 1):
+        # More than the machine's gains nothing, and OpenMP crashes (SIGSEGV) past a few thousand.
+        raise GraphseqError(f"--threads {args.threads}: this machine has {os.cpu_count() or 1} CPU threads; "
+                            f"give at most that many")
     if "torch" not in sys.modules:
         _set_threads(args.threads)
     if args.nproc_per_node < 1:
@@ -396,6 +403,9 @@ def _discard_output() -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # A name like Veličković under an ASCII locale: escaped, not a crash.
+        if hasattr(stream, "reconfigure") and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
     stdout, sys.stdout = sys.stdout, _Output(sys.stdout)
     try:
         code = _command(argv)
@@ -422,6 +432,13 @@ def _command(argv: Optional[List[str]]) -> int:
         return args.handler(args)
     except GraphseqError as error:
         print(f"graphseq: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        # A place this run must write in and cannot (a read-only data root
+        # that lacks the processed files, a full disk): one line naming it.
+        if error.errno not in UNWRITABLE or not error.filename:
+            raise
+        print(f"graphseq: error: cannot write {error.filename}: {error.strerror}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("graphseq: interrupted", file=sys.stderr)

@@ -43,6 +43,7 @@ BAD_COMMANDS = [
     (["run", "gat-cora", "--seed", str(2**32 - 1), "--runs", "2"], "the last seed, 4294967296, is beyond"),
     (["run", "gat-cora", "--runs", "0"], "--runs must be a whole number of at least 1"),
     (["run", "gat-cora", "--threads", "0"], "--threads must be at least 1"),
+    (["run", "gat-cora", "--threads", "100000"], "--threads 100000: this machine has "),
     (["run", "gat-cora", "--device", "mps"], "--device 'mps' is not supported; use auto, cpu, cuda or cuda:N"),
     (["run", "gat-cora", "--device", "meta"], "--device 'meta' is not supported"),
     (["run", "gat-cora", "--device", "cuda:\u00b2"], "--device 'cuda:\u00b2' is not supported"),  # isdigit, not int
@@ -222,6 +223,26 @@ def test_importing_the_layers_loads_no_runner_stage_prompt_or_database():
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     for module in ("graphseq.pipeline", "graphseq.stages", "graphseq.active", "sqlite3", "networkx"):
         assert f"'{module}" not in loaded, loaded
+
+
+def test_a_place_the_run_cannot_write_is_named_in_one_line(monkeypatch, capsys, tmp_path):
+    """A read-only data root that lacks the processed files, a full disk."""
+    import errno
+
+    import graphseq.pipeline
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "root" / "Cora"))
+
+    monkeypatch.setattr(graphseq.pipeline, "run", refuse)
+    assert main(["run", "gat-cora", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"graphseq: error: cannot write {tmp_path / 'root' / 'Cora'}: Permission denied\n"
+
+
+def test_names_outside_ascii_are_escaped_where_the_output_is_ascii():
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    result = subprocess.run([sys.executable, "-m", "graphseq", "list"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0 and "Veli\\u010dkovi\\u0107" in result.stdout, result.stderr
 
 
 def test_threads_are_set_before_torch_loads():
