@@ -104,6 +104,8 @@ class EpisodeSampler:
             (default: :obj:`0`)
 
     Example:
+        >>> images = torch.randint(0, 256, (20, 10, 1, 28, 28), dtype=torch.uint8)
+        >>> classes = FewShotClasses(images, [f"class {c}" for c in range(20)])  # 20 classes of 10 images
         >>> sampler = EpisodeSampler(classes, ways=5, shots=1)
         >>> batch = sampler.sample(32, torch.Generator().manual_seed(0))
         >>> batch.x.shape, batch.edge_index.shape
