@@ -19,7 +19,7 @@ call is printed too. Every step of ours passes its messages through PyG's
 ``propagate``.
 
     python benchmarks/bench_recurrent.py [--batch 64] [--max-length 100]
-        [--input 64] [--hidden 256] [--repeats 30] [--threads 1] [--clock wall]
+        [--min-length 1] [--input 64] [--hidden 256] [--repeats 30] [--threads 1] [--clock wall]
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def loss_of(out, state) -> torch.Tensor:
 def contenders(args, device) -> Dict[str, Dict[str, Callable[[], None]]]:
     """Per cell, named closures that each run one forward and backward pass."""
     generator = torch.Generator().manual_seed(0)
-    lengths = torch.randint(1, args.max_length + 1, (args.batch,), generator=generator).tolist()
+    lengths = torch.randint(args.min_length, args.max_length + 1, (args.batch,), generator=generator).tolist()
     sequences = [torch.randn(n, args.input, generator=generator).to(device) for n in lengths]
     by_length = sorted(sequences, key=len, reverse=True)
     packed = pack_sequence(by_length)
@@ -96,6 +96,7 @@ def contenders(args, device) -> Dict[str, Dict[str, Callable[[], None]]]:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=at_least(1), default=64)
+    parser.add_argument("--min-length", type=at_least(1), default=1)
     parser.add_argument("--max-length", type=at_least(1), default=100)
     parser.add_argument("--input", type=at_least(1), default=64)
     parser.add_argument("--hidden", type=at_least(1), default=256)
@@ -114,6 +115,8 @@ def main():
         parser.error(f"--cells: unknown cell(s) {', '.join(unknown)}; choose from {', '.join(CELLS)}")
     if not args.cells:
         parser.error(f"--cells: name at least one of {', '.join(CELLS)}")
+    if args.min_length > args.max_length:
+        parser.error(f"--min-length {args.min_length} is above --max-length {args.max_length}")
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -124,7 +127,7 @@ def main():
     steps = {(cell, name): run for cell, runs in cells.items() for name, run in runs.items()}
     medians = median_times(steps, args.repeats, device, clock, warmup=3)
 
-    print(f"batch {args.batch}, lengths 1..{args.max_length} ({args.nodes} nodes, padded "
+    print(f"batch {args.batch}, lengths {args.min_length}..{args.max_length} ({args.nodes} nodes, padded "
           f"{args.batch * args.max_length}), {args.input} -> {args.hidden}, layers {args.layers}, "
           f"bidirectional {args.bidirectional}, on {device} ({torch.get_num_threads()} threads), "
           f"median {args.clock} time of {args.repeats} forward+backward passes")

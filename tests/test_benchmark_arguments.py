@@ -52,6 +52,7 @@ CASES = [
     ("bench_scale.py", ["memory", "--batch-size", "0"], "argument --batch-size: must be a whole number >= 1, got 0"),
     ("bench_scale.py", ["memory", "--degree", "-3"], "argument --degree: must be a number >= 0, got -3"),
     ("bench_recurrent.py", ["--cells", "lstm,foo"], "--cells: unknown cell(s) foo; choose from lstm, gru"),
+    ("bench_recurrent.py", ["--min-length", "50", "--max-length", "10"], "--min-length 50 is above --max-length 10"),
     ("bench_self_attention.py", ["--edges", "0"], "argument --edges: must be a whole number >= 1, got 0"),
     ("polarity_peers.py", ["--folds", "0,3,0"], "argument --folds: fold(s) 0 named more than once"),
     ("polarity_peers.py", ["--folds", "3,-1"], "argument --folds: fold(s) -1 out of range: there are 10 folds, 0..9"),
