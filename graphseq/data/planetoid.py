@@ -3,6 +3,7 @@ loader, with raw files taken from the data root, a mirror, or the web, and
 checked against their known checksums before PyG reads them."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 from pathlib import Path
@@ -13,7 +14,7 @@ from torch_geometric.data import Data
 from torch_geometric.datasets import Planetoid
 
 from ..errors import GraphseqError
-from ..io import first_sentence
+from ..io import atomic_write_text, first_sentence
 from .files import Checksum, download_url, locate_raw_files
 
 NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
@@ -81,14 +82,37 @@ def load_planetoid(name: str, root: Path, mirror: Optional[Path] = None,
     def read() -> Data:
         return Planetoid(str(root), canonical, split=split, transform=transform)[0]
 
-    if (processed / "data.pt").is_file():
+    # PyG's cache of the raw files is used only as this loader built it (its
+    # stamp names data.pt's digest): another dataset's or version's data.pt,
+    # or a torn file beside it, is rebuilt from the raw files (checked above).
+    stamp = processed / STAMP
+    if processed.exists():
         try:
-            return read()
-        except Exception:  # PyG's cache of the raw files is torn: rebuilt from them (checked above).
-            (log or logging.getLogger("graphseq")).info(f"{processed} is unreadable; rebuilding it")
-            shutil.rmtree(processed)
+            kept = (processed / "data.pt").is_file() and stamp.read_text(encoding="utf-8") == _digest(processed)
+            graph = read() if kept else None
+        except Exception:  # torn
+            graph = None
+        if graph is not None:
+            return graph
+        (log or logging.getLogger("graphseq")).info(f"{processed} is not the cache this loader built; "
+                                                    f"rebuilding it")
+        shutil.rmtree(processed)
     try:
-        return read()
+        graph = read()
     except Exception as error:  # A raw file no checksum covers (generated data) that PyG cannot parse.
         raise GraphseqError(f"cannot read the {canonical} files in {raw_dir}: {type(error).__name__}: "
                             f"{first_sentence(error)}; one of them may be damaged") from None
+    atomic_write_text(stamp, _digest(processed))
+    return graph
+
+
+STAMP = "graphseq-built.txt"
+
+
+def _digest(processed: Path) -> str:
+    """The SHA-256 of ``processed/data.pt``, as the stamp holds it."""
+    digest = hashlib.sha256()
+    with open(processed / "data.pt", "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return f"data.pt sha256 {digest.hexdigest()}\n"

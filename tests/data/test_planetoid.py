@@ -38,3 +38,27 @@ def test_real_cora_from_the_shared_mirror(data_root, mirror):
 def test_unknown_dataset_lists_known_ones(tmp_path):
     with pytest.raises(GraphseqError, match="known: Cora, CiteSeer, PubMed"):
         load_planetoid("Pumbed", tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["foreign", "torn beside", "folder"])
+def test_a_cache_this_loader_did_not_build_is_rebuilt_from_the_raw_files(tmp_path, write_fake_planetoid, damage):
+    """PyG's processed/ beside raw/: another dataset's data.pt (it trained on
+    the wrong graph), a torn file beside a deleted data.pt (every later run
+    failed, blaming the raw files), data.pt replaced by a folder."""
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    write_fake_planetoid(mirror / "PubMed" / "raw", "PubMed", num_features=20)
+    write_fake_planetoid(mirror / "CiteSeer" / "raw", "CiteSeer", num_features=30)
+    assert load_planetoid("PubMed", root, mirror).num_features == 20
+    assert load_planetoid("CiteSeer", root, mirror).num_features == 30
+    processed = root / "PubMed" / "processed"
+    if damage == "foreign":
+        (processed / "data.pt").write_bytes((root / "CiteSeer" / "processed" / "data.pt").read_bytes())
+    elif damage == "torn beside":
+        (processed / "data.pt").unlink()
+        torn = processed / "pre_transform.pt"
+        torn.write_bytes(torn.read_bytes()[: torn.stat().st_size // 2])
+    else:
+        (processed / "data.pt").unlink()
+        (processed / "data.pt").mkdir()
+    assert load_planetoid("PubMed", root, mirror).num_features == 20
+    assert load_planetoid("PubMed", root, mirror).num_features == 20  # and the rebuilt cache serves
