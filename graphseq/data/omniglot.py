@@ -8,7 +8,8 @@ two zips are downloaded into the data root. Every PNG is decoded once,
 resized (area average) and kept as one ``uint8`` tensor under the data root,
 keyed by the list of source files it was built from, so a second run starts
 in a second. When the source has a ``SHA256SUMS`` manifest beside it, every
-PNG is checked against it while the cache is built (once, not every run).
+PNG is checked against it while the cache is built (once, not every run);
+a manifest that does not list every PNG found is refused as truncated.
 
 Few-shot learning uses the protocol of Vinyals et al. (2016) and Garcia &
 Bruna (2018): a seeded split of all 1,623 characters into 1,200 for training
@@ -21,6 +22,7 @@ import hashlib
 import io
 import logging
 import os
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,12 +109,21 @@ def read_manifest(path: Path, prefix: str = "") -> Dict[str, Checksum]:
     with ``prefix``, by path without it; empty when there is no manifest."""
     if not path.is_file():
         return {}
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise GraphseqError(f"the manifest {path} is not UTF-8 text (byte {error.start} is damaged); "
+                            f"replace it with a good copy") from None
+    except OSError as error:
+        raise GraphseqError(f"cannot read the manifest {path}: {error.strerror}") from None
     sums = {}
-    with open(path, encoding="utf-8") as lines:
-        for line in lines:
-            digest, _, name = line.rstrip("\n").partition("  ")
-            if name.startswith(prefix):
-                sums[name[len(prefix):]] = Checksum(sha256=digest)
+    for number, line in enumerate(text.splitlines(), 1):
+        digest, _, name = line.partition("  ")
+        if name and name.startswith(prefix):
+            if not re.fullmatch(r"[0-9a-fA-F]{64}", digest):
+                raise GraphseqError(f"line {number} of {path} has no SHA-256 ({digest[:20]!r}); "
+                                    f"replace the manifest with a good copy")
+            sums[name[len(prefix):]] = Checksum(sha256=digest.lower())
     return sums
 
 
@@ -160,6 +171,10 @@ def list_images(folder: Path) -> List[Path]:
             for character in sorted(os.scandir(alphabet.path), key=lambda e: e.name):
                 if character.is_dir():
                     files += sorted(Path(e.path) for e in os.scandir(character.path) if e.name.endswith(".png"))
+    for path in files:
+        if not path.is_file():
+            kind = "a folder" if path.is_dir() else "not a file"
+            raise GraphseqError(f"{path} is {kind}, not a PNG; move it away or replace it with a good copy")
     return files
 
 
@@ -179,10 +194,14 @@ def load_omniglot(root: Path, mirror: Optional[Path] = None, size: int = 28, dow
     if not is_integer(size) or size < 1:
         raise GraphseqError(f"load_omniglot needs a size of at least 1 pixel, got {size!r}")
     log = log or logging.getLogger("graphseq")
+    cache = Path(root) / FOLDER / "processed" / f"omniglot-{size}x{size}.pt"
+    for path, kind in ((cache.parent, "folder"), (cache, "file")):
+        if path.exists() and path.is_dir() != (kind == "folder"):
+            raise GraphseqError(f"{path} is not a {kind} (the Omniglot cache goes there); "
+                                f"move it away and run again")
     folder = find_omniglot(root, mirror, download)
     files = list_images(folder)
     key = _fingerprint(folder, files, size)
-    cache = Path(root) / FOLDER / "processed" / f"omniglot-{size}x{size}.pt"
     if cache.is_file():
         try:
             stored = load_checkpoint(cache)
@@ -206,13 +225,16 @@ def build_omniglot(folder: Path, files: List[Path], size: int,
     from PIL import Image, UnidentifiedImageError
 
     log = log or logging.getLogger("graphseq")
-    manifest = read_manifest(folder.parent / "SHA256SUMS", prefix=f"{folder.name}/")
+    manifest_path = folder.parent / "SHA256SUMS"
+    manifest = read_manifest(manifest_path, prefix=f"{folder.name}/")
     if manifest:
-        listed = {folder / name for name in manifest}
-        missing = sorted(listed - set(files))
+        unlisted = [path for path in files if path.relative_to(folder).as_posix() not in manifest]
+        if unlisted:
+            raise GraphseqError(f"{manifest_path} does not list {unlisted[0]}" + _more(unlisted)
+                                + "; is it truncated? Replace it with a good copy")
+        missing = sorted({folder / name for name in manifest} - set(files))
         if missing:
-            raise GraphseqError(f"{missing[0]} is listed in {folder.parent / 'SHA256SUMS'} but missing"
-                                + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+            raise GraphseqError(f"{missing[0]} is listed in {manifest_path} but missing" + _more(missing))
     log.info(f"decoding {len(files):,} Omniglot PNGs from {folder}"
              + (" (checking SHA-256 sums)" if manifest else ""))
 
@@ -221,12 +243,17 @@ def build_omniglot(folder: Path, files: List[Path], size: int,
     for i, path in enumerate(files):
         relative = path.relative_to(folder).as_posix()
         if relative in manifest:
-            check_file(path, manifest[relative], place=f"listed in {folder.parent / 'SHA256SUMS'}")
-        data = path.read_bytes()
+            check_file(path, manifest[relative], place=f"listed in {manifest_path}")
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            raise GraphseqError(f"cannot read {path}: {error.strerror}") from None
         try:
             with Image.open(io.BytesIO(data)) as image:
                 images[i] = np.asarray(image.convert("L").resize((size, size), Image.BOX))
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as error:
+        except UnidentifiedImageError:
+            raise GraphseqError(f"{path} is not a readable PNG (not an image format PIL knows)") from None
+        except (OSError, ValueError, SyntaxError) as error:
             raise GraphseqError(f"{path} is not a readable PNG ({error})") from None
         name = "/".join(relative.split("/")[1:3])
         characters[name] = characters.get(name, 0) + 1
@@ -236,6 +263,26 @@ def build_omniglot(folder: Path, files: List[Path], size: int,
         name, n = next(iter(wrong.items()))
         raise GraphseqError(f"Omniglot character {name} has {n} drawings in {folder}, not {NUM_DRAWERS}")
     if len(characters) != NUM_CHARACTERS:
-        log.warning(f"{folder} holds {len(characters)} characters, not {NUM_CHARACTERS}")
+        gaps = _numbering_gaps(folder, files)
+        log.warning(f"{folder} holds {len(characters)} characters, not {NUM_CHARACTERS} "
+                    + (f"(missing: {', '.join(gaps[:10])}{_more(gaps[9:])})" if gaps else
+                       "(no gap in the characterNN numbering shows which)"))
     tensor = torch.from_numpy(images).view(len(characters), NUM_DRAWERS, size, size)
     return Omniglot(tensor, list(characters))
+
+
+def _more(items: List) -> str:
+    return f" (and {len(items) - 1} more)" if len(items) > 1 else ""
+
+
+def _numbering_gaps(folder: Path, files: List[Path]) -> List[str]:
+    """The ``<part>/<alphabet>/characterNN`` folders missing from the
+    numbering 1, 2, ... of the characters found in each alphabet."""
+    numbers: Dict[str, set] = {}
+    for path in files:
+        part, alphabet, character = path.relative_to(folder).parts[:3]
+        found = re.fullmatch(r"character(\d+)", character)
+        if found:
+            numbers.setdefault(f"{part}/{alphabet}", set()).add(int(found[1]))
+    return [f"{group}/character{n:02d}" for group, found in numbers.items()
+            for n in range(1, max(found) + 1) if n not in found]

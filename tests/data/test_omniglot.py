@@ -128,3 +128,81 @@ def test_classes_refuse_character_indices_out_of_range():
     with pytest.raises(GraphseqError, match="needs a 1-D tensor of character indices"):
         data.classes(torch.tensor([0.0, 1.0]))
     assert data.classes(torch.tensor([], dtype=torch.long)).num_classes == 0
+
+
+def test_png_that_is_a_folder_is_named_before_decoding(write_fake_omniglot, tmp_path):
+    folder = write_fake_omniglot(tmp_path / "a")
+    path = next((folder / "images_background").rglob("*_04.png"))
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(GraphseqError, match=f"{path} is a folder, not a PNG"):
+        load_omniglot(tmp_path / "root", tmp_path / "a", download=False)
+
+
+def test_cache_that_is_a_folder_is_refused_up_front(write_fake_omniglot, tmp_path, monkeypatch):
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    write_fake_omniglot(mirror)
+    cache = root / "omniglot-py" / "processed" / "omniglot-28x28.pt"
+    (cache / "mine").mkdir(parents=True)
+    monkeypatch.setattr(omniglot_module, "build_omniglot", lambda *a, **k: pytest.fail("decoded the PNGs"))
+    with pytest.raises(GraphseqError, match=f"{cache} is not a file .*move it away"):
+        load_omniglot(root, mirror, size=28, download=False)
+    assert (cache / "mine").is_dir()
+    (cache / "mine").rmdir()
+    cache.rmdir()
+    cache.parent.rmdir()
+    cache.parent.write_text("not a folder")
+    with pytest.raises(GraphseqError, match=f"{cache.parent} is not a folder .*move it away"):
+        load_omniglot(root, mirror, size=28, download=False)
+
+
+def test_manifest_that_is_not_utf8_is_named(write_fake_omniglot, tmp_path):
+    write_fake_omniglot(tmp_path / "a", manifest=True)
+    manifest = tmp_path / "a" / "SHA256SUMS"
+    data = bytearray(manifest.read_bytes())
+    data[100:102] = b"\xff\xfe"
+    manifest.write_bytes(bytes(data))
+    with pytest.raises(GraphseqError, match=f"manifest {manifest} is not UTF-8 text"):
+        load_omniglot(tmp_path / "root", tmp_path / "a", download=False)
+
+
+def test_manifest_must_list_every_png(write_fake_omniglot, tmp_path):
+    write_fake_omniglot(tmp_path / "a", manifest=True)
+    manifest = tmp_path / "a" / "SHA256SUMS"
+    text = manifest.read_text()
+    manifest.write_text(text[:len(text) // 2])  # torn in the middle of a line
+    with pytest.raises(GraphseqError, match=f"{manifest} does not list .*\\.png \\(and \\d+ more\\); is it truncated"):
+        load_omniglot(tmp_path / "root", tmp_path / "a", download=False)
+    manifest.write_text("".join(text.splitlines(keepends=True)[:40]))  # whole lines only
+    with pytest.raises(GraphseqError, match=f"{manifest} does not list .*0003_01.png"):
+        load_omniglot(tmp_path / "root", tmp_path / "a", download=False)
+
+
+def test_manifest_line_without_a_sha256_is_named(write_fake_omniglot, tmp_path):
+    write_fake_omniglot(tmp_path / "a", manifest=True)
+    manifest = tmp_path / "a" / "SHA256SUMS"
+    lines = manifest.read_text().splitlines(keepends=True)
+    lines[2] = lines[2][:30] + lines[2][64:]
+    manifest.write_text("".join(lines))
+    with pytest.raises(GraphseqError, match=f"line 3 of {manifest} has no SHA-256"):
+        load_omniglot(tmp_path / "root", tmp_path / "a", download=False)
+
+
+def test_missing_character_folder_is_named_in_the_log(write_fake_omniglot, tmp_path, caplog):
+    import shutil
+
+    folder = write_fake_omniglot(tmp_path / "a", alphabets=(("Alpha", 3), ("Beta", 1)))
+    shutil.rmtree(folder / "images_background" / "Alpha" / "character02")
+    with caplog.at_level("WARNING", logger="graphseq"):
+        data = load_omniglot(tmp_path / "root", tmp_path / "a", download=False)
+    assert len(data.characters) == 4
+    assert "holds 4 characters, not 1623 (missing: images_background/Alpha/character02)" in caplog.text
+
+
+def test_unidentified_png_names_the_file_not_a_buffer(write_fake_omniglot, tmp_path):
+    folder = write_fake_omniglot(tmp_path / "a")
+    path = next((folder / "images_background").rglob("*_03.png"))
+    path.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(GraphseqError, match=f"{path} is not a readable PNG") as raised:
+        load_omniglot(tmp_path / "a", None, download=False)
+    assert "BytesIO" not in str(raised.value) and "0x" not in str(raised.value)
