@@ -285,10 +285,14 @@ def test_a_run_that_fails_before_storing_anything_leaves_no_folder(tmp_path, dat
 @pytest.mark.parametrize("overrides,message", [
     ({"sample.prime": "ROMEO\u20ac"}, r"sample.prime 'ROMEO\u20ac': 1 symbol\(s\) not in the vocabulary: '\u20ac'"),
     ({"data.text_file": "{tmp}/latin1.txt"}, r"latin1.txt is not UTF-8 text: invalid continuation byte at byte 3"),
+    # One symbol is certain after itself: a loss of 0 from learning nothing.
+    ({"data.text_file": "{tmp}/same.txt"}, r"same.txt holds 1 distinct character\(s\); a character model needs"),
+    ({"data.text_file": "{tmp}"}, r"text_file .* is a folder, not a text file"),
 ])
 def test_a_run_that_would_fail_after_its_training_is_refused_before_it(tmp_path, data_root, mirror, overrides,
                                                                        message):
     (tmp_path / "latin1.txt").write_bytes("caf\u00e9 au lait".encode("latin-1"))
+    (tmp_path / "same.txt").write_text("a" * 5000)
     overrides = {k: v.replace("{tmp}", str(tmp_path)) for k, v in overrides.items()}
     with pytest.raises(GraphseqError, match=message):
         run("charlm-lstm", overrides={**CHARLM, **overrides}, out=tmp_path / "run", data_root=data_root,

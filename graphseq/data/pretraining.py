@@ -50,11 +50,18 @@ def read_text_folder(folder: str | Path) -> List[Document]:
     """Every ``*.txt`` file under ``folder`` (sorted by path): one document per
     file, one sentence per line, blank lines ending a document early."""
     folder = Path(folder)
+    if folder.is_file():
+        raise GraphseqError(f"corpus folder {folder} is a file; give the folder that holds the *.txt files")
     if not folder.is_dir():
         raise GraphseqError(f"corpus folder not found: {folder}")
     documents: List[Document] = []
     for path in sorted(folder.rglob("*.txt")):
-        documents += split_documents(read_utf8(path))
+        if path.is_dir():
+            raise GraphseqError(f"corpus folder {folder}: {path} is a folder, not a text file")
+        try:
+            documents += split_documents(read_utf8(path))
+        except OSError as error:  # a dangling link, a link loop
+            raise GraphseqError(f"corpus folder {folder}: cannot read {path}: {error.strerror}") from None
     if not documents:
         raise GraphseqError(f"corpus folder {folder} holds no sentences (one document per *.txt "
                             f"file, one sentence per line)")

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import global_mean_pool
 
 from ..data.pretraining import IGNORE, TokenGraphs, collate, pack_pair
-from ..data.wordpiece import WordPieceTokenizer
+from ..data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 from ..errors import GraphseqError
 from ..io import first_sentence, load_checkpoint, save_checkpoint
 from ..nn.transformer import TransformerEncoderLayer
@@ -251,7 +251,8 @@ def load_pretrained(folder: str | Path, device: torch.device | str = "cpu"
 @torch.no_grad()
 def fill_mask(model: BertForPretraining, tokenizer: WordPieceTokenizer, text: str,
               top_k: int = 5) -> List[List[Tuple[str, float]]]:
-    """For each ``[MASK]`` of ``text``, the ``top_k`` likeliest pieces and their probabilities."""
+    """For each ``[MASK]`` of ``text``, the ``top_k`` likeliest pieces and their
+    probabilities; special tokens (``[MASK]``, ``[CLS]``, ...) are never proposed."""
     if model.config.vocab_size != tokenizer.vocab_size:
         raise GraphseqError(f"fill_mask: the model has {model.config.vocab_size} tokens but the tokenizer "
                             f"{tokenizer.vocab_size}: they come from different runs")
@@ -273,6 +274,7 @@ def fill_mask(model: BertForPretraining, tokenizer: WordPieceTokenizer, text: st
         probabilities = model.mlm_logits(states[masked]).softmax(-1)  # [masks, vocab]
     finally:
         model.train(was_training)
-    top = probabilities.topk(min(top_k, probabilities.size(-1)), dim=-1)
+    probabilities[:, :len(SPECIAL_TOKENS)] = -1.0  # ids 0..4, ranked below every piece
+    top = probabilities.topk(min(top_k, probabilities.size(-1) - len(SPECIAL_TOKENS)), dim=-1)
     return [[(tokenizer.id_to_token(i), float(p)) for p, i in zip(values.tolist(), indices.tolist())]
             for values, indices in zip(top.values, top.indices)]

@@ -37,9 +37,19 @@ def _read_text(text_file: str, data_root: Path, data_mirror) -> str:
         with distributed.main_first():  # One process copies or downloads the text.
             return load_tiny_shakespeare(data_root, data_mirror)
     path = Path(text_file)
+    if path.is_dir():
+        raise GraphseqError(f"text_file {path} is a folder, not a text file")
     if not path.is_file():
         raise GraphseqError(f"text_file not found: {path}")
-    return read_utf8(path)
+    try:
+        text = read_utf8(path)
+    except OSError as error:  # a symlink loop, say
+        raise GraphseqError(f"cannot read text_file {path}: {error.strerror}") from None
+    if len(set(text)) < 2:
+        # One symbol is certain after itself: the model would learn nothing and report a loss of 0.
+        raise GraphseqError(f"text_file {path} holds {len(set(text))} distinct character(s); a character "
+                            f"model needs at least 2")
+    return text
 
 
 def _note_vocabulary(check, *, text_file: str, **_) -> None:

@@ -106,6 +106,17 @@ def test_corpus_folder_errors_name_the_problem(tmp_path):
     (tmp_path / "bad.txt").write_bytes(b"caf\xe9\n")
     with pytest.raises(GraphseqError, match="bad.txt is not UTF-8"):
         read_text_folder(tmp_path)
+    (tmp_path / "bad.txt").unlink()
+    with pytest.raises(GraphseqError, match="corpus folder .*good.txt is a file; give the folder"):
+        (tmp_path / "good.txt").write_text("one.\n")
+        read_text_folder(tmp_path / "good.txt")
+    (tmp_path / "odd.txt").mkdir()
+    with pytest.raises(GraphseqError, match="odd.txt is a folder, not a text file"):
+        read_text_folder(tmp_path)
+    (tmp_path / "odd.txt").rmdir()
+    (tmp_path / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
+    with pytest.raises(GraphseqError, match="cannot read .*gone.txt: No such file or directory"):
+        read_text_folder(tmp_path)
 
 
 def test_held_out_documents_are_whole_and_seeded():

@@ -172,6 +172,9 @@ def test_fill_mask_refuses_a_tokenizer_of_another_size(tokenizer):
     model = BertForPretraining(BertConfig(**{**CONFIG, "vocab_size": tokenizer.vocab_size}))
     filled = fill_mask(model, tokenizer, "the [MASK] was wonderful", top_k=2)
     assert len(filled) == 1 and len(filled[0]) == 2 and all(isinstance(piece, str) for piece, _ in filled[0])
+    everything = fill_mask(model, tokenizer, "the [MASK] was wonderful", top_k=tokenizer.vocab_size)
+    assert len(everything[0]) == tokenizer.vocab_size - 5  # the special tokens are never proposed
+    assert not {piece for piece, _ in everything[0]} & {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}
     for top_k in (0, -1):
         with pytest.raises(GraphseqError, match=f"fill_mask needs top_k >= 1, got {top_k}"):
             fill_mask(model, tokenizer, "the [MASK] was wonderful", top_k=top_k)
