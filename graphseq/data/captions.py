@@ -191,10 +191,25 @@ def read_coco_captions(annotation_file: Path, image_folder: Path, image_size: in
     annotation_file, image_folder = Path(annotation_file), Path(image_folder)
     try:
         data = json.loads(annotation_file.read_text(encoding="utf-8"))
-        files = {int(image["id"]): image["file_name"] for image in data["images"]}
+        images, notes = data["images"], data["annotations"]
+        files: Dict[int, str] = {}
+        for number, image in enumerate(images):
+            image_id = _coco_id(annotation_file, f"image {number}", image["id"])
+            if not isinstance(image["file_name"], str) or not image["file_name"].strip():
+                raise GraphseqError(f"{annotation_file}: image id {image_id} has file_name {image['file_name']!r}, "
+                                    f"expected a file name")
+            if image_id in files:
+                raise GraphseqError(f"{annotation_file}: image id {image_id} is listed twice among its images "
+                                    f"({files[image_id]} and {image['file_name']})")
+            files[image_id] = image["file_name"]
         captions: Dict[int, List[str]] = {}
-        for note in data["annotations"]:
-            captions.setdefault(int(note["image_id"]), []).append(note["caption"].strip())
+        for number, note in enumerate(notes):
+            image_id = _coco_id(annotation_file, f"annotation {number}", note["image_id"])
+            caption = note["caption"]
+            if not isinstance(caption, str) or not caption.strip():
+                raise GraphseqError(f"{annotation_file}: annotation {number} (image id {image_id}) has caption "
+                                    f"{caption!r}, expected a non-blank string")
+            captions.setdefault(image_id, []).append(caption.strip())
     except FileNotFoundError:
         raise GraphseqError(f"COCO captions file not found: {annotation_file}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -206,9 +221,20 @@ def read_coco_captions(annotation_file: Path, image_folder: Path, image_size: in
     if unknown:
         raise GraphseqError(f"{annotation_file}: captions of image id {unknown[0]}, which is not "
                             f"among its images")
+    if not captions:
+        raise GraphseqError(f"{annotation_file} has no captions")
     ids = sorted(i for i in files if i in captions)
     return CaptionSet([captions[i] for i in ids], paths=[image_folder / files[i] for i in ids],
                       image_size=image_size)
+
+
+def _coco_id(annotation_file: Path, where: str, value) -> int:
+    """An image id of a COCO captions file: an integer, or a string of one."""
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise GraphseqError(f"{annotation_file}: {where} has image id {value!r}, expected an integer")
+    return value
 
 
 def _fetch(url: str, path: Path) -> None:

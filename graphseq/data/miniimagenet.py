@@ -45,6 +45,7 @@ def find_miniimagenet(root: Path, mirror: Optional[Path] = None) -> Path:
 def read_split(path: Path) -> Dict[str, List[str]]:
     """``{label: [file names]}`` of a split CSV, in the order of first appearance."""
     classes: Dict[str, List[str]] = {}
+    seen: Dict[str, int] = {}
     try:
         with open(path, newline="", encoding="utf-8") as f:
             for number, row in enumerate(csv.reader(f), start=1):
@@ -52,7 +53,15 @@ def read_split(path: Path) -> Dict[str, List[str]]:
                     continue
                 if len(row) != 2:
                     raise GraphseqError(f"{path}, line {number}: expected filename,label, got {','.join(row)!r}")
-                classes.setdefault(row[1].strip(), []).append(row[0].strip())
+                name = row[0].strip()
+                if name in seen:
+                    raise GraphseqError(f"{path}, line {number}: {name} is listed twice (first on line {seen[name]})")
+                seen[name] = number
+                classes.setdefault(row[1].strip(), []).append(name)
+    except UnicodeDecodeError as error:
+        raise GraphseqError(f"{path} is not UTF-8 text: {error}") from None
+    except csv.Error as error:
+        raise GraphseqError(f"{path} is not a readable CSV file: {error}") from None
     except OSError as error:
         raise GraphseqError(f"cannot read {path}: {error.strerror}") from None
     if not classes:

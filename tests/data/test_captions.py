@@ -267,3 +267,46 @@ def test_caption_set_subset_takes_boolean_masks_and_refuses_a_single_index():
         data.subset(torch.tensor([True, False]))
     with pytest.raises(TypeError, match="^CaptionSet.subset takes integer indices or a boolean mask, got 1.0$"):
         data.subset(torch.tensor([1.0]))
+
+
+def _damaged_coco(tmp_path, change):
+    _write_coco(tmp_path)
+    path = tmp_path / "annotations" / "captions_train2014.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("caption", [5, None, "   "])
+def test_coco_caption_that_is_not_a_sentence_is_refused(tmp_path, caption):
+    path = _damaged_coco(tmp_path, lambda d: d["annotations"][1].update(caption=caption))
+    with pytest.raises(GraphseqError, match=rf"captions_train2014\.json: annotation 1 \(image id 3\) has caption "
+                                            rf"{re.escape(repr(caption))}, expected a non-blank string"):
+        read_coco_captions(path, tmp_path / "train2014")
+
+
+def test_coco_file_name_that_is_not_a_string_is_refused(tmp_path):
+    path = _damaged_coco(tmp_path, lambda d: d["images"][0].update(file_name=7))
+    with pytest.raises(GraphseqError, match=r"captions_train2014\.json: image id 7 has file_name 7"):
+        read_coco_captions(path, tmp_path / "train2014")
+
+
+def test_coco_file_without_captions_is_refused(tmp_path):
+    path = _damaged_coco(tmp_path, lambda d: d.update(annotations=[]))
+    with pytest.raises(GraphseqError, match=r"captions_train2014\.json has no captions"):
+        read_coco_captions(path, tmp_path / "train2014")
+
+
+def test_coco_image_id_listed_twice_is_named_as_a_duplicate(tmp_path):
+    path = _damaged_coco(tmp_path, lambda d: d["images"][1].update(id=7))
+    with pytest.raises(GraphseqError, match=r"captions_train2014\.json: image id 7 is listed twice among its images"):
+        read_coco_captions(path, tmp_path / "train2014")
+
+
+@pytest.mark.parametrize("where,key,value", [("images", "id", 7.0), ("annotations", "image_id", 3.2),
+                                             ("annotations", "image_id", True)])
+def test_coco_image_ids_that_are_not_integers_are_refused(tmp_path, where, key, value):
+    path = _damaged_coco(tmp_path, lambda d: d[where][0].update({key: value}))
+    with pytest.raises(GraphseqError, match=rf"{where[:-1]} 0 has image id {value!r}, expected an integer"):
+        read_coco_captions(path, tmp_path / "train2014")

@@ -33,3 +33,20 @@ def test_bad_layouts_are_named(write_fake_miniimagenet, tmp_path):
         load_miniimagenet(tmp_path / "b", None, "train")
     with pytest.raises(GraphseqError, match="unknown mini-ImageNet split"):
         load_miniimagenet(tmp_path / "b", None, "dev")
+
+
+def test_a_split_csv_that_is_not_text_is_named(write_fake_miniimagenet, tmp_path):
+    folder = write_fake_miniimagenet(tmp_path, classes=(2, 2, 2), per_class=2, size=8)
+    (folder / "val.csv").write_bytes(b"\xff\xfe\x00garbage\x00\x80\x81\n")
+    with pytest.raises(GraphseqError, match=r"val\.csv is not UTF-8 text"):
+        load_miniimagenet(tmp_path, None, "val")
+
+
+def test_an_image_listed_twice_is_refused_with_its_line(write_fake_miniimagenet, tmp_path):
+    folder = write_fake_miniimagenet(tmp_path, classes=(2, 2, 2), per_class=2, size=8)
+    lines = (folder / "train.csv").read_text().splitlines()
+    lines[2] = lines[1]  # one image twice, its neighbour gone: the counts still agree
+    (folder / "train.csv").write_text("\n".join(lines) + "\n")
+    name = lines[1].split(",")[0]
+    with pytest.raises(GraphseqError, match=rf"train\.csv, line 3: {name} is listed twice \(first on line 2\)"):
+        load_miniimagenet(tmp_path, None, "train")
