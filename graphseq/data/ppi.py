@@ -18,6 +18,8 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 from torch_geometric.datasets import PPI
 
+from ..errors import GraphseqError
+from ..io import first_sentence
 from .files import locate_raw_files
 
 SPLITS = {"train": "train", "val": "valid", "test": "test"}  # PyG's split name -> raw file prefix
@@ -28,14 +30,117 @@ RAW_FILES = [f"{prefix}_{name}" for prefix, name in
 def load_ppi(root: Path, mirror: Optional[Path] = None) -> Dict[str, PPI]:
     """The three splits of PPI, ``{"train": ..., "val": ..., "test": ...}``,
     each a PyG dataset of graphs with ``x`` ``[nodes, 50]`` and multi-label
-    ``y`` ``[nodes, 121]``, from ``root/PPI``."""
+    ``y`` ``[nodes, 121]``, from ``root/PPI``. Raw files are checked before
+    PyG processes them; a damaged one that this call copied from the mirror
+    (or downloaded) is removed from the root again."""
     folder = Path(root) / "PPI"
+    raw = folder / "raw"
+    fresh = {name for name in RAW_FILES if not (raw / name).exists()}
 
     def download(raw_dir: Path) -> None:
         PPI(str(folder))  # PyG downloads and unpacks the zip into raw/.
 
     locate_raw_files("PPI/raw", RAW_FILES, Path(root), mirror, download)
+    if not all((folder / "processed" / f"{split}.pt").is_file() for split in SPLITS):
+        try:
+            _check_raw(raw)
+        except _Damaged as error:
+            path = raw / error.name
+            if error.name not in fresh:
+                raise GraphseqError(f"damaged PPI file {path}: {error.reason}; replace it with a good copy "
+                                    f"(or delete it to fetch it again)") from None
+            for name in fresh:  # What this call took into the root goes again, so a fixed mirror is used.
+                (raw / name).unlink(missing_ok=True)
+            source = Path(mirror) / "PPI" / "raw" / error.name if mirror is not None else None
+            if source is not None and source.is_file():
+                raise GraphseqError(f"damaged PPI file {source}: {error.reason}; replace it with a good copy "
+                                    f"(the copies taken into {raw} were removed)") from None
+            raise GraphseqError(f"damaged PPI file {path}: {error.reason}; it was removed, "
+                                f"run again to fetch it") from None
     return {split: PPI(str(folder), split=split) for split in SPLITS}
+
+
+class _Damaged(Exception):
+    def __init__(self, name: str, reason: str):
+        super().__init__(f"{name}: {reason}")
+        self.name, self.reason = name, reason
+
+
+def _load_npy(raw: Path, name: str) -> np.ndarray:
+    try:
+        array = np.load(raw / name, allow_pickle=False)
+    except Exception as error:  # Truncated, empty, random or pickled bytes.
+        raise _Damaged(name, first_sentence(error)) from None
+    if not isinstance(array, np.ndarray):
+        raise _Damaged(name, "not a single .npy array")
+    return array
+
+
+def _load_json(raw: Path, name: str) -> object:
+    try:
+        with open(raw / name, encoding="utf-8") as f:
+            return json.load(f)
+    except Exception as error:  # Malformed JSON, bytes that are not UTF-8.
+        raise _Damaged(name, first_sentence(error)) from None
+
+
+def _ids(entries: object, keys: Sequence[str], name: str, what: str) -> np.ndarray:
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise _Damaged(name, f'"{what}" is not a list of objects')
+    try:
+        ids = [[e[k] for k in keys] for e in entries]
+    except KeyError as error:
+        raise _Damaged(name, f'an entry of "{what}" has no {error}') from None
+    if not all(type(i) is int for row in ids for i in row):
+        raise _Damaged(name, f'"{what}" has ids that are not integers')
+    return np.array(ids, dtype=np.int64).reshape(len(ids), len(keys))
+
+
+def _check_raw(raw: Path) -> None:
+    """Checks PPI's raw files in ``raw`` as PyG's processing reads them;
+    raises ``_Damaged`` naming the first file that is not as it should be."""
+    columns: Dict[str, tuple] = {}
+    for prefix in SPLITS.values():
+        feats, labels, ids, graph = (f"{prefix}_{n}" for n in ("feats.npy", "labels.npy", "graph_id.npy",
+                                                              "graph.json"))
+        x = _load_npy(raw, feats)
+        if x.ndim != 2 or x.dtype.kind != "f":
+            raise _Damaged(feats, f"expected a 2-d float array, found {x.ndim}-d {x.dtype}")
+        rows = x.shape[0]
+        if rows == 0:
+            raise _Damaged(feats, "it has no rows")
+        if not np.isfinite(x).all():
+            raise _Damaged(feats, "the features hold NaN or inf")
+        y = _load_npy(raw, labels)
+        if y.ndim != 2 or y.dtype.kind not in "biuf":
+            raise _Damaged(labels, f"expected a 2-d numeric array, found {y.ndim}-d {y.dtype}")
+        if y.shape[0] != rows:
+            raise _Damaged(labels, f"{y.shape[0]} rows, but {feats} has {rows}")
+        if not np.isin(y, (0, 1)).all():
+            raise _Damaged(labels, "labels other than 0 and 1")
+        g = _load_npy(raw, ids)
+        if g.ndim != 1 or g.dtype.kind not in "iuf":
+            raise _Damaged(ids, f"expected a 1-d integer array, found {g.ndim}-d {g.dtype}")
+        if g.shape[0] != rows:
+            raise _Damaged(ids, f"{g.shape[0]} rows, but {feats} has {rows}")
+        if g.dtype.kind == "f" and not (np.isfinite(g).all() and (g == np.round(g)).all()):
+            raise _Damaged(ids, "graph ids that are not whole numbers")
+        present = np.unique(g)
+        if present[-1] - present[0] + 1 != len(present):
+            raise _Damaged(ids, "the graph ids are not consecutive (a graph without nodes)")
+        data = _load_json(raw, graph)
+        if not isinstance(data, dict) or "links" not in data or "nodes" not in data:
+            raise _Damaged(graph, 'expected a node-link object with "nodes" and "links"')
+        nodes = _ids(data["nodes"], ["id"], graph, "nodes")[:, 0]
+        if nodes.size and (nodes.min() < 0 or nodes.max() >= rows or len(np.unique(nodes)) != len(nodes)):
+            raise _Damaged(graph, f"its node ids are not distinct rows of {feats} (0 to {rows - 1})")
+        links = _ids(data["links"], ["source", "target"], graph, "links")
+        if links.size and (links.min() < 0 or links.max() >= rows):
+            raise _Damaged(graph, f"a link names a node outside 0 to {rows - 1} (the rows of {feats})")
+        for name, array, kind in ((feats, x, "feature"), (labels, y, "label")):
+            first = columns.setdefault(kind, (name, array.shape[1]))
+            if array.shape[1] != first[1]:
+                raise _Damaged(name, f"{array.shape[1]} {kind} columns, but {first[0]} has {first[1]}")
 
 
 def write_ppi_raw(raw_dir: str | Path, graphs: Sequence[int] = (4, 2, 2), nodes: int = 40,

@@ -50,3 +50,75 @@ def test_missing_files_are_named_when_offline(tmp_path, monkeypatch):
     monkeypatch.setattr(ppi, "PPI", Offline)
     with pytest.raises(GraphseqError, match="train_feats.npy.*download failed: no network"):
         load_ppi(tmp_path / "root", tmp_path / "empty-mirror")
+
+
+def _raw(tmp_path):
+    return write_ppi_raw(tmp_path / "PPI" / "raw", graphs=(2, 1, 1), nodes=10, features=4, labels=3)
+
+
+def test_a_damaged_mirror_file_is_named_and_its_root_copy_removed(tmp_path):
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    raw = _raw(mirror)
+    good = (raw / "train_feats.npy").read_bytes()
+    (raw / "train_feats.npy").write_bytes(good[:len(good) // 2])
+    with pytest.raises(GraphseqError, match=r"damaged PPI file .*mirror/PPI/raw/train_feats\.npy: Failed to read"):
+        load_ppi(root, mirror)
+    assert not (root / "PPI" / "raw" / "train_feats.npy").exists()
+    (raw / "train_feats.npy").write_bytes(good)
+    assert len(load_ppi(root, mirror)["train"]) == 2
+
+
+@pytest.mark.parametrize("name, data", [("train_feats.npy", b""), ("valid_labels.npy", b"\x93NUMPY junk"),
+                                        ("test_graph.json", b"\xff\xfe{"), ("train_graph.json", b'{"links": [')])
+def test_unreadable_files_in_the_root_are_named(tmp_path, name, data):
+    (_raw(tmp_path) / name).write_bytes(data)
+    with pytest.raises(GraphseqError, match=rf"damaged PPI file \S*PPI/raw/{name}: .*delete it"):
+        load_ppi(tmp_path)
+
+
+def _save(raw, name, change):
+    import numpy as np
+    np.save(raw / name, change(np.load(raw / name)))
+
+
+def _edit_json(raw, name, change):
+    import json
+    data = json.loads((raw / name).read_text())
+    change(data)
+    (raw / name).write_text(json.dumps(data))
+
+
+def _far_link(data):
+    data["links"].append({"source": 0, "target": len(data["nodes"]) + 3})
+
+
+def _nan(x):
+    x[0, 0] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("name, damage, message", [
+    ("train_feats.npy", lambda x: x.reshape(-1), "expected a 2-d float array"),
+    ("train_feats.npy", _nan, "NaN or inf"),
+    ("train_labels.npy", lambda y: y * 3, "labels other than 0 and 1"),
+    ("valid_labels.npy", lambda y: y[:-1], "rows, but valid_feats.npy has"),
+    ("test_graph_id.npy", lambda g: g[:-2], "rows, but test_feats.npy has"),
+    ("train_graph_id.npy", lambda g: g + 0.5, "not whole numbers"),
+    ("test_labels.npy", lambda y: y[:, :-1], "2 label columns, but train_labels.npy has 3"),
+    ("valid_feats.npy", lambda x: x[:, :-1], "3 feature columns, but train_feats.npy has 4"),
+])
+def test_arrays_of_the_wrong_shape_or_values_are_named(tmp_path, name, damage, message):
+    _save(_raw(tmp_path), name, damage)
+    with pytest.raises(GraphseqError, match=rf"damaged PPI file \S*{name}: .*{message}"):
+        load_ppi(tmp_path)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_far_link, "a link names a node outside"),
+    (lambda d: d.pop("links"), 'with "nodes" and "links"'),
+    (lambda d: d["nodes"].append(dict(d["nodes"][0])), "node ids are not distinct rows of"),  # one node twice
+])
+def test_graphs_that_do_not_fit_the_features_are_named(tmp_path, damage, message):
+    _edit_json(_raw(tmp_path), "valid_graph.json", damage)
+    with pytest.raises(GraphseqError, match=rf"damaged PPI file \S*valid_graph\.json: .*{message}"):
+        load_ppi(tmp_path)
