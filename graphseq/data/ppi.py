@@ -76,6 +76,17 @@ def _load_npy(raw: Path, name: str) -> np.ndarray:
     return array
 
 
+def _array(raw: Path, name: str, ndim: int, kinds: str, kind: str, rows: Optional[tuple] = None) -> np.ndarray:
+    """``raw/name`` as an ``ndim``-d array of a dtype kind in ``kinds``, with
+    ``rows = (count, file)`` rows when given, like that file."""
+    array = _load_npy(raw, name)
+    if array.ndim != ndim or array.dtype.kind not in kinds:
+        raise _Damaged(name, f"expected a {ndim}-d {kind} array, found {array.ndim}-d {array.dtype}")
+    if rows is not None and array.shape[0] != rows[0]:
+        raise _Damaged(name, f"{array.shape[0]} rows, but {rows[1]} has {rows[0]}")
+    return array
+
+
 def _load_json(raw: Path, name: str) -> object:
     try:
         with open(raw / name, encoding="utf-8") as f:
@@ -103,26 +114,16 @@ def _check_raw(raw: Path) -> None:
     for prefix in SPLITS.values():
         feats, labels, ids, graph = (f"{prefix}_{n}" for n in ("feats.npy", "labels.npy", "graph_id.npy",
                                                               "graph.json"))
-        x = _load_npy(raw, feats)
-        if x.ndim != 2 or x.dtype.kind != "f":
-            raise _Damaged(feats, f"expected a 2-d float array, found {x.ndim}-d {x.dtype}")
+        x = _array(raw, feats, 2, "f", "float")
         rows = x.shape[0]
         if rows == 0:
             raise _Damaged(feats, "it has no rows")
         if not np.isfinite(x).all():
             raise _Damaged(feats, "the features hold NaN or inf")
-        y = _load_npy(raw, labels)
-        if y.ndim != 2 or y.dtype.kind not in "biuf":
-            raise _Damaged(labels, f"expected a 2-d numeric array, found {y.ndim}-d {y.dtype}")
-        if y.shape[0] != rows:
-            raise _Damaged(labels, f"{y.shape[0]} rows, but {feats} has {rows}")
+        y = _array(raw, labels, 2, "biuf", "numeric", (rows, feats))
         if not np.isin(y, (0, 1)).all():
             raise _Damaged(labels, "labels other than 0 and 1")
-        g = _load_npy(raw, ids)
-        if g.ndim != 1 or g.dtype.kind not in "iuf":
-            raise _Damaged(ids, f"expected a 1-d integer array, found {g.ndim}-d {g.dtype}")
-        if g.shape[0] != rows:
-            raise _Damaged(ids, f"{g.shape[0]} rows, but {feats} has {rows}")
+        g = _array(raw, ids, 1, "iuf", "integer", (rows, feats))
         if g.dtype.kind == "f" and not (np.isfinite(g).all() and (g == np.round(g)).all()):
             raise _Damaged(ids, "graph ids that are not whole numbers")
         present = np.unique(g)
