@@ -9,6 +9,7 @@ keyed by the CSV and the sizes of the files it was built from.
 from __future__ import annotations
 
 import csv
+import io
 import hashlib
 import logging
 from pathlib import Path
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import GraphseqError
-from ..io import load_checkpoint, save_checkpoint
+from ..io import load_checkpoint, read_utf8, save_checkpoint
 from .episodes import FewShotClasses
 
 FOLDER = "mini-imagenet"
@@ -47,23 +48,21 @@ def read_split(path: Path) -> Dict[str, List[str]]:
     classes: Dict[str, List[str]] = {}
     seen: Dict[str, int] = {}
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            for number, row in enumerate(csv.reader(f), start=1):
-                if not row or (number == 1 and row[0].strip().lower() == "filename"):
-                    continue
-                if len(row) != 2:
-                    raise GraphseqError(f"{path}, line {number}: expected filename,label, got {','.join(row)!r}")
-                name = row[0].strip()
-                if name in seen:
-                    raise GraphseqError(f"{path}, line {number}: {name} is listed twice (first on line {seen[name]})")
-                seen[name] = number
-                classes.setdefault(row[1].strip(), []).append(name)
-    except UnicodeDecodeError as error:
-        raise GraphseqError(f"{path} is not UTF-8 text: {error}") from None
+        rows = list(csv.reader(io.StringIO(read_utf8(path), newline="")))  # read_utf8 names a file not UTF-8
     except csv.Error as error:
         raise GraphseqError(f"{path} is not a readable CSV file: {error}") from None
     except OSError as error:
         raise GraphseqError(f"cannot read {path}: {error.strerror}") from None
+    for number, row in enumerate(rows, start=1):
+        if not row or (number == 1 and row[0].strip().lower() == "filename"):
+            continue
+        if len(row) != 2:
+            raise GraphseqError(f"{path}, line {number}: expected filename,label, got {','.join(row)!r}")
+        name = row[0].strip()
+        if name in seen:
+            raise GraphseqError(f"{path}, line {number}: {name} is listed twice (first on line {seen[name]})")
+        seen[name] = number
+        classes.setdefault(row[1].strip(), []).append(name)
     if not classes:
         raise GraphseqError(f"{path} lists no images")
     return classes

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from ..checks import is_integer
 from ..errors import GraphseqError
-from ..io import load_checkpoint, save_checkpoint
+from ..io import load_checkpoint, read_utf8, save_checkpoint
 from .files import Checksum, check_file, download_url
 from .episodes import FewShotClasses
 
@@ -110,10 +110,9 @@ def read_manifest(path: Path, prefix: str = "") -> Dict[str, Checksum]:
     if not path.is_file():
         return {}
     try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise GraphseqError(f"the manifest {path} is not UTF-8 text (byte {error.start} is damaged); "
-                            f"replace it with a good copy") from None
+        text = read_utf8(path)
+    except GraphseqError as error:  # not UTF-8, named by read_utf8
+        raise GraphseqError(f"the manifest {error}; replace it with a good copy") from None
     except OSError as error:
         raise GraphseqError(f"cannot read the manifest {path}: {error.strerror}") from None
     sums = {}
@@ -170,11 +169,14 @@ def list_images(folder: Path) -> List[Path]:
                 continue
             for character in sorted(os.scandir(alphabet.path), key=lambda e: e.name):
                 if character.is_dir():
-                    files += sorted(Path(e.path) for e in os.scandir(character.path) if e.name.endswith(".png"))
-    for path in files:
-        if not path.is_file():
-            kind = "a folder" if path.is_dir() else "not a file"
-            raise GraphseqError(f"{path} is {kind}, not a PNG; move it away or replace it with a good copy")
+                    pngs = sorted((e for e in os.scandir(character.path) if e.name.endswith(".png")),
+                                  key=lambda e: e.name)
+                    for entry in pngs:  # The directory listing tells, with no stat of its own.
+                        if not entry.is_file():
+                            kind = "a folder" if entry.is_dir() else "not a file"
+                            raise GraphseqError(f"{entry.path} is {kind}, not a PNG; move it away or replace "
+                                                f"it with a good copy")
+                    files += [Path(e.path) for e in pngs]
     return files
 
 

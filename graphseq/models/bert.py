@@ -25,6 +25,7 @@ from ..data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 from ..errors import GraphseqError
 from ..io import first_sentence, load_checkpoint, save_checkpoint
 from ..nn.transformer import TransformerEncoderLayer
+from . import evaluating
 
 WEIGHTS_FILE = "bert.pt"
 
@@ -266,14 +267,10 @@ def fill_mask(model: BertForPretraining, tokenizer: WordPieceTokenizer, text: st
         raise GraphseqError(f"the text has {len(ids)} pieces; the model reads at most "
                             f"{model.config.max_len - 2}")
     graphs = collate([tokens], [segments]).to(next(model.parameters()).device)
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         states = model.encoder(graphs.tokens, graphs.segments, graphs.positions, graphs.batch)
         masked = torch.nonzero(graphs.tokens == tokenizer.mask_id).flatten()
         probabilities = model.mlm_logits(states[masked]).softmax(-1)  # [masks, vocab]
-    finally:
-        model.train(was_training)
     probabilities[:, :len(SPECIAL_TOKENS)] = -1.0  # ids 0..4, ranked below every piece
     top = probabilities.topk(min(top_k, probabilities.size(-1) - len(SPECIAL_TOKENS)), dim=-1)
     return [[(tokenizer.id_to_token(i), float(p)) for p, i in zip(values.tolist(), indices.tolist())]

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ..errors import GraphseqError
+from . import evaluating
 from .captioner import Captioner
 
 # Bounds of a request, so that a mistyped number is refused rather than
@@ -58,9 +59,8 @@ def _next_word_log_probs(model: Captioner, logits: Tensor) -> Tensor:
     return logits.index_fill(1, banned, float("-inf")).log_softmax(dim=-1)
 
 
-def _nothing(model: Captioner, was_training: bool) -> Generated:
+def _nothing(model: Captioner) -> Generated:
     """What an empty batch of images gets: no captions."""
-    model.train(was_training)
     return Generated([], [], [] if model.config["decoder"] == "attention" else None)
 
 
@@ -86,37 +86,35 @@ def sample(model: Captioner, images: Tensor, temperature: float = 1.0, max_lengt
     """Each word drawn from the model's distribution sharpened by
     ``temperature`` (``0`` takes the likeliest word: greedy decoding)."""
     check_request(max_length, temperature)
-    was_training = model.training
-    model.eval()
-    regions, pooled = model.encode(images)
-    n = images.size(0)
-    if n == 0:
-        return _nothing(model, was_training)
-    device = pooled.device
-    rows = torch.arange(n, device=device)
-    words = torch.full((n,), model.start_id, dtype=torch.long, device=device)
-    tokens = torch.full((n, max_length + 1), model.end_id, dtype=torch.long, device=device)
-    scores = torch.zeros(n, device=device)
-    done = torch.zeros(n, dtype=torch.bool, device=device)
-    alphas, state = [], None
-    for t in range(max_length + 1):
-        logits, state, alpha = model.decoder.step(words, state, regions, pooled, rows)
-        log_probs = _next_word_log_probs(model, logits)
-        if t == max_length:  # Out of room: the caption ends here.
-            words = torch.full_like(words, model.end_id)
-        elif temperature > 0:
-            probs = (log_probs / temperature).softmax(dim=-1)
-            words = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        else:
-            words = log_probs.argmax(dim=-1)
-        scores += torch.where(done, 0.0, log_probs.gather(1, words[:, None]).squeeze(1))
-        tokens[:, t] = torch.where(done, model.end_id, words)
-        if alpha is not None:
-            alphas.append(alpha.mean(dim=-1))  # [n, regions]
-        done |= words == model.end_id
-        if bool(done.all()):
-            break
-    model.train(was_training)
+    with evaluating(model):
+        regions, pooled = model.encode(images)
+        n = images.size(0)
+        if n == 0:
+            return _nothing(model)
+        device = pooled.device
+        rows = torch.arange(n, device=device)
+        words = torch.full((n,), model.start_id, dtype=torch.long, device=device)
+        tokens = torch.full((n, max_length + 1), model.end_id, dtype=torch.long, device=device)
+        scores = torch.zeros(n, device=device)
+        done = torch.zeros(n, dtype=torch.bool, device=device)
+        alphas, state = [], None
+        for t in range(max_length + 1):
+            logits, state, alpha = model.decoder.step(words, state, regions, pooled, rows)
+            log_probs = _next_word_log_probs(model, logits)
+            if t == max_length:  # Out of room: the caption ends here.
+                words = torch.full_like(words, model.end_id)
+            elif temperature > 0:
+                probs = (log_probs / temperature).softmax(dim=-1)
+                words = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            else:
+                words = log_probs.argmax(dim=-1)
+            scores += torch.where(done, 0.0, log_probs.gather(1, words[:, None]).squeeze(1))
+            tokens[:, t] = torch.where(done, model.end_id, words)
+            if alpha is not None:
+                alphas.append(alpha.mean(dim=-1))  # [n, regions]
+            done |= words == model.end_id
+            if bool(done.all()):
+                break
     return _finish(model, tokens, scores, torch.stack(alphas, 1) if alphas else None)
 
 
@@ -129,52 +127,50 @@ def beam_search(model: Captioner, images: Tensor, beam_size: int = 3, max_length
     ``a > 0`` the final choice divides it by ``((5 + length) / 6) ** a``
     (Wu et al., 2016), which favours longer captions."""
     check_request(max_length, beam_size=beam_size)
-    was_training = model.training
-    model.eval()
-    regions, pooled = model.encode(images)
-    n, k, device = images.size(0), beam_size, pooled.device
-    if n == 0:
-        return _nothing(model, was_training)
-    rows = torch.arange(n, device=device).repeat_interleave(k)  # the image of each beam
-    words = torch.full((n * k,), model.start_id, dtype=torch.long, device=device)
-    # Only the first beam of each image is alive at the start, so the first
-    # step does not fill the beam with k copies of the same word.
-    scores = torch.full((n, k), float("-inf"), device=device)
-    scores[:, 0] = 0.0
-    tokens = torch.full((n * k, 0), model.end_id, dtype=torch.long, device=device)
-    lengths = torch.zeros(n * k, dtype=torch.long, device=device)
-    done = torch.zeros(n * k, dtype=torch.bool, device=device)
-    alphas: Optional[Tensor] = None
-    state = None
-    for t in range(max_length + 1):
-        logits, state, alpha = model.decoder.step(words, state, regions, pooled, rows)
-        log_probs = _next_word_log_probs(model, logits)  # [n * k, vocab]
-        if t == max_length:  # Out of room: every caption ends here.
-            others = torch.arange(log_probs.size(1), device=device) != model.end_id
-            log_probs = log_probs.masked_fill(others, float("-inf"))
-        # A finished caption stays as it is, at the same score.
-        finished = torch.full_like(log_probs[0], float("-inf"))
-        finished[model.end_id] = 0.0
-        log_probs = torch.where(done[:, None], finished, log_probs)
-        vocab = log_probs.size(1)
-        candidates = (scores.view(-1, 1) + log_probs).view(n, k * vocab)
-        scores, best = candidates.topk(k, dim=1)  # [n, k]
-        beam = (best // vocab + torch.arange(n, device=device)[:, None] * k).flatten()
-        words = (best % vocab).flatten()
-        tokens = torch.cat([tokens[beam], words[:, None]], dim=1)
-        lengths = torch.where(done[beam], lengths[beam], lengths[beam] + 1)
-        done = done[beam] | (words == model.end_id)
-        state = tuple(s[:, beam] for s in state)
-        if alpha is not None:
-            step_alpha = alpha.mean(dim=-1)[beam][:, None]  # [n * k, 1, regions]
-            alphas = step_alpha if alphas is None else torch.cat([alphas[beam], step_alpha], dim=1)
-        if bool(done.all()):
-            break
-    final = scores.flatten()
-    if length_penalty > 0:
-        final = final / ((5.0 + lengths.float()) / 6.0) ** length_penalty
-    choice = final.view(n, k).argmax(dim=1) + torch.arange(n, device=device) * k
-    model.train(was_training)
+    with evaluating(model):
+        regions, pooled = model.encode(images)
+        n, k, device = images.size(0), beam_size, pooled.device
+        if n == 0:
+            return _nothing(model)
+        rows = torch.arange(n, device=device).repeat_interleave(k)  # the image of each beam
+        words = torch.full((n * k,), model.start_id, dtype=torch.long, device=device)
+        # Only the first beam of each image is alive at the start, so the first
+        # step does not fill the beam with k copies of the same word.
+        scores = torch.full((n, k), float("-inf"), device=device)
+        scores[:, 0] = 0.0
+        tokens = torch.full((n * k, 0), model.end_id, dtype=torch.long, device=device)
+        lengths = torch.zeros(n * k, dtype=torch.long, device=device)
+        done = torch.zeros(n * k, dtype=torch.bool, device=device)
+        alphas: Optional[Tensor] = None
+        state = None
+        for t in range(max_length + 1):
+            logits, state, alpha = model.decoder.step(words, state, regions, pooled, rows)
+            log_probs = _next_word_log_probs(model, logits)  # [n * k, vocab]
+            if t == max_length:  # Out of room: every caption ends here.
+                others = torch.arange(log_probs.size(1), device=device) != model.end_id
+                log_probs = log_probs.masked_fill(others, float("-inf"))
+            # A finished caption stays as it is, at the same score.
+            finished = torch.full_like(log_probs[0], float("-inf"))
+            finished[model.end_id] = 0.0
+            log_probs = torch.where(done[:, None], finished, log_probs)
+            vocab = log_probs.size(1)
+            candidates = (scores.view(-1, 1) + log_probs).view(n, k * vocab)
+            scores, best = candidates.topk(k, dim=1)  # [n, k]
+            beam = (best // vocab + torch.arange(n, device=device)[:, None] * k).flatten()
+            words = (best % vocab).flatten()
+            tokens = torch.cat([tokens[beam], words[:, None]], dim=1)
+            lengths = torch.where(done[beam], lengths[beam], lengths[beam] + 1)
+            done = done[beam] | (words == model.end_id)
+            state = tuple(s[:, beam] for s in state)
+            if alpha is not None:
+                step_alpha = alpha.mean(dim=-1)[beam][:, None]  # [n * k, 1, regions]
+                alphas = step_alpha if alphas is None else torch.cat([alphas[beam], step_alpha], dim=1)
+            if bool(done.all()):
+                break
+        final = scores.flatten()
+        if length_penalty > 0:
+            final = final / ((5.0 + lengths.float()) / 6.0) ** length_penalty
+        choice = final.view(n, k).argmax(dim=1) + torch.arange(n, device=device) * k
     return _finish(model, tokens[choice], scores.flatten()[choice],
                    None if alphas is None else alphas[choice])
 

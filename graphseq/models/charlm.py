@@ -20,6 +20,7 @@ from ..errors import GraphseqError
 from ..graphs import chain, lengths_to_batch
 from ..io import first_sentence, load_checkpoint
 from ..nn.recurrent import ChainGRU, ChainLSTM, ChainONLSTM, ChainRNN
+from . import evaluating
 
 State = Union[Tensor, Tuple[Tensor, ...]]
 CELLS = {"rnn": ChainRNN, "lstm": ChainLSTM, "gru": ChainGRU, "onlstm": ChainONLSTM}
@@ -142,9 +143,7 @@ def sample(model: CharLM, vocab: Vocabulary, prime: str = "", length: int = 500,
     if not prime and "\n" not in vocab.index:
         raise GraphseqError("sample starts after a line break when the prime is empty, but this vocabulary "
                             "has no line break: give a prime")
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         device = next(model.parameters()).device
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         context = vocab.encode(prime or "\n").to(device)
@@ -158,8 +157,6 @@ def sample(model: CharLM, vocab: Vocabulary, prime: str = "", length: int = 500,
                 char = int(torch.multinomial(F.softmax(last / temperature, dim=-1), 1, generator=generator))
             drawn.append(char)
             logits, state = model.forward_windows(torch.tensor([[char]], device=device), state)
-    finally:
-        model.train(was_training)
     return prime + vocab.decode(drawn)
 
 

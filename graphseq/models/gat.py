@@ -7,7 +7,6 @@ model at a fraction of the cost.
 """
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -64,9 +63,9 @@ class GAT(nn.Module):
         passes the same graph every epoch, so the result is kept for as long
         as the same, unmodified ``edge_index`` tensor comes back."""
         checks.check_tensor(self, edge_index, "edge_index")
-        key = (edge_index, checks.version(edge_index), torch.is_inference_mode_enabled(), num_nodes)
-        if self._graph is not None and self._graph[0] is key[0] and self._graph[1:4] == key[1:]:
-            return self._graph[4]
+        key = (edge_index, checks.kept_stamp(edge_index), num_nodes)
+        if self._graph is not None and self._graph[0] is key[0] and self._graph[1:3] == key[1:]:
+            return self._graph[3]
         graph = graphs.with_self_loops(edge_index, num_nodes, sort=True)
         self._graph = None if key[1] is None else (*key, graph)
         return graph

@@ -42,7 +42,7 @@ class GCN(torch.nn.Module):
     def forward(self, x: Tensor, edge_index: Tensor) -> Tuple[Tensor, Tensor]:
         # The layers keep their normalised graph (cached=True, for retraining
         # on one graph); it is made again for any other or edited graph.
-        key = (edge_index, checks.version(edge_index), torch.is_inference_mode_enabled(), x.size(0))
+        key = (edge_index, checks.kept_stamp(edge_index), x.size(0))
         if key[1] is None or self._graph is None or self._graph[0] is not edge_index or self._graph[1:] != key[1:]:
             for conv in (self.conv1, self.conv2):
                 conv._cached_edge_index = conv._cached_adj_t = None

@@ -212,9 +212,7 @@ class AttentionConv(MessagePassing):
             edge_index = edge_index.as_tensor()
         if not isinstance(edge_index, Tensor):  # a list, say: named before the cache reads it
             checks.check_edge_index(self, edge_index, size)
-        # A graph made under inference mode holds inference tensors, which
-        # autograd refuses, and one made outside it cannot be viewed inside.
-        key = (checks.version(edge_index), torch.is_inference_mode_enabled(), size, self_loops, num_loops)
+        key = (checks.kept_stamp(edge_index), size, self_loops, num_loops)
         cache = self._graph_cache
         if cache is not None and key[0] is not None and cache[0]() is edge_index and cache[1] == key:
             return cache[2]  # Checked when it was made.

@@ -42,6 +42,15 @@ def version(tensor: Tensor) -> Optional[int]:
     return None if tensor.is_inference() else tensor._version
 
 
+def kept_stamp(tensor: Tensor) -> Optional[Tuple[int, bool]]:
+    """What a graph kept for ``tensor`` (an ``edge_index``) must match to be
+    used again: its :func:`version` and whether inference mode is on, since a
+    graph made under it holds inference tensors that autograd refuses and one
+    made outside it cannot be viewed inside. None: nothing may be kept."""
+    edits = version(tensor)
+    return None if edits is None else (edits, torch.is_inference_mode_enabled())
+
+
 def check_kwargs(layer: Layer, kwargs: Mapping[str, Any],
                  allowed: Iterable[str] = MESSAGE_PASSING_KWARGS) -> None:
     """Refuses keyword arguments outside ``allowed`` with a :class:`TypeError`

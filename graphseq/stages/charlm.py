@@ -19,6 +19,7 @@ from ..checks import at_least, fraction, non_negative, one_of, positive, probabi
 from ..data.text import TextStreams, Vocabulary, load_tiny_shakespeare, split_stream
 from ..errors import GraphseqError
 from ..io import atomic_write_text, read_utf8, write_json
+from ..models import evaluating
 from ..models.charlm import CELLS, CharLM, detach_state, nats_to_bits, sample
 from ..training import CHECKPOINT, plot_history, train_steps
 from .registry import stage
@@ -98,17 +99,15 @@ def evaluate(model: CharLM, ids: Tensor, batch_size: int, window: int, device: t
     ``batch_size`` streams with the state carried from window to window.
     With ``max_chars`` only the first windows of each stream are read, so
     that a quick estimate still samples the whole text."""
-    was_training = model.training
-    model.eval()
     streams = TextStreams(ids, batch_size, window, drop_last=False)
     windows = len(streams) if max_chars <= 0 else min(len(streams), max(1, max_chars // (batch_size * window)))
     total, count, state = 0.0, 0, None
-    for k in range(windows):
-        inputs, targets = (t.to(device) for t in streams[k])
-        logits, state = model.forward_windows(inputs, state)
-        total += float(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum"))
-        count += targets.numel()
-    model.train(was_training)
+    with evaluating(model):
+        for k in range(windows):
+            inputs, targets = (t.to(device) for t in streams[k])
+            logits, state = model.forward_windows(inputs, state)
+            total += float(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum"))
+            count += targets.numel()
     return total / count
 
 
