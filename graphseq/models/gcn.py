@@ -12,7 +12,7 @@ from torch import Tensor
 from torch_geometric.nn import GCNConv
 
 from ..nn import checks
-from ..nn.sparse import sparse_dropout
+from ..nn.sparse import float32_sparse_products, sparse_dropout
 
 
 class GCN(torch.nn.Module):
@@ -48,6 +48,7 @@ class GCN(torch.nn.Module):
                 conv._cached_edge_index = conv._cached_adj_t = None
             self._graph = None if key[1] is None else key
         x = sparse_dropout(x, self.dropout, self.training)
-        hidden = F.relu(self.conv1(x, edge_index))  # [num_nodes, hidden_channels]
+        with float32_sparse_products(x):
+            hidden = F.relu(self.conv1(x, edge_index))  # [num_nodes, hidden_channels]
         x = F.dropout(hidden, p=self.dropout, training=self.training)
         return self.conv2(x, edge_index), hidden  # [num_nodes, out_channels]

@@ -15,6 +15,7 @@ other: gradients of any order follow.
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Optional, Tuple
 
@@ -68,12 +69,29 @@ class _SparseDenseMM(torch.autograd.Function):
 
 def sparse_dense_mm(x: Tensor, weight: Tensor) -> Tensor:
     """``x @ weight`` where ``x`` is a sparse (CSR or COO) matrix without
-    gradient and ``weight`` a dense one, differentiable in ``weight``."""
+    gradient and ``weight`` a dense one, differentiable in ``weight``.
+    Under autocast the result has autocast's dtype; on CPU, whose sparse
+    kernel has no half precision, it is computed in float32 first."""
     if x.layout != torch.sparse_csr:
         x = x.to_sparse_csr()
-    if x.dtype != weight.dtype:
-        x = x.to(weight.dtype)
-    return _SparseDenseMM.apply(x.crow_indices(), x.col_indices(), x.values(), x.size(1), weight)
+    dtype = torch.get_autocast_dtype(weight.device.type) if torch.is_autocast_enabled(weight.device.type) \
+        else weight.dtype
+    with float32_sparse_products(x):
+        if x.device.type == "cpu" and dtype in (torch.float16, torch.bfloat16):
+            weight = weight.float()
+        if x.dtype != weight.dtype:
+            x = x.to(weight.dtype)
+        out = _SparseDenseMM.apply(x.crow_indices(), x.col_indices(), x.values(), x.size(1), weight)
+    return out.to(dtype)
+
+
+def float32_sparse_products(x: Tensor):
+    """A context in which products with a sparse CPU ``x`` stay out of
+    autocast (torch's CPU sparse kernel has no bfloat16 or float16), so they
+    run in the inputs' own dtype; elsewhere it changes nothing."""
+    if x.layout != torch.strided and x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+        return torch.autocast("cpu", enabled=False)
+    return contextlib.nullcontext()
 
 
 def sparse_dropout(x: Tensor, p: float, training: bool) -> Tensor:

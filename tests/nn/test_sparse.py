@@ -2,8 +2,13 @@ import subprocess
 import sys
 import warnings
 
+import pytest
 import torch
 from torch_geometric.index import index2ptr
+
+from graphseq.models.gat import GAT
+from graphseq.models.gcn import GCN
+from graphseq.models.node_transformer import NodeTransformer
 
 from graphseq.nn.sparse import EdgePattern, SampledDot, SparseAggregate, csr_tensor, sparse_dense_mm
 
@@ -88,3 +93,29 @@ def test_segment_softmax_equals_pyg_with_two_derivatives():
     assert torch.allclose(segment_softmax(score, ptr, index), softmax(score, index, num_nodes=5))
     assert torch.autograd.gradcheck(lambda s: segment_softmax(s, ptr, index), (score,))
     assert torch.autograd.gradgradcheck(lambda s: segment_softmax(s, ptr, index), (score,))
+
+
+@pytest.mark.parametrize("make", [lambda: GAT(30, 3, dropout=0.0, attention_dropout=0.0, value_dropout=0.0),
+                                  lambda: GCN(30, 8, 3, dropout=0.0),
+                                  lambda: NodeTransformer(30, 3, dropout=0.0, layer_dropout=0.0,
+                                                          attention_dropout=0.0)],
+                         ids=["GAT", "GCN", "NodeTransformer"])
+@pytest.mark.parametrize("layout", ["csr", "coo"])
+def test_sparse_features_under_cpu_bfloat16_autocast(make, layout):
+    # torch's CPU sparse kernel has no bfloat16: the product with the
+    # sparse features runs in float32, the rest as autocast chooses.
+    torch.manual_seed(0)
+    model = make().eval()
+    x = (torch.rand(20, 30) < 0.1).float()
+    edge_index = torch.randint(0, 20, (2, 60))
+    sparse = x.to_sparse_csr() if layout == "csr" else x.to_sparse()
+    first = lambda out: out[0] if isinstance(out, tuple) else out  # noqa: E731 (GCN returns its hidden layer too)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        dense_out = first(model(x, edge_index))
+        sparse_out = first(model(sparse, edge_index))
+    assert sparse_out.dtype == dense_out.dtype
+    exact = first(model(x, edge_index))
+    torch.testing.assert_close(sparse_out.float(), exact, atol=0.05, rtol=0.05)
+    sparse_out.float().sum().backward()
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in model.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
