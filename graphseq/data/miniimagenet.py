@@ -4,7 +4,8 @@
 20 classes). The images are not redistributable, so nothing is downloaded:
 the folder is read from the data root, then the mirror. Each split is decoded
 once, resized to 84x84 and cached as a ``uint8`` tensor under the data root,
-keyed by the CSV and the sizes of the files it was built from.
+keyed by the CSV and the sizes and modification times of the files it was
+built from (as ``make`` decides), so a replaced image is decoded again.
 """
 from __future__ import annotations
 
@@ -102,7 +103,8 @@ def _fingerprint(folder: Path, split: str, classes: Dict[str, List[str]], size: 
     for label, files in classes.items():
         for name in files:
             path = folder / "images" / name
-            digest.update(f"{label} {name} {path.stat().st_size if path.is_file() else -1}\n".encode())
+            stat = path.stat() if path.is_file() else None
+            digest.update(f"{label} {name} {stat and (stat.st_size, stat.st_mtime_ns)}\n".encode())
     return digest.hexdigest()
 
 

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 
@@ -50,3 +52,18 @@ def test_an_image_listed_twice_is_refused_with_its_line(write_fake_miniimagenet,
     name = lines[1].split(",")[0]
     with pytest.raises(GraphseqError, match=rf"train\.csv, line 3: {name} is listed twice \(first on line 2\)"):
         load_miniimagenet(tmp_path, None, "train")
+
+
+def test_an_image_replaced_by_one_of_the_same_size_is_decoded_again(write_fake_miniimagenet, tmp_path):
+    from PIL import Image
+
+    folder = write_fake_miniimagenet(tmp_path, classes=(2, 2, 2), per_class=2, size=8)
+    before = load_miniimagenet(tmp_path, None, "train")
+    first = folder / "images" / (folder / "train.csv").read_text().splitlines()[1].split(",")[0]
+    stat = first.stat()
+    Image.new("RGB", (8, 8), (255, 255, 255)).save(first)  # a plain white image: fewer bytes than the noisy one
+    first.write_bytes(first.read_bytes().ljust(stat.st_size, b"\0"))  # padded after the JPEG's end to the old size
+    assert first.stat().st_size == stat.st_size
+    os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    after = load_miniimagenet(tmp_path, None, "train")
+    assert (after.images[0, 0] > 250).all() and not (before.images[0, 0] > 250).all()
