@@ -8,6 +8,7 @@ and from scratch, fold by fold.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -51,6 +52,15 @@ class PretrainingCorpus:
     folds: int
     fold_seed: int
 
+    def digest(self) -> str:
+        """SHA-256 of the training and held-out documents, in order."""
+        digest = hashlib.sha256()
+        for part in (self.train, self.held_out):
+            for document in part:
+                digest.update("\n".join(document).encode() + b"\0")
+            digest.update(b"\1")
+        return digest.hexdigest()
+
 
 def _fold_list(values, folds: int, key: str) -> List[int]:
     values = sorted({int(v) for v in values})
@@ -90,10 +100,26 @@ def _corpus_documents(data_root: Path, data_mirror, folder: str, texts: list, ex
     return documents + kept, "shared", excluded
 
 
+def _split_corpus(documents: List[Document], held_out: float) -> tuple[List[Document], List[Document]]:
+    """The training and held-out documents; next-sentence prediction draws
+    its false pairs from another document, so a part with sentence pairs
+    needs two documents or more (else every pair it scores is a true one)."""
+    train, held = split_held_out(documents, held_out, seed=0)
+    for part, docs, fix in (("training", train, "give more documents"),
+                            ("held-out", held, "give more documents or raise corpus.held_out")):
+        if len(docs) < 2 and any(len(doc) > 1 for doc in docs):
+            raise GraphseqError(f"the corpus has {len(documents)} documents and its {part} part {len(docs)}: "
+                                f"next-sentence prediction takes its false pairs from another document, so "
+                                f"each part needs 2 or more ({fix})")
+    return train, held
+
+
 def _check_corpus(check, *, folder: str, texts: list, exclude_folds: list, folds: int, fold_seed: int,
-                  **_) -> None:
+                  held_out: float, **_) -> None:
     # Read once more before a write, for bert-polarity, whose pretrainings come after its first file.
-    _corpus_documents(check.data_root, check.data_mirror, folder, texts, exclude_folds, folds, fold_seed)
+    documents, _, _ = _corpus_documents(check.data_root, check.data_mirror, folder, texts, exclude_folds, folds,
+                                        fold_seed)
+    _split_corpus(documents, held_out)
 
 
 @stage("bert_corpus", checks={"texts": each(one_of(*SHARED_TEXTS)), "exclude_folds": FOLD_LIST,
@@ -109,7 +135,7 @@ def bert_corpus(ctx, *, folder: str = "", texts: list = list(SHARED_TEXTS), excl
     ``held_out`` fraction of the documents is kept for scoring."""
     documents, source, excluded = _corpus_documents(ctx.data_root, ctx.data_mirror, folder, texts, exclude_folds,
                                                     folds, fold_seed, ctx.log)
-    train, held = split_held_out(documents, held_out, seed=0)
+    train, held = _split_corpus(documents, held_out)
     ctx.corpus = PretrainingCorpus(train, held, source, [] if folder else list(texts), excluded, folds, fold_seed)
     ctx.log.info(f"corpus: {len(train):,} documents ({sum(map(len, train)):,} sentences) for training, "
                  f"{len(held):,} held out")
@@ -128,6 +154,9 @@ def bert_tokenizer(ctx, *, vocab_size: int = 8000, min_frequency: int = 2, file:
         tokenizer = WordPieceTokenizer.load(path)
     elif file:
         tokenizer = WordPieceTokenizer.load(file)
+        if tokenizer.vocab_size != vocab_size:
+            ctx.log.warning(f"tokenizer: {file} has {tokenizer.vocab_size:,} pieces; they are used, not "
+                            f"tokenizer.vocab_size = {vocab_size:,}")
         if distributed.is_main():
             tokenizer.save(path)
     else:
@@ -270,7 +299,8 @@ def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1
                          scheduler=warmup_linear_decay(optimizer, steps, warmup), clip=clip, amp=amp,
                          evaluate=lambda m: score_pretraining(m, eval_batches, ctx.device),
                          eval_every=eval_every, checkpoint_every=checkpoint_every,
-                         meta={"bert_config": asdict(config)}, minutes=minutes, desc="pretrain")
+                         meta={"bert_config": asdict(config), "corpus_sha256": corpus.digest()},
+                         minutes=minutes, desc="pretrain")
     final = result.history[-1]
     if distributed.is_main():
         save_pretrained(model, ctx.out)

@@ -143,6 +143,40 @@ def test_resumed_pretraining_equals_straight_pretraining(tmp_path):
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+def test_a_corpus_too_small_for_false_sentence_pairs_is_refused_before_writing(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for name in "abc":  # held_out 0.05 keeps one document back: all its pairs would be true ones
+        (folder / f"{name}.txt").write_text(f"first sentence of {name}\nsecond sentence of {name}\n")
+    with pytest.raises(GraphseqError, match="the corpus has 3 documents and its held-out part 1: next-sentence "
+                                            "prediction takes its false pairs from another document"):
+        run("bert-pretrain", overrides={**TINY, "pretrain.steps": 2, "corpus.folder": str(folder)},
+            out=tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_resume_after_the_corpus_folder_changed_is_refused(tmp_path):
+    folder = small_corpus(tmp_path / "corpus")
+    settings = {**TINY, "tokenizer.vocab_size": 60, "pretrain.steps": 2, "corpus.held_out": 0.2,
+                "corpus.folder": str(folder)}
+    run("bert-pretrain", overrides=settings, out=tmp_path / "out", quiet=True)
+    (folder / "doc99.txt").write_text("a new film\nwith a new plot\n")  # moves documents between the parts
+    with pytest.raises(GraphseqError, match=r"checkpoint\.pt was written with corpus_sha256 = .*, but this run "
+                                            r"has corpus_sha256"):
+        run("bert-pretrain", overrides=settings, out=tmp_path / "out", resume=True, quiet=True)
+
+
+def test_a_tokenizer_file_of_another_size_is_said_to_replace_vocab_size(tmp_path):
+    settings = {**TINY, "tokenizer.vocab_size": 60, "pretrain.steps": 1, "corpus.held_out": 0.2,
+                "corpus.folder": str(small_corpus(tmp_path / "corpus"))}
+    run("bert-pretrain", overrides=settings, out=tmp_path / "first", quiet=True)
+    pieces = json.loads((tmp_path / "first" / "tokenizer.json").read_text())["model"]["vocab"]
+    run("bert-pretrain", overrides={**settings, "tokenizer.file": str(tmp_path / "first" / "tokenizer.json"),
+                                    "tokenizer.vocab_size": 500}, out=tmp_path / "second", quiet=True)
+    assert (f"tokenizer.json has {len(pieces):,} pieces; they are used, not tokenizer.vocab_size = 500"
+            in (tmp_path / "second" / "log.txt").read_text())
+
+
 def test_a_longer_resumed_pretraining_is_refused_and_says_why(pretrained, tmp_path, data_root, mirror):
     # Warm-up and linear decay are laid over the whole budget: a longer one is not the same schedule.
     out, _ = pretrained
