@@ -325,12 +325,14 @@ def set_rng_state(state: Dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"].cpu())
     if "numpy" in state:
         name, keys, pos, has_gauss, cached = state["numpy"]
-        np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+        np.random.set_state((name, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
     if "python" in state:
         version, internal, gauss = state["python"]
         random.setstate((version, tuple(internal), gauss))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+        # One state per GPU the saving process saw; this one may see fewer.
+        for index, saved in enumerate(state["cuda"][:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(saved.cpu(), index)
 
 
 def _save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
@@ -370,7 +372,9 @@ def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer
         raise GraphseqError(f"--resume: no {path.name} in {path.parent}; the run stopped before its "
                             f"first checkpoint, so start it again without --resume")
     try:
-        checkpoint = load_checkpoint(path, map_location=ctx.device)
+        # Onto the CPU: load_state_dict moves the weights and the optimizer's
+        # state to the model's device, and the RNG states must stay there.
+        checkpoint = load_checkpoint(path, map_location="cpu")
     except GraphseqError as error:  # A truncated or foreign file, named by load_checkpoint.
         raise GraphseqError(f"--resume: {error}") from None
     missing = [key for key in RESUMED if not isinstance(checkpoint, dict) or key not in checkpoint]
@@ -396,7 +400,8 @@ def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer
                 for group, base, rate in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
                     group["lr"] = base * rate(scheduler.last_epoch)
                 scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
-        scaler.load_state_dict(checkpoint["scaler"])
+        if checkpoint["scaler"]:  # empty when saved without mixed precision (on a CPU): a fresh scale then
+            scaler.load_state_dict(checkpoint["scaler"])
     except (RuntimeError, ValueError, KeyError, TypeError) as error:  # another model's or optimizer's state
         raise GraphseqError(f"--resume: {path} does not fit this model ({first_sentence(error)})") from None
     progress.step, progress.seconds = checkpoint["step"], checkpoint["seconds"]

@@ -283,3 +283,44 @@ def test_select_of_a_figure_evaluate_does_not_give_names_the_figures(tmp_path):
         train_steps(make_ctx(tmp_path), model, torch.optim.SGD(model.parameters(), lr=0.1),
                     lambda m, s: m(torch.ones(1, 3)).sum(), steps=2, eval_every=1,
                     evaluate=lambda m: {"val_loss": 1.0}, select=("val_accuracy", "max"))
+
+
+def test_a_run_on_another_device_resumes_with_the_random_states_read_on_the_cpu(tmp_path):
+    # No GPU here: the meta device stands in for CUDA. Loaded onto the run's
+    # device, the NumPy generator's keys could not be turned back into NumPy.
+    from graphseq import training
+
+    train(tmp_path, 2)
+    model = Tiny()
+    ctx = make_ctx(tmp_path, resume=True)
+    ctx.device = torch.device("meta")
+    progress = training._Progress()
+    training._restore(tmp_path / "checkpoint.pt", ctx, model, torch.optim.Adam(model.parameters()), None,
+                      torch.amp.GradScaler("cuda", enabled=False), progress, {}, {})
+    assert progress.step == 2
+
+
+def test_a_run_saved_without_mixed_precision_resumes_with_it(tmp_path, monkeypatch):
+    # Started on a CPU (its gradient scaler off and saved empty), resumed on
+    # CUDA with amp (the scaler on): an enabled CPU scaler stands in for CUDA's.
+    straight, _ = train(tmp_path / "straight", 4)
+    train(tmp_path / "split", 2, amp=True)
+    real = torch.amp.GradScaler
+    monkeypatch.setattr(torch.amp, "GradScaler", lambda device, enabled: real("cpu", enabled=True))
+    resumed, result = train(tmp_path / "split", 4, resume=True, amp=True)
+    assert result.step == 4
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(straight.parameters(), resumed.parameters()))
+
+
+def test_random_states_are_restored_for_the_gpus_this_process_sees(monkeypatch):
+    # Saved by a process that saw two GPUs, restored by one that sees one.
+    from graphseq import training
+
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, index: restored.append(index))
+    state = training.rng_state()
+    state["cuda"] = [torch.zeros(16, dtype=torch.uint8), torch.ones(16, dtype=torch.uint8)]
+    training.set_rng_state(state)
+    assert restored == [0]
