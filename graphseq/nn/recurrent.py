@@ -570,6 +570,9 @@ class ChainRecurrence(MessagePassing):
         if not isinstance(schedule, ChainSchedule):
             raise TypeError(f"{name} expects schedule from graphseq.nn.chain_schedule, "
                             f"got {type(schedule).__name__}")
+        if schedule.orders[0].device != x.device:
+            raise ValueError(f"{name}: the schedule is on {schedule.orders[0].device}, but x is on {x.device}; "
+                             f"move it with schedule.to(x.device)")
         if schedule.num_nodes != x.size(0) or schedule.num_edges != edge_index.size(-1):
             raise ValueError(f"{name}: the schedule is for {schedule.num_nodes} nodes and "
                              f"{schedule.num_edges} edges, but x has {x.size(0)} nodes and "

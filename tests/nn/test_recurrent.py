@@ -435,6 +435,10 @@ def test_a_given_schedule_gives_the_same_results_and_is_checked():
         layer(x[:6], edge_index[:, :4], batch[:6], schedule=schedule)
     with pytest.raises(TypeError, match="expects schedule from graphseq.nn.chain_schedule"):
         layer(x, edge_index, batch, schedule=[3, 2])
+    # A schedule made on one device and given with inputs on another (meta stands in for CUDA).
+    with pytest.raises(ValueError, match=r"ChainLSTM: the schedule is on meta, but x is on cpu; move it with "
+                                         r"schedule\.to\(x\.device\)"):
+        layer(x, edge_index, batch, schedule=schedule.to("meta"))
     # Other chains of the same sizes (lengths 4, 3 instead of 3, 4) would give other numbers silently.
     with pytest.raises(ValueError, match="the schedule was made for other chains"):
         layer(x, chain([4, 3]), lengths_to_batch([4, 3]), schedule=schedule)
