@@ -214,15 +214,18 @@ def check_domains(config: Dict[str, Any], source: str) -> None:
                 raise GraphseqError(f"{source}: {refusal(f'{name}.{key}', value, checks[key])}")
 
 
-def check_applies(config: Dict[str, Any], source: str, written: Optional[Dict[str, Any]] = None) -> None:
+def check_applies(config: Dict[str, Any], source: str,
+                  written: Optional[Dict[str, Any]] = None) -> List[tuple[str, str]]:
     """A key set where its stage has no use for it (``chunk_size`` for an
     LSTM cell) is refused: the run would ignore it without a word.
 
     ``written`` is the pipeline file as read, before ``--set``: the keys it
     sets for a mode that ``--set`` switched away from (the neighbour
     loader's settings after ``train.loader=full``) are let be, since the
-    user chose the other mode and cannot take the file's keys out."""
+    user chose the other mode and cannot take the file's keys out. Returns
+    them, as (section, key), for the run to leave out of what it records."""
     given = sections(written) if written is not None else {}
+    let_be = []
     for name, table in sections(config).items():
         kind = table.get("stage", name)
         defaults = stage_params(get_stage(kind))
@@ -237,6 +240,9 @@ def check_applies(config: Dict[str, Any], source: str, written: Optional[Dict[st
                 if setting not in values and not switched:
                     raise GraphseqError(f"{source}: {name}.{key} has no use when {name}.{on} = {setting!r}: it "
                                         f"applies only with {' or '.join(map(repr, values))}; leave it out")
+                if setting not in values:
+                    let_be.append((name, key))
+    return let_be
 
 
 def precheck(config: Dict[str, Any], data_root: str | os.PathLike | None = None,
@@ -494,7 +500,16 @@ def _differences(started: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
             if key not in spec.resume_may_change and table.get(key) != before.get(key):
                 note = f": {spec.resume_notes[key]}" if key in spec.resume_notes else ""
                 found.append(f"{name}.{key} = {table.get(key)!r} (the run has {before.get(key)!r}){note}")
+            elif key == "steps" and _shorter(table.get(key), before.get(key)):
+                found.append(f"{name}.{key} = {table.get(key)!r} (the run has {before.get(key)!r}): a resumed "
+                             f"run may take a longer budget, not a shorter one")
     return found
+
+
+def _shorter(new: Any, old: Any) -> bool:
+    """Whether step budget ``new`` is shorter than ``old`` (0: none in steps)."""
+    numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (new, old))
+    return numbers and 0 < new < old
 
 
 def _started_config(out: Path, name: str, pipeline_path: Path) -> Dict[str, Any]:
@@ -576,7 +591,9 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
     objects = _apply_options(config, options, name)
     check_domains(config, name)
     if not resume:  # A run started before a key was found unused still continues.
-        check_applies(config, name, written)
+        # Keys let be are not recorded: config.toml holds what runs, and runs again as a pipeline file.
+        for section, key in check_applies(config, name, written):
+            config[section].pop(key, None)
     torch_device = resolve_device(device)
     # Several processes (torchrun, --nproc-per-node): check, then join the group.
     torch_device = distributed.join(name, [get_stage(t.get("stage", n)) for n, t in sections(config).items()],

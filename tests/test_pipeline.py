@@ -162,6 +162,8 @@ REFUSED_RESUMES = [
     ({"pipeline": "charlm-rnn"}, "holds a run of pipeline 'charlm-lstm', not 'charlm-rnn'"),
     ({"overrides": {"model.hidden_size": 16}}, "model.hidden_size = 16 (the run has 8)"),
     ({"overrides": {"train.lr": 0.1}}, "train.lr = 0.1 (the run has 0.002)"),
+    ({"overrides": {"train.steps": 1}}, "train.steps = 1 (the run has 2): a resumed run may take a longer budget, "
+                                        "not a shorter one"),
     ({"seed": 4}, "--seed 4 differs from the run's seed = 3"),
     ({"runs": 2}, "--runs 2 differs from the run's runs = 1"),
     ({"oracle": "human"}, "--oracle has no use"),
@@ -350,7 +352,13 @@ def test_switching_the_mode_by_set_lets_the_pipeline_files_settings_for_the_othe
     metrics = run("gat-cora-neighbor", overrides={"train.loader": "full", "train.max_epochs": 2},
                   out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
     assert metrics["runs"][0]["epochs"] == 2
-    assert read_config(tmp_path / "run" / "config.toml")["train"]["loader"] == "full"
+    recorded = read_config(tmp_path / "run" / "config.toml")["train"]
+    assert recorded["loader"] == "full" and "num_neighbors" not in recorded and "batch_size" not in recorded
+    # config.toml records what ran, so it runs again as a pipeline file.
+    again = run(tmp_path / "run" / "config.toml", out=tmp_path / "again", data_root=data_root, data_mirror=mirror,
+                quiet=True)
+    figures = lambda summary: {k: v for k, v in summary["runs"][0].items() if k != "epoch_seconds"}  # noqa: E731
+    assert figures(again) == figures(metrics)
 
 
 def test_a_run_started_with_a_setting_found_unused_later_still_resumes(charlm_run, tmp_path, data_root, mirror):
