@@ -58,6 +58,7 @@ class MetricAttentionConv(AttentionConv):
             MLP's BatchNorm statistics (see above). (default: :obj:`True`)
         bias (bool): learn an additive bias of :math:`\mathbf{\Theta}`.
             (default: :obj:`True`)
+        **kwargs (optional): arguments of :class:`MessagePassing`.
 
     Shapes:
         - **input:** node features :math:`(|\mathcal{V}|, F_{in})`, edge
