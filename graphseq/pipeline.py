@@ -479,6 +479,12 @@ def _resumable(config: Dict[str, Any]) -> List[str]:
             if stage_spec(t.get("stage", n)).resumes]
 
 
+def _continues_from(out: Path, config: Dict[str, Any]) -> bool:
+    """Whether ``out`` (or one of its seed folders) holds a file a stage of
+    the pipeline continues from, so that ``--resume`` has something to read."""
+    return any(path.is_file() for file in _resumable(config) for path in (out / file, *out.glob(f"seed-*/{file}")))
+
+
 def _read_on_resume(folder: Path, config: Dict[str, Any]) -> List[Path]:
     """The files of ``folder`` besides the ones continued from that the
     pipeline's stages declare they read on resuming (``resume_reads``)."""
@@ -611,8 +617,8 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
                 continue  # This seed had not started; it starts afresh.
             for file in files:
                 if not (folder / file).is_file():
-                    advice = ("it stopped before it stored anything, so start it again without --resume"
-                              if not _stage_stored(out, None) else "start a new run with another --out")
+                    advice = ("it stopped before it stored anything to continue from, so start it again without "
+                              "--resume" if not _continues_from(out, config) else "start a new run with another --out")
                     raise GraphseqError(f"--resume: {folder / file} is missing, so the run cannot "
                                         f"continue where it stopped; {advice}")
                 check_stored_file(folder / file)
@@ -620,8 +626,12 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
                 check_stored_file(stored)
     elif (out / "config.toml").is_file():
         # A run that stopped before a stage stored anything (only config.toml
-        # and log.txt) is started again in its folder; any other is kept.
-        if _stage_stored(out, None):
+        # and log.txt), or anything to continue from (a tokenizer before the
+        # first checkpoint), is started again in its folder; any other is kept.
+        restart = not _stage_stored(out, None) or (
+            _resumable(config) and not _continues_from(out, config)
+            and read_config(out / "config.toml").get("pipeline") == name)
+        if not restart:
             raise GraphseqError(f"--out {out} already holds a run; continue it with --resume, "
                                 f"or choose another --out" if _resumable(config) else
                                 f"--out {out} already holds a run, and {name} cannot resume one; "
@@ -651,10 +661,13 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         return _run_seeds(config, name, out, seed, runs, torch_device, resume, quiet, log, objects,
                           data_root, data_mirror, pipeline)
     except BaseException as error:
-        if (isinstance(error, KeyboardInterrupt) and log is not None and _resumable(config)
-                and (resume or _stage_stored(out, before))):
-            log.info(f"interrupted; continue with: graphseq run {shlex.quote(str(pipeline))} --resume "
-                     f"--out {shlex.quote(str(out))}")
+        if isinstance(error, KeyboardInterrupt) and log is not None and _resumable(config):
+            if _continues_from(out, config):
+                log.info(f"interrupted; continue with: graphseq run {shlex.quote(str(pipeline))} --resume "
+                         f"--out {shlex.quote(str(out))}")
+            elif _stage_stored(out, before):
+                log.info(f"interrupted before anything was stored to continue from; the same command "
+                         f"starts it again in {shlex.quote(str(out))}")
         _close(log)
         if distributed.is_main() and (not resume or isinstance(error, GraphseqError)):
             _undo_runner_writes(out, before)

@@ -177,6 +177,31 @@ def test_a_tokenizer_file_of_another_size_is_said_to_replace_vocab_size(tmp_path
             in (tmp_path / "second" / "log.txt").read_text())
 
 
+def test_a_pretraining_interrupted_before_its_first_checkpoint_starts_again_in_its_folder(tmp_path, monkeypatch):
+    # Its tokenizer is stored, but nothing --resume could continue from.
+    import graphseq.stages.bert as stages
+
+    settings = {**TINY, "tokenizer.vocab_size": 60, "pretrain.steps": 2, "corpus.held_out": 0.2,
+                "corpus.folder": str(small_corpus(tmp_path / "corpus"))}
+    out = tmp_path / "out"
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(stages, "train_steps", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            run("bert-pretrain", overrides=settings, out=out, quiet=True)
+    assert (out / "tokenizer.json").is_file() and not (out / "checkpoint.pt").exists()
+    assert "the same command starts it again" in (out / "log.txt").read_text()
+    with pytest.raises(GraphseqError, match="stopped before it stored anything to continue from, so start it "
+                                            "again without --resume"):
+        run("bert-pretrain", overrides=settings, out=out, resume=True, quiet=True)
+    assert run("bert-pretrain", overrides=settings, out=out, quiet=True)["runs"][0]["steps"] == 2
+    with pytest.raises(GraphseqError, match="already holds a run; continue it with --resume"):
+        run("bert-pretrain", overrides=settings, out=out, quiet=True)
+
+
 def test_a_longer_resumed_pretraining_is_refused_and_says_why(pretrained, tmp_path, data_root, mirror):
     # Warm-up and linear decay are laid over the whole budget: a longer one is not the same schedule.
     out, _ = pretrained
