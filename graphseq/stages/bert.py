@@ -542,7 +542,7 @@ def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int
     variants = ["pretrained", "scratch"] if scratch else ["pretrained"]
     finished = read_folds(ctx.out / FOLDS_FILE, ("variant", "val_accuracy")) if ctx.resume else []
     done = {(r["fold"], r["variant"]): r for r in finished}
-    done = {key: r for key, r in done.items() if key[0] in chosen and key[1] in variants}
+    # Folds outside run_folds stay recorded; only the chosen ones are reported.
     loaded: Dict[Path, Any] = {}
     for fold in chosen:
         if all((fold, v) in done for v in variants):

@@ -163,7 +163,7 @@ def spv_polarity(ctx, *, modes: list = ["dm", "dbow"], folds: int = 10, fold_see
                     infer_epochs=infer_epochs, lr=lr, batch_size=batch_size, train_words=train_words)
     finished = read_folds(ctx.out / FOLDS_FILE, ("mode", "likelihood_val_accuracy")) if ctx.resume else []
     done = {(r["fold"], r["mode"]): r for r in finished}
-    done = {key: r for key, r in done.items() if key[0] in chosen and key[1] in modes}
+    # Folds outside run_folds stay recorded; only the chosen ones are reported.
     write_json(ctx.out / FOLDS_FILE, list(done.values()))
     bar = tqdm(total=len(chosen) * len(modes), desc="spv folds", disable=ctx.quiet, dynamic_ncols=True)
     for fold in chosen:

@@ -255,6 +255,15 @@ def test_bert_polarity_fine_tunes_pretrained_and_scratch(pretrained, tmp_path, d
     assert all(r["steps"] == 3 and r["fold"] == 0 and r["pretraining"] == str(out) for r in rows)
     assert json.loads((tmp_path / "plan.json").read_text()) == {"0": str(out)}
     assert (tmp_path / "folds.png").is_file()
+    # A resume with other run_folds keeps the folds finished before (a fold 1, as if run earlier).
+    (tmp_path / "folds.json").write_text(json.dumps(rows + [{**r, "fold": 1} for r in rows]))
+    again = run("bert-polarity", overrides={"pretrain.runs": [str(out)], "finetune.run_folds": [0],
+                                            "finetune.max_steps": 3, "finetune.batch_size": 8, "finetune.pool": pool},
+                out=tmp_path, resume=True, data_root=data_root, data_mirror=mirror, quiet=True)
+    assert again["runs"][0]["folds"] == [0]
+    kept = json.loads((tmp_path / "folds.json").read_text())
+    assert sorted((r["fold"], r["variant"]) for r in kept) == [(0, "pretrained"), (0, "scratch"),
+                                                                (1, "pretrained"), (1, "scratch")]
 
 
 @pytest.mark.parametrize("folds,message", [

@@ -20,6 +20,13 @@ def test_spv_polarity_runs_one_fold_of_both_modes(tmp_path, data_root, mirror):
     words = (tmp_path / "class_words.txt").read_text().splitlines()
     assert len(words) == 4 and words[0].startswith("SPV-DM fold 3, nearest words to the negative class vector")
     assert (tmp_path / "curves.png").is_file()
+    # A resume with other run_folds keeps the folds finished before (a fold 5, as if run earlier).
+    (tmp_path / "folds.json").write_text(json.dumps(rows + [{**r, "fold": 5} for r in rows]))
+    again = run("spv-polarity", overrides={"spv.run_folds": [3]}, out=tmp_path, resume=True, data_root=data_root,
+                data_mirror=mirror, quiet=True)
+    assert again["runs"][0]["folds"] == [3]
+    kept = json.loads((tmp_path / "folds.json").read_text())
+    assert sorted((r["fold"], r["mode"]) for r in kept) == [(3, "dbow"), (3, "dm"), (5, "dbow"), (5, "dm")]
 
 
 def test_a_min_count_that_leaves_no_word_is_refused_before_writing(tmp_path, data_root, mirror):
