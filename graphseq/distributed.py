@@ -11,8 +11,11 @@ CPU, NCCL on CUDA (one device per local rank); only rank 0 writes files.
 """
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, TypeVar, Union
 
 import torch
@@ -56,6 +59,15 @@ def launched_world_size() -> int:
 
 
 def barrier() -> None:
+    """Waits until every process gets here. While the launcher checks a
+    command in its own process (see :func:`launch`), the runner's barrier,
+    between its checks and its first write, is where that check ends."""
+    if _checking is not None:
+        raise _Checked
+    _wait_for_all()
+
+
+def _wait_for_all() -> None:
     if is_initialized():
         dist.barrier()
 
@@ -65,10 +77,10 @@ def main_first() -> Iterator[None]:
     """Runs the body in rank 0 first and in the other ranks after it, for
     work that writes shared files once (a dataset's download and processing)."""
     if not is_main():
-        barrier()
+        _wait_for_all()
     yield
     if is_main():
-        barrier()
+        _wait_for_all()
 
 
 def launched_rank() -> int:
@@ -154,7 +166,25 @@ def setup(device: torch.device) -> torch.device:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
     dist.init_process_group(backend=backend_for(device))
+    sys.excepthook = _lost_peer_in_one_line(sys.excepthook)
     return device
+
+
+# What gloo's error says when another process of the group went away.
+LOST_PEER = ("Connection closed by peer", "Connection reset by peer")
+
+
+def _lost_peer_in_one_line(excepthook: Any) -> Any:
+    """``excepthook``, except that the error of a collective whose peer
+    died (another worker was killed) is one line rather than a traceback:
+    the launcher says which worker ended the run, and how."""
+    def hook(kind: type, error: BaseException, trace: Any) -> None:
+        if isinstance(error, RuntimeError) and any(words in str(error) for words in LOST_PEER):
+            print(f"[rank{launched_rank()}]: {kind.__name__}: {str(error).splitlines()[0]}", file=sys.stderr)
+        else:
+            excepthook(kind, error, trace)
+
+    return hook
 
 
 def teardown() -> None:
@@ -177,8 +207,17 @@ def wrap(module: torch.nn.Module, device: torch.device, **options: Any) -> torch
 # The runner's side: checks, set-up, and launching workers
 # --------------------------------------------------------------------------- #
 
+# The number of processes about to be launched, while the launcher checks
+# their command in its own process; None otherwise.
+_checking: Optional[int] = None
+
+
+class _Checked(BaseException):
+    """Ends the launcher's check of a command where the runner would write."""
+
+
 def is_data_parallel(stage_fn: Any) -> bool:
-    """Whether a stage was registered with ``data_parallel=True``."""
+    """Whether a stage was registered with ``data_parallel`` (with some settings, at least)."""
     return bool(getattr(stage_fn, "data_parallel", False))
 
 
@@ -198,6 +237,43 @@ def check_run(pipeline: str, stage_fns: Sequence[Any], options: Dict[str, Any], 
                             f"would each repeat the whole run; run it with one process")
 
 
+def check_settings(pipeline: str, config: Dict[str, Any], processes: int) -> None:
+    """Refuses a run of ``processes`` workers that the pipeline's settings
+    (``config``, its tables as they run) do not allow: no stage is
+    data-parallel with them (node training with the full-batch loader), or
+    a value the processes share out (a batch size) does not divide by
+    their number."""
+    if processes <= 1:
+        return
+    from .errors import GraphseqError
+    from .pipeline import sections
+    from .stages import get_stage, stage_params, stage_spec
+
+    tables = {}
+    for name, table in sections(config).items():
+        kind = table.get("stage", name)
+        tables[name] = (stage_spec(kind), {**stage_params(get_stage(kind)), **table})
+    if not any(_parallel_with(spec.data_parallel, settings) for spec, settings in tables.values()):
+        needs = "; ".join(f"{name} is data-parallel only with "
+                          + " and ".join(f"{key} = {' or '.join(map(repr, values))}"
+                                         for key, values in spec.data_parallel.items())
+                          for name, (spec, _) in tables.items() if isinstance(spec.data_parallel, dict))
+        raise GraphseqError(f"pipeline {pipeline} has no data-parallel stage with its settings ({needs}), "
+                            f"so {processes} processes would each repeat the whole run; "
+                            f"run it with one process")
+    for name, (spec, settings) in tables.items():
+        for key in spec.splits:
+            if settings[key] % processes:
+                raise GraphseqError(f"{name}.{key} = {settings[key]} does not split evenly over {processes} "
+                                    f"processes; --set {name}.{key} to a multiple of {processes}")
+
+
+def _parallel_with(data_parallel: Any, settings: Dict[str, Any]) -> bool:
+    if isinstance(data_parallel, dict):
+        return all(settings[key] in values for key, values in data_parallel.items())
+    return bool(data_parallel)
+
+
 def _asks_a_person(oracle: Any) -> bool:
     return oracle == "human" or type(oracle).__name__ == "HumanOracle"
 
@@ -206,10 +282,11 @@ def join(pipeline: str, stage_fns: Sequence[Any], device: torch.device,
          options: Dict[str, Any]) -> torch.device:
     """The runner's hook: in a worker started by the elastic launcher
     (``WORLD_SIZE`` > 1), checks the run and joins the process group; returns
-    the device this process trains on. Alone, returns ``device``."""
-    processes = launched_world_size()
+    the device this process trains on. Alone, or while the launcher checks
+    the command, returns ``device``."""
+    processes = _checking or launched_world_size()
     check_run(pipeline, stage_fns, options, processes)
-    if processes > 1:
+    if processes > 1 and _checking is None:
         return setup(device)
     return device
 
@@ -217,18 +294,24 @@ def join(pipeline: str, stage_fns: Sequence[Any], device: torch.device,
 def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) -> int:
     """Runs ``graphseq ARGS`` in ``nproc_per_node`` worker processes on this
     machine through torch's elastic launcher (what ``torchrun --standalone
-    --nproc-per-node N -m graphseq ARGS`` does). A worker that fails ends the
-    run: the launcher stops the others, and the error says which worker, how,
-    and how to resume from the last checkpoint."""
+    --nproc-per-node N -m graphseq ARGS`` does).
+
+    First the command runs here, in one process, as far as the runner
+    checks it before it writes, and its settings are checked against the
+    number of processes (:func:`check_settings`): what refuses the run
+    refuses it once, before any worker starts. A worker that fails ends the
+    run: the launcher stops the others, and the error says which worker,
+    how, and whether the run resumes from its last checkpoint."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
     from .errors import GraphseqError
 
-    config = parse_args(["--standalone", f"--nproc-per-node={nproc_per_node}", "--max-restarts=0",
-                         "-m", "graphseq", *args])
+    command, name, config = _check_command(args, nproc_per_node)
+    launcher = parse_args(["--standalone", f"--nproc-per-node={nproc_per_node}", "--max-restarts=0",
+                           "-m", "graphseq", *args])
     try:
-        run(config)
+        run(launcher)
     except ChildFailedError as error:
         # The first failure is the cause; workers the launcher stopped after it got SIGTERM.
         rank, first = min(error.failures.items(),
@@ -237,12 +320,52 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
             return 2  # A usage error, which the worker printed already.
         how = (f"was killed by {first.signal_name()}" if first.exitcode < 0
                else f"exited with code {first.exitcode}")
-        where = f" in {out}" if out else ""
-        raise GraphseqError(
-            f"worker {rank} of {nproc_per_node} (pid {first.pid}) {how}, so the launcher stopped "
-            f"the others; the last checkpoint{where} resumes: run the same command with --resume"
-            + ("" if out else " --out DIR")) from None
+        raise GraphseqError(f"worker {rank} of {nproc_per_node} (pid {first.pid}) {how}, so the launcher "
+                            f"stopped the others; {_what_now(Path(out or command.out), name, config)}") from None
     return 0
+
+
+def _check_command(args: Sequence[str], processes: int) -> tuple[argparse.Namespace, str, Dict[str, Any]]:
+    """Runs ``graphseq ARGS`` in this process up to the runner's barrier
+    after its checks, then checks the run's settings for ``processes``;
+    returns the parsed command, the pipeline's name and its settings."""
+    global _checking
+    from .cli import build_parser
+    from .pipeline import apply_overrides, read_config, resolve_pipeline
+
+    command = build_parser().parse_args(list(args))
+    command.argv = list(args)
+    _checking = processes
+    try:
+        command.handler(command)
+    except _Checked:
+        pass
+    finally:
+        _checking = None
+    # Checked: the pipeline reads, and a resumed run's folder holds the settings it continues with.
+    path = Path(command.out) / "config.toml" if command.resume else resolve_pipeline(command.pipeline)
+    config = read_config(path)
+    apply_overrides(config, command.overrides)
+    name = config.get("pipeline") or path.stem
+    check_settings(name, config, processes)
+    return command, name, config
+
+
+def _what_now(out: Path, name: str, config: Dict[str, Any]) -> str:
+    """What a person does after a worker failed: resume from the checkpoint
+    the run stored, or start it again (in another folder if a stage's file
+    is in the way)."""
+    from .pipeline import RUNNER_FILES, sections
+    from .stages import stage_spec
+
+    files = [spec.resumes for spec in (stage_spec(t.get("stage", n)) for n, t in sections(config).items())
+             if spec.resumes]
+    if any((out / file).is_file() or any(out.glob(f"seed-*/{file}")) for file in files):
+        return f"the last checkpoint in {out} resumes: run the same command with --resume"
+    why = "it stored no checkpoint yet" if files else f"pipeline {name} cannot resume a run"
+    stored = out.is_dir() and any(path.is_file() and path.relative_to(out).as_posix() not in RUNNER_FILES
+                                  for path in out.rglob("*"))
+    return f"{why}, so start it again" + (f" with another --out than {out}" if stored else "")
 
 
 def check_launch(pipeline: str, overrides: Sequence[str], oracle: Optional[str], processes: int) -> str:

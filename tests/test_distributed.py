@@ -9,8 +9,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
+from torch_geometric.data import Data
+from torch_geometric.nn import SAGEConv
 
 from graphseq import distributed
+from graphseq.data.neighbors import make_sampler
 from graphseq.training import train_steps
 
 
@@ -100,3 +103,62 @@ def test_alone_everything_is_a_no_op():
     assert distributed.mean_over_ranks({"a": 1.0}) == {"a": 1.0}
     module = nn.Linear(2, 2)
     assert distributed.wrap(module, torch.device("cpu")) is module
+
+
+def tiny_node_task():
+    """Six nodes on a ring with chords, five of them training seeds."""
+    generator = torch.Generator().manual_seed(3)
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 0, 2], [1, 2, 3, 4, 5, 0, 3, 5]])
+    data = Data(x=torch.randn(6, 4, generator=generator), edge_index=torch.cat([edge_index, edge_index.flip(0)], 1),
+                y=torch.tensor([0, 1, 2, 0, 1, 2]), num_nodes=6)
+    data.train_mask = torch.tensor([True, True, True, True, True, False])
+    return data
+
+
+def sampled_epoch(batch_size):
+    """One epoch of the neighbour-sampled node trainer; its weights after it."""
+    from graphseq.stages.node_training import Sampling, _dense, _sampled_epoch
+
+    torch.manual_seed(0)
+    model = SAGEConv(4, 3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    data, sampling = tiny_node_task(), Sampling("neighbor", (-1,), batch_size)
+    graph = _dense(data)
+    _sampled_epoch(model, distributed.wrap(model, torch.device("cpu")), data, graph,
+                   make_sampler(graph, sampling.num_neighbors), sampling, optimizer, seed=0, epoch=1)
+    return [p.detach() for p in model.parameters()]
+
+
+def _node_worker(rank, store, tmp):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=3)
+    try:
+        torch.save(sampled_epoch(batch_size=1), tmp / f"nodes-{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_three_processes_train_the_seeds_of_one_when_three_does_not_divide_them(tmp_path):
+    # Five seeds over three processes: the shards repeat one seed, which must weigh nothing.
+    mp.start_processes(_node_worker, args=(tmp_path / "store", tmp_path), nprocs=3, start_method="fork")
+    single = sampled_epoch(batch_size=3)  # Two steps: three seeds, then two.
+    torch.manual_seed(0)
+    initial = list(SAGEConv(4, 3).parameters())
+    for rank in range(3):
+        for p, q, p0 in zip(single, torch.load(tmp_path / f"nodes-{rank}.pt"), initial):
+            assert not torch.allclose(p, p0)
+            assert torch.allclose(q, p, atol=1e-6)
+
+
+def test_a_worker_that_lost_its_peer_says_so_in_one_line(capsys, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    passed_on = []
+    hook = distributed._lost_peer_in_one_line(lambda *error: passed_on.append(error))
+    lost = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:5. "
+                        "This is typically caused by a remote worker crashing.\nmore")
+    hook(RuntimeError, lost, None)
+    assert capsys.readouterr().err == ("[rank1]: RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed "
+                                       "by peer [127.0.0.1]:5. This is typically caused by a remote worker "
+                                       "crashing.\n")
+    other = ValueError("a bug")
+    hook(ValueError, other, None)
+    assert passed_on == [(ValueError, other, None)]

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphseq import GraphseqError, run
+from graphseq import GraphseqError, distributed, run
 from graphseq.cli import main
 from graphseq.data.ppi import write_ppi_raw
+from graphseq.distributed import _what_now
 from graphseq.io import load_checkpoint
+from graphseq.pipeline import read_config, resolve_pipeline
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--set", "model.hidden_channels=8", "--set", "model.heads=2", "--set", "model.output_heads=2",
@@ -145,3 +147,51 @@ def test_under_torchrun_the_human_oracle_is_refused_before_anything_is_written(t
     with pytest.raises(GraphseqError, match="one process"):
         run("active-cora", out=tmp_path / "run", oracle="human", quiet=True)
     assert not (tmp_path / "run").exists()
+
+
+def test_full_batch_node_training_refuses_several_processes_before_any_worker_starts(tmp_path, capfd):
+    assert main(["run", "gat-cora", "--set", "train.max_epochs=1", "--nproc-per-node", "2",
+                 "--out", str(tmp_path / "run")]) == 2
+    assert capfd.readouterr().err == (
+        "graphseq: error: pipeline gat-cora has no data-parallel stage with its settings (train is data-parallel "
+        "only with loader = 'neighbor'), so 2 processes would each repeat the whole run; run it with one process\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_neighbour_sampled_node_training_runs_in_several_processes():
+    config = read_config(resolve_pipeline("gat-cora-neighbor"))
+    distributed.check_settings("gat-cora-neighbor", config, 3)  # No refusal.
+
+
+def test_a_batch_the_processes_cannot_share_is_refused_once_before_any_worker_starts(tmp_path, capfd):
+    text = tmp_path / "text.txt"
+    text.write_text("ROMEO: to be, or not to be\n" * 20)
+    assert main(["run", "charlm-lstm", "--set", f"data.text_file={text}", "--set", "train.batch_size=3",
+                 "--nproc-per-node", "2", "--out", str(tmp_path / "run")]) == 2
+    assert capfd.readouterr().err == ("graphseq: error: train.batch_size = 3 does not split evenly over 2 "
+                                      "processes; --set train.batch_size to a multiple of 2\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_resuming_a_missing_run_is_refused_once_before_any_worker_starts(tmp_path, capfd):
+    missing = tmp_path / "missing"
+    assert main(["run", "charlm-lstm", "--resume", "--out", str(missing), "--nproc-per-node", "2"]) == 2
+    assert capfd.readouterr().err == f"graphseq: error: --resume: {missing} holds no earlier run (no config.toml)\n"
+    assert not missing.exists()
+
+
+def test_after_a_worker_died_the_advice_fits_the_run(tmp_path):
+    charlm = read_config(resolve_pipeline("charlm-lstm"))
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.toml").write_text("")
+    (out / "log.txt").write_text("")
+    assert _what_now(out, "charlm-lstm", charlm) == "it stored no checkpoint yet, so start it again"
+    (out / "checkpoint.pt").write_bytes(b"")
+    assert _what_now(out, "charlm-lstm", charlm) == \
+        f"the last checkpoint in {out} resumes: run the same command with --resume"
+    neighbor = read_config(resolve_pipeline("gat-cora-neighbor"))
+    assert _what_now(tmp_path / "gone", "gat-cora-neighbor", neighbor) == \
+        "pipeline gat-cora-neighbor cannot resume a run, so start it again"
+    assert _what_now(out, "gat-cora-neighbor", neighbor) == \
+        f"pipeline gat-cora-neighbor cannot resume a run, so start it again with another --out than {out}"

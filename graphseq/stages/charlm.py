@@ -128,7 +128,7 @@ def cosine_rate(step: int, steps: int, end: float) -> float:
     "clip": positive, "steps": non_negative, "minutes": non_negative,
     "eval_every": at_least(1), "eval_chars": non_negative, "eval_batch_size": at_least(1),
     "eval_window": at_least(1), "checkpoint_every": at_least(1)},
-    resumes=CHECKPOINT, resume_may_change=("steps", "minutes"), data_parallel=True)
+    resumes=CHECKPOINT, resume_may_change=("steps", "minutes"), data_parallel=True, splits=("batch_size",))
 def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
           lr_end: float = 0.1, clip: float = 5.0,
           steps: int = 10000, minutes: float = 0.0, eval_every: int = 250, eval_chars: int = 30000,

@@ -79,7 +79,7 @@ def multilabel_scores(model: nn.Module, graphs: Sequence[Data], device: torch.de
 
 @stage("train_graphs", checks={"lr": positive, "weight_decay": non_negative, "batch_size": at_least(1),
                                "steps": at_least(1), "eval_every": at_least(1), "checkpoint_every": at_least(1)},
-       resumes=CHECKPOINT, resume_may_change=("steps",), data_parallel=True)
+       resumes=CHECKPOINT, resume_may_change=("steps",), data_parallel=True, splits=("batch_size",))
 def train_graphs(ctx, *, lr: float = 0.005, weight_decay: float = 0.0, batch_size: int = 2,
                  steps: int = 5000, eval_every: int = 10, checkpoint_every: int = 100) -> None:
     """Trains ``ctx.model`` on mini-batches of ``batch_size`` training graphs

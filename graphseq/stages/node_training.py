@@ -97,18 +97,28 @@ def _sampled_epoch(model: nn.Module, trained: nn.Module, data: Data, graph: Data
                    sampling: Sampling, optimizer: torch.optim.Optimizer, seed: int, epoch: int) -> torch.Tensor:
     """One pass over the training nodes in mini-batches with sampled
     neighbourhoods; with several processes each takes its share of the
-    seeds (the same shuffle everywhere, disjoint parts). Returns the mean loss."""
+    seeds (the same shuffle everywhere, disjoint parts), and a step of N
+    processes is the step of one process with N times the batch size.
+    Returns the mean loss."""
     train = data.train_mask.nonzero().view(-1).cpu()
     order = train[torch.randperm(train.numel(), generator=torch.Generator().manual_seed(seed * 100_003 + epoch))]
+    size, rank = distributed.world_size(), distributed.rank()
     seeds = distributed.shard(order)
     losses = []
-    for batch in neighbor_loader(graph, sampling.num_neighbors, input_nodes=seeds,
-                                 batch_size=sampling.batch_size, num_workers=sampling.num_workers,
-                                 sampler=sampler):
+    for step, batch in enumerate(neighbor_loader(graph, sampling.num_neighbors, input_nodes=seeds,
+                                                 batch_size=sampling.batch_size, num_workers=sampling.num_workers,
+                                                 sampler=sampler)):
         batch = batch.to(data.y.device)
+        # The shard repeats first seeds so that every rank takes as many steps;
+        # a repeat weighs nothing, and each seed 1 / (the step's seeds on all ranks),
+        # so DDP's mean over the ranks is the mean loss of the step's seeds.
+        first = step * sampling.batch_size
+        position = rank + size * torch.arange(first, first + batch.batch_size, device=data.y.device)
+        weight = (position < order.numel()).float()
+        step_seeds = min((first + sampling.batch_size) * size, order.numel()) - first * size
         optimizer.zero_grad()
         out = trained(batch.x, batch.edge_index)[:batch.batch_size]
-        loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+        loss = F.cross_entropy(out, batch.y[:batch.batch_size], reduction="none") @ weight * size / step_seeds
         loss.backward()
         optimizer.step()
         losses.append(loss.detach())
@@ -217,7 +227,7 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
                               "loader": one_of(*LOADERS), "batch_size": at_least(1),
                               "num_workers": non_negative, "inference": one_of(*INFERENCE),
                               "inference_batch_size": at_least(1), "num_neighbors": each(at_least(-1))},
-       data_parallel=True, applies={
+       data_parallel={"loader": ("neighbor",)}, applies={
            **{key: {"loader": ("neighbor",)} for key in ("num_neighbors", "batch_size", "num_workers", "inference")},
            "inference_batch_size": {"loader": ("neighbor",), "inference": ("layerwise", "sampled")}})
 def train_nodes(ctx, *, lr: float = 0.005, weight_decay: float = 5e-4, max_epochs: int = 100_000,
@@ -231,7 +241,12 @@ def train_nodes(ctx, *, lr: float = 0.005, weight_decay: float = 5e-4, max_epoch
     ``num_neighbors`` sampled in-neighbours per hop (PyG's NeighborLoader,
     ``num_workers`` processes), and then evaluates by ``inference``
     (``"layerwise"``, ``"sampled"`` or ``"full"``; see :class:`Sampling`).
-    With several processes each trains on its share of the seed nodes."""
+    With several processes each trains on its share of the seed nodes;
+    the full-batch loader has no shares, so it runs in one process only."""
+    if loader == "full" and distributed.world_size() > 1:
+        raise GraphseqError(f"train_nodes: loader = 'full' trains on the whole graph, so "
+                            f"{distributed.world_size()} processes would each repeat the whole run; "
+                            f"use loader = 'neighbor', or run it with one process")
     sampling = Sampling(loader, tuple(num_neighbors), batch_size, num_workers,
                         inference if loader == "neighbor" else "full", inference_batch_size)
     ctx.sampling = sampling  # evaluate_nodes infers the same way.

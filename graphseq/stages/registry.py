@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 from ..checks import Domain
 from ..errors import GraphseqError
@@ -28,11 +28,12 @@ class StageSpec:
     options: Tuple[str, ...] = ()            # run options it consumes ("oracle", "labels")
     resumes: str = ""                        # the file in its run folder it continues from
     resume_may_change: Tuple[str, ...] = ()  # keys --resume may set anew (budgets)
-    data_parallel: bool = False              # trains in several processes when launched so
+    data_parallel: Union[bool, Dict[str, Tuple[Any, ...]]] = False  # trains in several processes (with settings)
     precheck: Optional[Callable[..., None]] = None  # checks the whole pipeline and its data before a write
     resume_reads: Tuple[str, ...] = ()       # files (globs) a resumed run reads where they exist
     resume_notes: Dict[str, str] = field(default_factory=dict)  # why --resume may not change a key
     applies: Dict[str, Dict[str, Tuple[Any, ...]]] = field(default_factory=dict)  # key -> {key: values}
+    splits: Tuple[str, ...] = ()             # keys whose value the processes share out (a batch size)
 
 
 @dataclass
@@ -49,9 +50,10 @@ class Precheck:
 
 
 def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequence[str] = (),
-          resumes: str = "", resume_may_change: Sequence[str] = (), data_parallel: bool = False,
-          precheck: Optional[Callable[..., None]] = None, resume_reads: Sequence[str] = (),
-          resume_notes: Dict[str, str] | None = None, applies: Dict[str, Dict[str, Tuple[Any, ...]]] | None = None
+          resumes: str = "", resume_may_change: Sequence[str] = (),
+          data_parallel: bool | Dict[str, Tuple[Any, ...]] = False, precheck: Optional[Callable[..., None]] = None,
+          resume_reads: Sequence[str] = (), resume_notes: Dict[str, str] | None = None,
+          applies: Dict[str, Dict[str, Tuple[Any, ...]]] | None = None, splits: Sequence[str] = ()
           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Registers ``fn`` as the stage ``name``; a second stage of the same name is refused.
 
@@ -69,7 +71,9 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
             than the run was started with (a longer budget).
         data_parallel: the stage trains with several processes when the run
             is launched with them (:mod:`graphseq.distributed`); a pipeline
-            without such a stage refuses to run in several processes.
+            without such a stage refuses to run in several processes. A
+            stage that is data-parallel only with some settings names them
+            as ``applies`` does: ``{"loader": ("neighbor",)}``.
         precheck: ``precheck(check, **params)``, with a :class:`Precheck`
             and the stage's settings, raises :class:`GraphseqError` for what
             neither a value's domain nor the stage's first step can tell
@@ -91,6 +95,10 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
             are named, each must hold one of its values. A new run that
             sets such a key where it has no use is refused rather than run
             without it.
+        splits: keys whose value the processes share out among them (a
+            batch size of streams or graphs), which must divide evenly by
+            their number; a launch that they do not divide is refused
+            before any process starts.
     """
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -98,17 +106,20 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
             raise ValueError(f"stage {name!r} is registered twice "
                              f"({STAGES[name].__module__} and {fn.__module__})")
         params = stage_params(fn)
+        conditions = [*(applies or {}).values(), *([data_parallel] if isinstance(data_parallel, dict) else [])]
         unknown = [k for k in [*(checks or {}), *resume_may_change, *(resume_notes or {}), *(applies or {}),
-                               *(on for conditions in (applies or {}).values() for on in conditions)]
+                               *(on for condition in conditions for on in condition), *splits]
                    if k not in params]
         if unknown:
             raise ValueError(f"stage {name!r} declares {', '.join(unknown)}, which are no parameters of "
                              f"{fn.__qualname__}")
-        fn.data_parallel = data_parallel
+        fn.data_parallel = bool(data_parallel)  # with some settings, at least
         STAGES[name] = fn
         SPECS[name] = StageSpec(name, dict(checks or {}), tuple(options), resumes, tuple(resume_may_change),
-                                data_parallel, precheck, tuple(resume_reads), dict(resume_notes or {}),
-                                {key: dict(conditions) for key, conditions in (applies or {}).items()})
+                                dict(data_parallel) if isinstance(data_parallel, dict) else data_parallel,
+                                precheck, tuple(resume_reads), dict(resume_notes or {}),
+                                {key: dict(conditions) for key, conditions in (applies or {}).items()},
+                                tuple(splits))
         return fn
 
     return register
