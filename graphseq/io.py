@@ -10,10 +10,11 @@ import errno
 import io
 import json
 import os
+import re
 import sqlite3
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, List
 
 import torch
 
@@ -41,11 +42,24 @@ def _file_mode() -> int:
     return 0o666 & ~umask
 
 
+_TEMPORARY = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp")  # the names _temporary gives (mkstemp's 8 letters)
+
+
 def _temporary(path: Path) -> str:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.fchmod(fd, _file_mode())
     os.close(fd)
     return tmp
+
+
+def remove_temporaries(folder: Path) -> List[Path]:
+    """Removes the temporary files under ``folder`` that a process killed
+    while writing left behind (its writes go through ``_temporary``); only
+    for a folder no other process writes to. Returns them."""
+    found = [path for path in folder.rglob(".*.tmp") if path.is_file() and _TEMPORARY.fullmatch(path.name)]
+    for path in found:
+        path.unlink(missing_ok=True)
+    return found
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -120,7 +134,10 @@ def save_checkpoint(obj: Any, path: str | os.PathLike) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary(path)
     try:
-        torch.save(obj, tmp)
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -42,7 +42,7 @@ except ImportError:  # Windows: run folders are not locked.
 from . import __version__, distributed
 from .checks import is_whole_number, refusal
 from .errors import GraphseqError
-from .io import atomic_write_bytes, atomic_write_text, check_stored_file, write_json
+from .io import atomic_write_bytes, atomic_write_text, check_stored_file, remove_temporaries, write_json
 from .seeding import MAX_SEED, seed_everything
 from .stages import Precheck, get_stage, stage_params, stage_spec
 
@@ -654,6 +654,8 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
     lock = lock if lock is not None else _lock_out(out)  # A folder made at once by two runs: one goes on.
     log = None
     try:
+        if distributed.is_main():
+            remove_temporaries(out)  # what a run killed while writing left (the folder is locked)
         if distributed.is_main() and (
                 not resume or dump_toml(config) != (out / "config.toml").read_text(encoding="utf-8")):
             atomic_write_text(out / "config.toml", dump_toml(config))

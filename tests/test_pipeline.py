@@ -501,3 +501,15 @@ def test_a_resume_refused_inside_a_stage_leaves_the_runners_files_as_they_were_t
     with pytest.raises(GraphseqError, match="this state cannot continue"):
         run(pipeline, out=out, resume=True, quiet=True)
     assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()} == before
+
+
+def test_a_resume_removes_the_temporary_files_of_a_run_killed_while_writing(charlm_run, tmp_path, data_root,
+                                                                             mirror):
+    out = tmp_path / "run"
+    shutil.copytree(charlm_run, out)
+    torn = out / ".checkpoint.pt.k2x9_qzm.tmp"  # what SIGKILL during torch.save leaves
+    torn.write_bytes(b"\x00" * 100)
+    mine = out / "notes.tmp"  # not one of ours
+    mine.write_text("kept")
+    run("charlm-lstm", out=out, resume=True, data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not torn.exists() and mine.read_text() == "kept"
