@@ -365,7 +365,10 @@ def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float =
     validation images are captioned greedily; the weights with the best
     validation BLEU-4 are kept and written to ``captioner.pt`` for
     ``graphseq caption``. ``checkpoint.pt`` (every ``checkpoint_every``
-    steps) lets ``--resume`` continue a run."""
+    steps) lets ``--resume`` continue a run; a resume that raises ``steps``
+    lays the rest of the cosine over the new budget, so it is not the run
+    that budget would have been from the start (unless
+    ``final_lr_fraction = 1``)."""
     model: Captioner = ctx.require("model", "train_captioner")
     data: CaptionData = ctx.require("data", "train_captioner")
     train, val = data.splits["train"], data.splits["val"]
