@@ -66,6 +66,10 @@ def load_planetoid(name: str, root: Path, mirror: Optional[Path] = None,
     canonical = NAMES.get(name.lower())
     if canonical is None:
         raise GraphseqError(f"unknown Planetoid dataset {name!r}; known: {', '.join(NAMES.values())}")
+    if split == "geom-gcn":  # PyG reads it from other folders, with split files nobody checks here.
+        raise GraphseqError("the geom-gcn split is not supported (PyG keeps it in its own raw/ and processed/ "
+                            "folders, with split files whose checksums graphseq does not know); use public, "
+                            "full or random")
     raw = [f"ind.{canonical.lower()}.{suffix}" for suffix in RAW_SUFFIXES]
 
     def download(raw_dir: Path) -> None:

@@ -1,5 +1,5 @@
 """The sentence polarity data of Pang and Lee (2005), in one place: 5,331
-positive and 5,331 negative movie-review snippets, one per line, in latin-1
+positive and 5,331 negative movie-review snippets, one per line, in Windows-1252
 (``rt-polaritydata/rt-polarity.pos`` and ``.neg``), found in the data root,
 the read-only mirror or Cornell's tarball; and the fixed cross-validation
 folds that every polarity model (BiLSTM, BERT, paragraph vectors, peers) is
@@ -68,10 +68,10 @@ def load_polarity(root: Path, mirror: Optional[Path] = None) -> Tuple[List[str],
     sentences: List[str] = []
     labels: List[int] = []
     for label, name in enumerate(FILES):
-        # The files are latin-1; a few lines hold accented names.
-        # Split on newlines only: latin-1 decodes byte 0x85 to U+0085, which
-        # str.splitlines() would also take for a line break.
-        lines = (folder / name).read_text(encoding="latin-1").split("\n")
+        # The files are Windows-1252: accented names, and dashes, quotes and
+        # ellipses in bytes 0x85-0x97 that latin-1 would read as control
+        # characters (U+0085, which str.strip() also removes, among them).
+        lines = (folder / name).read_text(encoding="cp1252").split("\n")
         kept = [line.strip() for line in lines if line.strip()]
         sentences += kept
         labels += [label] * len(kept)

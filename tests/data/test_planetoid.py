@@ -40,6 +40,14 @@ def test_unknown_dataset_lists_known_ones(tmp_path):
         load_planetoid("Pumbed", tmp_path)
 
 
+def test_the_geom_gcn_split_is_refused_and_the_cache_kept(data_root, mirror, tmp_path):
+    # PyG reads that split from Cora/geom-gcn/{raw,processed}: the checked files and the stamped cache are elsewhere.
+    before = sorted((data_root / "Cora").rglob("*"))
+    with pytest.raises(GraphseqError, match="the geom-gcn split is not supported"):
+        load_planetoid("Cora", data_root, mirror, split="geom-gcn")
+    assert sorted((data_root / "Cora").rglob("*")) == before
+
+
 @pytest.mark.parametrize("damage", ["foreign", "torn beside", "folder"])
 def test_a_cache_this_loader_did_not_build_is_rebuilt_from_the_raw_files(tmp_path, write_fake_planetoid, damage):
     """PyG's processed/ beside raw/: another dataset's data.pt (it trained on

@@ -18,6 +18,10 @@ def test_load_polarity_reads_both_files_negative_first(data_root, mirror):
     assert len(sentences) == len(labels) == 10_662
     assert labels[:5331] == [0] * 5331 and labels[5331:] == [1] * 5331
     assert sentences[5331].startswith("the rock is destined to be the 21st century's new \" conan \"")
+    # Windows-1252: dashes, quotes and ellipses, not the control characters latin-1 reads there.
+    text = "\n".join(sentences)
+    assert "\u2013" in text and "\u2026" in text and not any("\x80" <= c <= "\x9f" for c in text)
+    assert sum(s.startswith("\u2026") for s in sentences) > 0  # an ellipsis str.strip() took for whitespace
 
 
 def test_each_fold_splits_every_item_into_exactly_one_part():
