@@ -85,7 +85,9 @@ class WordPieceTokenizer:
             raise GraphseqError(f"{path}: {error}") from None
 
     def save(self, path: str | Path) -> None:
-        atomic_write_text(path, self.tokenizer.to_str())
+        """Writes ``tokenizer.json`` at ``path`` (into it, if it is a folder, as :meth:`load` reads it)."""
+        path = Path(path)
+        atomic_write_text(path / TOKENIZER_FILE if path.is_dir() else path, self.tokenizer.to_str())
 
     @property
     def vocab_size(self) -> int:

@@ -49,6 +49,10 @@ def test_saved_tokenizer_reads_text_the_same(tokenizer, tmp_path):
     loaded = WordPieceTokenizer.load(tmp_path)
     assert loaded.vocab_size == tokenizer.vocab_size
     assert [loaded.encode(s) for s in CORPUS] == [tokenizer.encode(s) for s in CORPUS]
+    folder = tmp_path / "run"
+    folder.mkdir()
+    tokenizer.save(folder)  # into the folder, as load reads a folder
+    assert WordPieceTokenizer.load(folder).vocab_size == tokenizer.vocab_size
 
 
 def test_damaged_tokenizer_file_is_named(tmp_path):
