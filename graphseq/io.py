@@ -14,7 +14,7 @@ import re
 import sqlite3
 import tempfile
 from pathlib import Path
-from typing import Any, List
+from typing import Any, List, Optional
 
 import torch
 
@@ -175,17 +175,42 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
                             f"it was left as it is") from None
 
 
-def check_sqlite(path: str | os.PathLike) -> None:
-    """Opens an SQLite file read-only and runs its quick integrity check; a
-    damaged one is a :class:`GraphseqError` that names it."""
-    path = Path(path)
+def _unfinished_transaction(path: Path) -> Optional[Path]:
+    """The rollback journal or write-ahead log a process killed during a
+    commit left beside the SQLite file ``path``; None if there is none, or if
+    ``path`` is no SQLite file (rolling a journal back into it could only
+    damage it further)."""
+    logs = [log for log in (Path(f"{path}-journal"), Path(f"{path}-wal")) if log.is_file() and log.stat().st_size]
     try:
-        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        with open(path, "rb") as f:
+            is_database = f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        is_database = False
+    return logs[0] if logs and is_database else None
+
+
+def check_sqlite(path: str | os.PathLike) -> None:
+    """Opens an SQLite file and runs its quick integrity check; a damaged one
+    is a :class:`GraphseqError` that names it.
+
+    The file is opened read-only, unless a process killed during a commit left
+    its rollback journal (or write-ahead log) beside it. Then it is opened for
+    writing, so that SQLite rolls the unfinished transaction back, as any open
+    that reads it does: that restores the last commit and loses nothing
+    committed, while a read-only open cannot read the file at all."""
+    path = Path(path)
+    unfinished = _unfinished_transaction(path)
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode={'rw' if unfinished else 'ro'}", uri=True)
         try:
             result = connection.execute("PRAGMA quick_check").fetchone()
         finally:
             connection.close()
     except sqlite3.Error as error:
+        if unfinished and "readonly" in str(error):
+            raise GraphseqError(f"{path} holds a transaction a killed process left unfinished ({unfinished.name}), "
+                                f"which SQLite rolls back only where it may write the file ({error}); "
+                                f"open it once with write permission; it was left as it is") from None
         raise GraphseqError(f"{path} is damaged or not an SQLite database ({error}); "
                             f"it was left as it is") from None
     if result is None or result[0] != "ok":
@@ -195,7 +220,9 @@ def check_sqlite(path: str | os.PathLike) -> None:
 
 def check_stored_file(path: str | os.PathLike) -> None:
     """Reads a file a run continues from, without changing it: a checkpoint
-    (``.pt``), a database (``.sqlite``) or a record of figures (``.json``)."""
+    (``.pt``), a database (``.sqlite``; one a killed commit left with its
+    journal is rolled back to its last commit, see :func:`check_sqlite`) or
+    a record of figures (``.json``)."""
     path = Path(path)
     if path.suffix == ".sqlite":
         check_sqlite(path)

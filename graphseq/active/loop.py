@@ -138,8 +138,12 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
     pool)`` method is asked to check itself) before the store is touched.
     A round cut short by
     quit is finished first when the run is resumed, so the learning curve
-    gets a point after each whole round, resumed or not. ``resume_hint`` is
-    what the oracle is told to type to continue.
+    gets a point after each whole round, resumed or not. An undo that takes
+    back the last answer of a finished round opens that round again: its
+    point leaves the curve, and the questions chosen after it are dropped and
+    chosen again when it ends, by a model of the answers kept, as in a run
+    that never had the undone answer. ``resume_hint`` is what the oracle is
+    told to type to continue.
     """
     log = log or logging.getLogger("graphseq")
     select = get_strategy(strategy)
@@ -185,10 +189,14 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
 
     pool = oracle.restrict(task.pool)
     stopped = False
+    # The generator's state before each choice, by the number of answers then:
+    # a round chosen again after an undo is drawn as it was the first time.
+    drawn: Dict[int, Tensor] = {}
     bar = tqdm(total=budget, initial=len(labelled), desc=strategy, disable=not progress, leave=False)
     try:
         while True:
             probabilities = embeddings = None
+            trained = set(labelled)  # what the model shown and choosing knows
             if labelled:
                 items = torch.tensor(list(labelled), dtype=torch.long)
                 learner.fit(items, torch.tensor([labelled[i] for i in labelled], dtype=torch.long))
@@ -204,6 +212,8 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                 if len(labelled) >= budget or candidates.numel() == 0:
                     break
                 k = min(batch_size, budget - len(labelled))
+                if generator is not None:
+                    drawn[len(store.answers(strategy, skips=True))] = generator.get_state()
                 if labelled:
                     round = len(store.rounds(strategy)) - 1  # rounds chosen by the strategy before
                     chosen = select(probabilities, candidates.to(probabilities.device), k,
@@ -226,16 +236,23 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                                 + (f"; continue with: {resume_hint}" if resume_hint else ""))
                     break
                 if reply is UNDO:
-                    undone = store.undo(strategy)
+                    undone = store.undo(strategy, requeue=True)
                     if undone is None:
                         oracle.tell("  nothing to undo")
                         continue
                     labelled.pop(undone.item, None)
                     skipped.discard(undone.item)
-                    queue.insert(0, undone.item)
-                    store.set_pending(strategy, queue)
+                    queue = store.pending(strategy)
                     oracle.tell(f"  undone: item {undone.item} " +
                                 (f"= {undone.label}" if undone.label is not None else "(skipped)"))
+                    if undone.reopened:
+                        later = [n for n in drawn if n > len(store.answers(strategy, skips=True))]
+                        if later:
+                            generator.set_state(drawn[min(later)])
+                        for n in later:
+                            del drawn[n]
+                    if undone.item in trained:  # Train again: no model may know the undone answer.
+                        break
                     continue
                 queue.pop(0)
                 if reply is SKIP:

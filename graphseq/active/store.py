@@ -8,7 +8,9 @@ or ``initial``) and the time (ISO 8601, UTC). Undo deletes the last row a
 person wrote. The test accuracy after each round is kept beside the answers,
 so that a resumed run continues its learning curve, and so are the questions
 of the round in progress, so that a resumed run finishes that round first
-and its curve has the points an uninterrupted run would have.
+and its curve has the points an uninterrupted run would have. Each round's
+end is kept too (the last answer of the round), so that undoing an answer of
+a finished round opens that round again and takes its point off the curve.
 
 A store that is damaged (truncated, overwritten) is a one-line error naming
 the file, which is left as it was.
@@ -22,7 +24,7 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 from ..errors import GraphseqError
 from ..io import check_sqlite
@@ -45,6 +47,13 @@ CREATE TABLE IF NOT EXISTS rounds (
     accuracy REAL    NOT NULL,   -- its test accuracy
     PRIMARY KEY (strategy, labels)
 );
+CREATE TABLE IF NOT EXISTS round_ends (
+    strategy TEXT    NOT NULL,
+    answer   INTEGER NOT NULL,   -- the id of the round's last answer
+    labels   INTEGER NOT NULL,   -- the point of the learning curve the round gave
+    accuracy REAL    NOT NULL,
+    PRIMARY KEY (strategy, answer)
+);
 CREATE TABLE IF NOT EXISTS pending (
     strategy TEXT    NOT NULL,
     position INTEGER NOT NULL,   -- the order in which the round asks them
@@ -60,6 +69,11 @@ class Answer:
     label: Optional[str]  # None for a skip
     source: str
     time: str
+
+
+@dataclass(frozen=True)
+class Undone(Answer):
+    reopened: bool  # the answer ended a round, which is now in progress again
 
 
 def now() -> str:
@@ -104,11 +118,6 @@ class LabelStore:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _write(self, sql: str, params: Tuple) -> sqlite3.Cursor:
-        cursor = self.connection.execute(sql, params)
-        self.connection.commit()
-        return cursor
-
     # Answers ------------------------------------------------------------- #
 
     def add(self, strategy: str, item: int, label: Optional[str], source: str,
@@ -124,16 +133,38 @@ class LabelStore:
             if pending is not None:
                 self._set_pending(strategy, pending)
 
-    def undo(self, strategy: str) -> Optional[Answer]:
+    def undo(self, strategy: str, requeue: bool = False) -> Optional[Undone]:
         """Deletes the last row a person wrote for ``strategy`` (an answer or
-        a skip) and returns it; None if a person wrote nothing."""
+        a skip) and returns it; None if a person wrote nothing.
+
+        If that row ended a round, the round is open again: its point of the
+        learning curve is deleted too (``reopened``). ``requeue`` puts the
+        item first among the pending questions; those of a round chosen after
+        the reopened one are dropped, as that round was chosen by a model
+        trained on the undone answer. All in one transaction."""
         row = self.connection.execute(
             "SELECT id, item, label, source, time FROM answers WHERE strategy = ? AND source = 'human' "
             "ORDER BY id DESC LIMIT 1", (strategy,)).fetchone()
         if row is None:
             return None
-        self._write("DELETE FROM answers WHERE id = ?", (row[0],))
-        return Answer(*row[1:])
+        ends = self.connection.execute("SELECT answer, labels FROM round_ends WHERE strategy = ? AND answer >= ?",
+                                       (strategy, row[0])).fetchall()
+        with self.connection:
+            self.connection.execute("DELETE FROM answers WHERE id = ?", (row[0],))
+            self.connection.execute("DELETE FROM round_ends WHERE strategy = ? AND answer >= ?", (strategy, row[0]))
+            for labels in {labels for _, labels in ends}:
+                # A round all of whose questions were skipped gives the point of the round before again.
+                kept = self.connection.execute(
+                    "SELECT accuracy FROM round_ends WHERE strategy = ? AND labels = ? ORDER BY answer DESC LIMIT 1",
+                    (strategy, labels)).fetchone()
+                if kept is None:
+                    self.connection.execute("DELETE FROM rounds WHERE strategy = ? AND labels = ?", (strategy, labels))
+                else:
+                    self.connection.execute("UPDATE rounds SET accuracy = ? WHERE strategy = ? AND labels = ?",
+                                            (kept[0], strategy, labels))
+            if requeue:
+                self._set_pending(strategy, [row[1]] + ([] if ends else self.pending(strategy)))
+        return Undone(*row[1:], reopened=bool(ends))
 
     def answers(self, strategy: Optional[str] = None, skips: bool = False) -> List[Answer]:
         """The stored labels in the order given (with the skips if asked)."""
@@ -156,7 +187,7 @@ class LabelStore:
     def clear(self, strategy: str) -> None:
         """Forgets a strategy's answers, rounds and questions (a fresh run)."""
         with self.connection:
-            for table in ("answers", "rounds", "pending"):
+            for table in ("answers", "rounds", "round_ends", "pending"):
                 self.connection.execute(f"DELETE FROM {table} WHERE strategy = ?", (strategy,))
 
     # The round in progress ----------------------------------------------- #
@@ -178,11 +209,18 @@ class LabelStore:
     # Learning curve ------------------------------------------------------ #
 
     def add_round(self, strategy: str, labels: int, accuracy: float) -> None:
+        """A point of the learning curve: a round ended with the last stored
+        answer, and the model trained then has ``accuracy``."""
         if not math.isfinite(accuracy):
             raise ValueError(f"LabelStore.add_round: the accuracy after {labels} labels of {strategy!r} "
                              f"must be a finite number, got {accuracy}")
-        self._write("INSERT OR REPLACE INTO rounds (strategy, labels, accuracy) VALUES (?, ?, ?)",
-                    (strategy, int(labels), float(accuracy)))
+        with self.connection:
+            self.connection.execute("INSERT OR REPLACE INTO rounds (strategy, labels, accuracy) VALUES (?, ?, ?)",
+                                    (strategy, int(labels), float(accuracy)))
+            self.connection.execute(
+                "INSERT OR REPLACE INTO round_ends (strategy, answer, labels, accuracy) "
+                "SELECT ?, MAX(id), ?, ? FROM answers WHERE strategy = ? HAVING MAX(id) IS NOT NULL",
+                (strategy, int(labels), float(accuracy), strategy))
 
     def rounds(self, strategy: str) -> List[List[float]]:
         """The learning curve so far, ``[[num_labels, accuracy], ...]``."""

@@ -233,3 +233,41 @@ def test_duplicate_class_names_are_refused(tmp_path):
             active_learning(twice, FractionLearner(), SimulatedOracle(TRUTH), store, strategy="entropy",
                             initial={0: 0}, budget=4, batch_size=2)
         assert store.answers("entropy", skips=True) == []
+
+
+class LabelLearner:
+    """Its certainties and accuracy depend on the labels given, not only on how many:
+    a model trained on other answers chooses other items and scores otherwise."""
+
+    def __init__(self):
+        self.fitted = []
+
+    def fit(self, items, labels):
+        self.fitted.append(sorted(zip(items.tolist(), labels.tolist())))
+
+    def predict(self):
+        shift = sum(label for _, label in self.fitted[-1])
+        certainty = torch.tensor([1.0 - ((i + shift) % 4) / 4 for i in range(8)])
+        probabilities = torch.stack([certainty, (1 - certainty) / 2, (1 - certainty) / 2], dim=1)
+        return probabilities, probabilities
+
+    def accuracy(self):
+        return sum(int(TRUTH[item]) == label for item, label in self.fitted[-1]) / 8
+
+
+@pytest.mark.parametrize("strategy", ["entropy", "random"])
+def test_undo_into_a_finished_round_gives_the_curve_and_questions_of_the_kept_answers(tmp_path, strategy):
+    # Round 1 asks 3 and 7. Answered c, r, both undone, then t, r: the same answers as t, r straight.
+    results = []
+    for name, script in (("undone", "c\nr\nu\nu\nt\nr\nq\n"), ("straight", "t\nr\nq\n")):
+        learner = LabelLearner()
+        with LabelStore(tmp_path / f"{name}.sqlite") as store:
+            outcome = active_learning(task(), learner, HumanOracle(io.StringIO(script), io.StringIO()), store,
+                                      strategy=strategy, initial={0: 0}, budget=6, batch_size=2,
+                                      generator=torch.Generator().manual_seed(0))
+            answers = [(a.item, a.label) for a in store.answers(strategy)]
+            results.append((outcome.curve, answers, store.pending(strategy), learner.fitted[-1]))
+    assert results[0] == results[1]
+    if strategy == "entropy":
+        assert results[0][0] == [[1, 1 / 8], [3, 3 / 8]]
+        assert results[0][2] == [2, 6]  # chosen by the model of 3 = Theory, 7 = Rule_Learning

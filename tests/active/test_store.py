@@ -1,4 +1,7 @@
+import signal
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +83,58 @@ def test_opening_a_missing_store_read_only_names_the_file(tmp_path):
     with pytest.raises(GraphseqError, match=f"no label store at {tmp_path / 'missing.sqlite'}"):
         LabelStore(tmp_path / "missing.sqlite", read_only=True)
     assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_undo_of_a_rounds_last_answer_reopens_the_round(tmp_path):
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        store.add("age", 1, "Theory", "human")
+        store.add_round("age", 1, 0.25)
+        store.add("age", 2, None, "human")
+        store.add("age", 3, None, "human")
+        store.add_round("age", 1, 0.5)  # a round skipped whole: the same point again
+        store.set_pending("age", [4, 5])
+        undone = store.undo("age", requeue=True)
+        assert (undone.item, undone.reopened) == (3, True)
+        assert store.rounds("age") == [[1, 0.25]]
+        assert store.pending("age") == [3]  # 4 and 5 were chosen by the model after the undone round
+        undone = store.undo("age", requeue=True)
+        assert (undone.item, undone.reopened) == (2, False)
+        assert store.pending("age") == [2, 3]
+        assert store.undo("age", requeue=True).reopened
+        assert store.rounds("age") == [] and store.pending("age") == [1]
+
+
+KILLED_DURING_COMMIT = """
+import os, signal, sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("PRAGMA cache_size=1")  # pages spill to the file before the commit
+connection.execute("BEGIN")
+for i in range(3000):
+    connection.execute("INSERT INTO answers (strategy, item, label, source, time) VALUES ('age', ?, ?, 'human', 't')",
+                       (10**5 + i, "y" * 200))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_store_killed_during_a_commit_keeps_every_committed_answer(tmp_path):
+    path = tmp_path / STORE_NAME
+    with LabelStore(path) as store:
+        store.add("age", 1, "Theory", "human")
+        store.add("age", 2, "Case_Based", "human")
+    killed = subprocess.run([sys.executable, "-c", KILLED_DURING_COMMIT, str(path)])
+    assert killed.returncode == -signal.SIGKILL
+    assert (tmp_path / f"{STORE_NAME}-journal").stat().st_size > 0  # a hot journal
+    assert [line.rsplit(",", 1)[0] for line in labels_csv(tmp_path).splitlines()[1:]] == [
+        "1,Theory,human", "2,Case_Based,human"]
+    assert not (tmp_path / f"{STORE_NAME}-journal").exists()
+    with LabelStore(path) as store:  # --resume opens it too
+        assert [a.item for a in store.answers("age")] == [1, 2]
+
+
+def test_a_damaged_store_beside_a_journal_is_named_and_left_as_it_is(tmp_path):
+    path = tmp_path / STORE_NAME
+    path.write_bytes(b"not a database" * 100)
+    (tmp_path / f"{STORE_NAME}-journal").write_bytes(b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7" + b"x" * 600)
+    with pytest.raises(GraphseqError, match=f"{path} is damaged or not an SQLite database"):
+        labels_csv(tmp_path)
+    assert path.read_bytes() == b"not a database" * 100
