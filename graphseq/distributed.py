@@ -353,19 +353,16 @@ def _check_command(args: Sequence[str], processes: int) -> tuple[argparse.Namesp
 
 def _what_now(out: Path, name: str, config: Dict[str, Any]) -> str:
     """What a person does after a worker failed: resume from the checkpoint
-    the run stored, or start it again (in another folder if a stage's file
-    is in the way)."""
-    from .pipeline import RUNNER_FILES, sections
-    from .stages import stage_spec
+    the run stored, or start it again (in another folder where a stage's
+    file is in the way of a pipeline that cannot resume)."""
+    from .pipeline import continues_from, resumable_files, stage_stored
 
-    files = [spec.resumes for spec in (stage_spec(t.get("stage", n)) for n, t in sections(config).items())
-             if spec.resumes]
-    if any((out / file).is_file() or any(out.glob(f"seed-*/{file}")) for file in files):
+    if continues_from(out, config):
         return f"the last checkpoint in {out} resumes: run the same command with --resume"
-    why = "it stored no checkpoint yet" if files else f"pipeline {name} cannot resume a run"
-    stored = out.is_dir() and any(path.is_file() and path.relative_to(out).as_posix() not in RUNNER_FILES
-                                  for path in out.rglob("*"))
-    return f"{why}, so start it again" + (f" with another --out than {out}" if stored else "")
+    if resumable_files(config):
+        return "it stored no checkpoint yet, so start it again"
+    return (f"pipeline {name} cannot resume a run, so start it again"
+            + (f" with another --out than {out}" if out.is_dir() and stage_stored(out, None) else ""))
 
 
 def check_launch(pipeline: str, overrides: Sequence[str], oracle: Optional[str], processes: int) -> str:

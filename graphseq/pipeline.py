@@ -473,16 +473,16 @@ def _lock_out(out: Path) -> Optional[int]:
     return descriptor
 
 
-def _resumable(config: Dict[str, Any]) -> List[str]:
+def resumable_files(config: Dict[str, Any]) -> List[str]:
     """The files the pipeline's stages continue from."""
     return [stage_spec(t.get("stage", n)).resumes for n, t in sections(config).items()
             if stage_spec(t.get("stage", n)).resumes]
 
 
-def _continues_from(out: Path, config: Dict[str, Any]) -> bool:
+def continues_from(out: Path, config: Dict[str, Any]) -> bool:
     """Whether ``out`` (or one of its seed folders) holds a file a stage of
     the pipeline continues from, so that ``--resume`` has something to read."""
-    return any(path.is_file() for file in _resumable(config) for path in (out / file, *out.glob(f"seed-*/{file}")))
+    return any(path.is_file() for file in resumable_files(config) for path in (out / file, *out.glob(f"seed-*/{file}")))
 
 
 def _read_on_resume(folder: Path, config: Dict[str, Any]) -> List[Path]:
@@ -491,7 +491,7 @@ def _read_on_resume(folder: Path, config: Dict[str, Any]) -> List[Path]:
     patterns = [pattern for n, t in sections(config).items()
                 for pattern in stage_spec(t.get("stage", n)).resume_reads]
     found = {path for pattern in patterns for path in folder.glob(pattern)}
-    return sorted(found - {folder / file for file in _resumable(config)})
+    return sorted(found - {folder / file for file in resumable_files(config)})
 
 
 def _differences(started: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
@@ -577,7 +577,7 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
     out = Path(out) if out is not None else Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
     if resume:
-        if not _resumable(config):
+        if not resumable_files(config):
             raise GraphseqError(f"--resume has no use in pipeline {name}: none of its stages "
                                 f"continues from a file; run it again instead")
         started = _started_config(out, name, path)
@@ -606,7 +606,7 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
                                     torch_device, options)
     _check_out(out)
     if resume:
-        files = _resumable(config)
+        files = resumable_files(config)
         differ = _differences(started, config)
         if differ:
             raise GraphseqError(f"--resume: the run in {out} was started with other settings: "
@@ -618,7 +618,7 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
             for file in files:
                 if not (folder / file).is_file():
                     advice = ("it stopped before it stored anything to continue from, so start it again without "
-                              "--resume" if not _continues_from(out, config) else "start a new run with another --out")
+                              "--resume" if not continues_from(out, config) else "start a new run with another --out")
                     raise GraphseqError(f"--resume: {folder / file} is missing, so the run cannot "
                                         f"continue where it stopped; {advice}")
                 check_stored_file(folder / file)
@@ -628,12 +628,12 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         # A run that stopped before a stage stored anything (only config.toml
         # and log.txt), or anything to continue from (a tokenizer before the
         # first checkpoint), is started again in its folder; any other is kept.
-        restart = not _stage_stored(out, None) or (
-            _resumable(config) and not _continues_from(out, config)
+        restart = not stage_stored(out, None) or (
+            resumable_files(config) and not continues_from(out, config)
             and read_config(out / "config.toml").get("pipeline") == name)
         if not restart:
             raise GraphseqError(f"--out {out} already holds a run; continue it with --resume, "
-                                f"or choose another --out" if _resumable(config) else
+                                f"or choose another --out" if resumable_files(config) else
                                 f"--out {out} already holds a run, and {name} cannot resume one; "
                                 f"choose another --out")
     elif out.is_dir() and any(out.iterdir()):
@@ -663,11 +663,11 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         return _run_seeds(config, name, out, seed, runs, torch_device, resume, quiet, log, objects,
                           data_root, data_mirror, pipeline)
     except BaseException as error:
-        if isinstance(error, KeyboardInterrupt) and log is not None and _resumable(config):
-            if _continues_from(out, config):
+        if isinstance(error, KeyboardInterrupt) and log is not None and resumable_files(config):
+            if continues_from(out, config):
                 log.info(f"interrupted; continue with: graphseq run {shlex.quote(str(pipeline))} --resume "
                          f"--out {shlex.quote(str(out))}")
-            elif _stage_stored(out, before):
+            elif stage_stored(out, before):
                 log.info(f"interrupted before anything was stored to continue from; the same command "
                          f"starts it again in {shlex.quote(str(out))}")
         _close(log)
@@ -780,7 +780,7 @@ def _snapshot(out: Path) -> Optional[Dict[Path, tuple]]:
 RUNNER_FILES = ("config.toml", "log.txt")
 
 
-def _stage_stored(out: Path, before: Optional[Dict[Path, tuple]]) -> bool:
+def stage_stored(out: Path, before: Optional[Dict[Path, tuple]]) -> bool:
     """Whether a stage wrote or changed a file under ``out`` since ``before``."""
     for path in (p for p in out.rglob("*") if p.is_file()):
         if path.parent == out and path.name in RUNNER_FILES:
@@ -796,7 +796,7 @@ def _undo_runner_writes(out: Path, before: Optional[Dict[Path, tuple]]) -> None:
     it found it: a new folder is removed, the runner's config.toml and
     log.txt are put back. A stage's file (a label, a checkpoint) is never
     touched: if one was written, everything stays."""
-    if not out.is_dir() or _stage_stored(out, before):
+    if not out.is_dir() or stage_stored(out, before):
         return  # A stage stored something: keep the run as it is.
     if before is None:
         shutil.rmtree(out, ignore_errors=True)

@@ -187,6 +187,8 @@ def test_after_a_worker_died_the_advice_fits_the_run(tmp_path):
     (out / "config.toml").write_text("")
     (out / "log.txt").write_text("")
     assert _what_now(out, "charlm-lstm", charlm) == "it stored no checkpoint yet, so start it again"
+    (out / "tokenizer.json").write_text("")  # a stage's file, but nothing to continue from: started again in place
+    assert _what_now(out, "charlm-lstm", charlm) == "it stored no checkpoint yet, so start it again"
     (out / "checkpoint.pt").write_bytes(b"")
     assert _what_now(out, "charlm-lstm", charlm) == \
         f"the last checkpoint in {out} resumes: run the same command with --resume"
