@@ -16,12 +16,13 @@ written atomically.
 For images in the terminal (what a person labelling few-shot episodes at the
 prompt looks at), :func:`image_blocks` draws a grey image with Unicode
 half-block characters and :func:`side_by_side` lays pictures out in rows
-that fit the terminal.
+that fit the terminal (:func:`terminal_width`).
 """
 from __future__ import annotations
 
 import html
 import math
+import shutil
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -295,13 +296,21 @@ def image_blocks(image: Tensor, width: int = 20, ink_is_dark: bool = True,
             for row in range(0, height, 2)]
 
 
+def terminal_width(least: int = 40) -> int:
+    """The terminal's width in columns (``COLUMNS`` if set; 80 where it
+    cannot be read, as when the output is a pipe), at least ``least``."""
+    return max(least, shutil.get_terminal_size((80, 24)).columns)
+
+
 def side_by_side(pictures: Sequence[List[str]], captions: Sequence[str], gap: int = 2,
-                 width: int = 80) -> List[str]:
+                 width: Optional[int] = None) -> List[str]:
     """Pictures (lists of equally long lines) in rows that fit in ``width``
-    columns, each with its caption above it."""
+    columns (default: the terminal's), each with its caption above it; a
+    picture wider than ``width`` gets a row of its own."""
     lines: List[str] = []
     if not pictures:
         return lines
+    width = terminal_width() if width is None else width
     column = max(max(len(line) for line in picture) for picture in pictures)
     column = max(column, max(len(c) for c in captions))
     per_row = max(1, (width + gap) // (column + gap))

@@ -10,7 +10,7 @@ from graphseq.data.text import Vocabulary
 from graphseq.errors import GraphseqError
 from graphseq.models.charlm import CharLM
 from graphseq.views import (draw_attention, heatmap_html, hidden_activations, image_blocks, interesting_units,
-                            master_forget_distances, text_features, write_heatmap)
+                            master_forget_distances, side_by_side, terminal_width, text_features, write_heatmap)
 
 VOCAB = Vocabulary.of_characters("abcd:\n ")
 
@@ -106,3 +106,23 @@ def test_image_blocks_refuses_shapes_it_does_not_draw(shape):
         + re.escape(f"got shape {list(shape)}")
     with pytest.raises(ValueError, match=expected):
         image_blocks(torch.rand(shape), 8)
+
+
+def test_side_by_side_fits_the_terminal_width(monkeypatch):
+    pictures = [["\u2588" * 20] * 3] * 5
+    captions = [f"class {c}" for c in range(5)]
+    monkeypatch.setenv("COLUMNS", "44")
+    lines = side_by_side(pictures, captions)
+    assert max(len(line) for line in lines) <= 44
+    assert [line for line in lines if line.startswith("class")] == ["class 0               class 1",
+                                                                    "class 2               class 3", "class 4"]
+    monkeypatch.setenv("COLUMNS", "120")
+    assert max(len(line) for line in side_by_side(pictures, captions)) == 20 * 5 + 2 * 4  # one row
+    assert side_by_side(pictures, captions, width=44) == lines
+
+
+def test_terminal_width_reads_columns_with_a_floor_of_40(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    assert terminal_width() == 100
+    monkeypatch.setenv("COLUMNS", "20")
+    assert terminal_width() == 40

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch_geometric.data import Data
 from tqdm import tqdm
 
 from .. import distributed
@@ -33,7 +35,7 @@ from ..active.store import STORE_NAME, LabelStore
 from ..io import first_sentence, load_checkpoint, read_json, write_json
 from ..models.fewshot import EMBEDDINGS, QUERY_MODES, UNKNOWN_LABELS, FewShotConfig, FewShotModel
 from ..training import CHECKPOINT, train_steps
-from ..views import image_blocks, side_by_side
+from ..views import image_blocks, side_by_side, terminal_width
 from .active import ORACLES, make_oracle
 from .registry import stage
 
@@ -239,6 +241,8 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     episode's graph, and so the model, is unchanged; only the draw is.
     """
     data, model = ctx.require("data", "train_episodes"), ctx.require("model", "train_episodes")
+    if ctx.resume:
+        _refuse_changing_an_asking_model(ctx, name, steps)
     if query not in QUERY_MODES:
         raise GraphseqError(f"train_episodes.query must be one of {', '.join(QUERY_MODES)}, got {query!r}")
     if batch_size < 1 or steps < 1:
@@ -404,30 +408,110 @@ def weights_digest(model: torch.nn.Module) -> str:
 # --------------------------------------------------------------------------- #
 
 ORACLE_SEED = 30_000_001
+# Which image the oracle was asked about in each episode, beside labels.sqlite.
+ORACLE_RECORD = "oracle-images.json"
+
+
+def oracle_episodes(sampler: EpisodeSampler, episodes: int, seed: int, device: torch.device) -> Data:
+    """``episodes`` episodes as one batch, episode ``e`` drawn from a
+    generator of its own (seeded by ``seed`` and ``e``): episode ``e`` is
+    the same however many there are, so a resumed run that asks about more
+    episodes only adds some."""
+    parts = [sampler.sample(1, torch.Generator().manual_seed(step_seed(seed, e))) for e in range(episodes)]
+    size = sampler.episode_size
+    fields = ("x", "y", "labelled", "query", "target", "classes", "image")
+    return Data(**{key: torch.cat([part[key] for part in parts]).to(device) for key in fields},
+                edge_index=sampler.edges(episodes).to(device),
+                batch=torch.arange(episodes, device=device).repeat_interleave(size),
+                ptr=torch.arange(episodes + 1, device=device) * size, num_nodes=episodes * size)
+
+
+def _asking(model: FewShotModel, batch: Data, query: str, answers: Tensor, seed: int) -> Tensor:
+    """The model's answers with the oracle's answers written in; a random
+    query chooses the same images at every call (a seeded generator, the
+    global one left as it was)."""
+    devices = [batch.x.device] if batch.x.device.type == "cuda" else []
+    with torch.no_grad(), torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        return model(batch, query=query, answers=answers)
+
+
+def _read_record(path: Path) -> Dict:
+    record = read_json(path)
+    if not (isinstance(record, dict) and isinstance(record.get("asked"), list)
+            and isinstance(record.get("steps"), int) and {"training", "query"} <= set(record)):
+        raise GraphseqError(f"{path} is no record of the images the oracle was asked about; it was left as it is")
+    return record
+
+
+def _refuse_changing_an_asking_model(ctx, name: str, steps: int) -> None:
+    """A resumed training whose model the oracle's stored answers were given
+    to may not train further: the model would then ask about other images."""
+    path = ctx.out / ORACLE_RECORD
+    if not path.is_file() or not (ctx.out / STORE_NAME).is_file():
+        return
+    record = _read_record(path)
+    if record["training"] != name or record["steps"] == steps:
+        return
+    with LabelStore(ctx.out / STORE_NAME, read_only=True) as store:
+        answered = len(store.answers(record["query"]))
+    if answered:
+        raise GraphseqError(f"train_episodes{' ' + name if name else ''}: steps = {steps}, but {store.path} "
+                            f"holds {answered} oracle answers about the images the model of {record['steps']} "
+                            f"steps asked for, and a longer training would ask about others; keep steps = "
+                            f"{record['steps']}, or train longer in a new --out")
+
+
+def _check_asked(path: Path, stored: Dict[int, str], images: List[List[int]], strategy: str,
+                 training: str) -> None:
+    """Each stored answer is about the image the model asks about now."""
+    if not stored:
+        return
+    if not path.is_file():
+        raise GraphseqError(f"{path.parent / STORE_NAME} holds oracle answers but {path} is missing, so the "
+                            f"images they were about are unknown; choose another --out")
+    record = _read_record(path)
+    if record["training"] != training or record["query"] != strategy:
+        raise GraphseqError(f"{path}: the stored answers were given to training {record['training']!r} "
+                            f"asking with {record['query']!r}, not {training!r} with {strategy!r}")
+    for episode in sorted(stored):
+        if episode >= len(record["asked"]) or record["asked"][episode] != images[episode]:
+            was = record["asked"][episode] if episode < len(record["asked"]) else None
+            raise GraphseqError(f"fewshot_oracle: episode {episode} was answered about test image {was} "
+                                f"(class, drawing), but the model now asks about {images[episode]}: it is "
+                                f"not the model the answers were given to; choose another --out")
+
+
+def _wrapped(text: str, width: int, indent: str = "") -> List[str]:
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def _describe_episode(batch, episode: int, asked: int, before: torch.Tensor, ways: int,
-                      width: int) -> List[str]:
-    """What a person sees: the labelled images of each class, the image the
-    model asks about, the query, and the model's answer for the query so far."""
+                      picture_width: int, width: int) -> List[str]:
+    """What a person sees, in lines of at most ``width`` columns: the
+    labelled images of each class, the image the model asks about, the
+    query, and the model's answer for the query so far."""
     start, end = int(batch.ptr[episode]), int(batch.ptr[episode + 1])
     nodes = range(start, end)
+    picture_width = min(picture_width, width)
     pictures, captions = [], []
     for way in range(ways):
         for node in nodes:
             if bool(batch.labelled[node]) and int(batch.y[node]) == way:
-                pictures.append(image_blocks(batch.x[node], width))
+                pictures.append(image_blocks(batch.x[node], picture_width))
                 captions.append(f"class {way}")
     query = next(node for node in nodes if bool(batch.query[node]))
     probabilities = before.softmax(dim=-1)
     guess = int(probabilities.argmax())
-    lines = ["The labelled images of each class:"]
-    lines += side_by_side(pictures, captions)
-    lines += ["", "The model asks about the image on the left; the right one is the query it must classify:"]
-    lines += side_by_side([image_blocks(batch.x[asked], width), image_blocks(batch.x[query], width)],
-                          ["which class is this?", "query"])
-    lines += [f"The model's answer for the query without your label: class {guess} "
-              f"(probability {float(probabilities[guess]):.2f})"]
+    lines = _wrapped("The labelled images of each class:", width)
+    lines += side_by_side(pictures, captions, width=width)
+    lines += [""] + _wrapped("The model asks about the image on the left; the right one is the query it must "
+                             "classify:", width)
+    lines += side_by_side([image_blocks(batch.x[asked], picture_width), image_blocks(batch.x[query], picture_width)],
+                          ["which class is this?", "query"], width=width)
+    lines += _wrapped(f"The model's answer for the query without your label: class {guess} "
+                      f"(probability {float(probabilities[guess]):.2f})", width)
     return lines
 
 
@@ -458,7 +542,7 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
                                   "noise": probability, "query": one_of(*QUERY_MODES), "training": NAME,
                                   "picture_width": at_least(8)},
         options=("oracle", "labels"), resume_may_change=("episodes", "oracle", "labels", "noise"),
-        resume_reads=(STORE_NAME,), precheck=_check_oracle)
+        resume_reads=(STORE_NAME, ORACLE_RECORD), precheck=_check_oracle)
 def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "", noise: float = 0.0,
                    query: str = "learned", training: str = "", picture_width: int = 20) -> None:
     """An active model asks, in each of ``episodes`` test episodes, for the
@@ -466,14 +550,18 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
     model's answer for the query is shown before and after.
 
     The oracle is ``--oracle human`` (you, at the terminal: the images are
-    drawn with block characters, ``picture_width`` columns each), ``file``
-    (``--labels F.csv`` of ``episode,class`` rows) or ``simulated`` (the true
-    labels, flipped with probability ``noise``); none (the default) skips
-    the stage. The model is that of the training named ``training`` (the
-    pipeline's unnamed one by default). Every answer goes into
-    ``labels.sqlite`` at once (``graphseq labels DIR`` lists them; item = the
-    episode's number from 0, label = the class number), and ``--resume``
-    asks only what is unanswered.
+    drawn with block characters, ``picture_width`` columns each, and the
+    text is wrapped to the terminal's width), ``file`` (``--labels F.csv``
+    of ``episode,class`` rows) or ``simulated`` (the true labels, flipped
+    with probability ``noise``); none (the default) skips the stage. The
+    model is that of the training named ``training`` (the pipeline's
+    unnamed one by default). Every answer goes into ``labels.sqlite`` at
+    once (``graphseq labels DIR`` lists them; item = the episode's number
+    from 0, label = the class number), the image it is about into
+    ``oracle-images.json``, and ``--resume`` asks only what is unanswered.
+    Episode ``e`` is the same for any ``episodes``, so a resumed run may ask
+    about more; a model that asks about other images than the stored
+    answers are about is refused.
     """
     kind = ctx.options.get("oracle") or oracle
     labels = ctx.options.get("labels") or labels
@@ -490,31 +578,44 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
         raise GraphseqError(f"fewshot_oracle.episodes must be at least 1, got {episodes}")
 
     model.eval()
-    batch = data.sampler("test").sample(episodes, torch.Generator().manual_seed(ctx.seed + ORACLE_SEED),
-                                        ctx.device)
+    seed = ctx.seed + ORACLE_SEED
+    batch = oracle_episodes(data.sampler("test"), episodes, seed, ctx.device)
     nothing = torch.full((episodes,), -1, dtype=torch.long, device=ctx.device)
     with torch.no_grad():
         before = model(batch, query="none").cpu()
-        model(batch, query=query, answers=nothing)
+    _asking(model, batch, query, nothing, seed)
     asked = model.asked.clone()
+    images = batch.image[asked].tolist()  # [episodes, 2]: the (class, drawing) of the test split asked about
     truth = batch.y[asked].cpu()
     the_oracle = make_oracle(kind, labels, truth, noise, ctx.seed)
     names = [str(way) for way in range(data.ways)]
     if isinstance(the_oracle, FileOracle):
         the_oracle.check(names, torch.arange(episodes))  # Every row, before the first answer is stored.
     strategy = query
+    width = terminal_width()
 
-    with LabelStore(ctx.out / STORE_NAME) as store:
+    path, record = ctx.out / STORE_NAME, ctx.out / ORACLE_RECORD
+    stored = {}
+    if ctx.resume and path.is_file():  # Checked before anything is written.
+        with LabelStore(path, read_only=True) as store:
+            for answer in store.answers(strategy):
+                if answer.label not in names or not 0 <= answer.item < episodes:
+                    raise GraphseqError(f"{path}: episode {answer.item} has the answer {answer.label!r}, which "
+                                        f"this run cannot hold ({episodes} episodes, classes 0-{data.ways - 1})")
+                stored[answer.item] = answer.label
+        _check_asked(record, stored, images, strategy, training)
+    with LabelStore(path) as store:
         if not ctx.resume:
             if store.has_human_answers(strategy):
                 raise GraphseqError(f"{store.path} already holds answers a person gave; continue them with "
                                     f"--resume, or choose another --out")
             store.clear(strategy)
+        written = {"training": training, "query": strategy,
+                   "steps": int(ctx.metrics.get(f"steps{_suffix(training)}", 0)), "asked": images}
+        if distributed.is_main() and (not record.is_file() or read_json(record) != written):
+            write_json(record, written)  # Before the first answer is stored.
         answers = nothing.clone()
         for answer in store.answers(strategy):
-            if answer.label not in names or not 0 <= answer.item < episodes:
-                raise GraphseqError(f"{store.path}: episode {answer.item} has the answer {answer.label!r}, "
-                                    f"which this run cannot hold ({episodes} episodes, classes 0-{data.ways - 1})")
             answers[answer.item] = names.index(answer.label)
         skipped = set(store.skipped(strategy))
         queue = [e for e in range(episodes) if int(answers[e]) < 0 and e not in skipped]
@@ -523,12 +624,14 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
         while queue:
             e = queue.pop(0)
             question = Question(e, names, _describe_episode(batch, e, int(asked[e]), before[e], data.ways,
-                                                            picture_width),
+                                                            picture_width, width),
                                 f"episode {e + 1} of {episodes}")
             reply = the_oracle.ask(question)
             if reply is QUIT:
-                the_oracle.tell(f"stopped; your answers are stored in {store.path}; continue with: "
-                                f"{ctx.resume_command or f'--resume --out {ctx.out}'} --oracle {the_oracle.source}")
+                the_oracle.tell("\n".join(_wrapped(f"stopped; your answers are stored in {store.path}; "
+                                                   f"continue with:", width)
+                                          + [f"{ctx.resume_command or f'--resume --out {ctx.out}'} "
+                                             f"--oracle {the_oracle.source}"]))
                 ctx.stopped = True
                 break
             if reply is SKIP:
@@ -548,15 +651,13 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
             else:
                 store.add(strategy, e, names[reply], the_oracle.source)
                 answers[e] = reply
-                with torch.no_grad():
-                    after = model(batch, query=query, answers=answers)[e].softmax(dim=-1)
+                after = _asking(model, batch, query, answers, seed)[e].softmax(dim=-1)
                 guess, was = int(after.argmax()), int(before[e].argmax())
-                the_oracle.tell(f"  with your answer the model says class {guess} (probability "
-                                f"{float(after[guess]):.2f}); before it said class {was}; "
-                                f"the query is class {int(batch.target[e])}")
+                the_oracle.tell("\n".join(_wrapped(
+                    f"with your answer the model says class {guess} (probability {float(after[guess]):.2f}); "
+                    f"before it said class {was}; the query is class {int(batch.target[e])}", width, "  ")))
         given = answers >= 0
-        with torch.no_grad():
-            after = model(batch, query=query, answers=answers).argmax(dim=1).cpu()
+        after = _asking(model, batch, query, answers, seed).argmax(dim=1).cpu()
     model.train()
     given, target = given.cpu(), batch.target.cpu()
     count = int(given.sum())

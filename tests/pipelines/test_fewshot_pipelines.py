@@ -5,6 +5,8 @@ person through a pipe (answers, garbage, undo, skip, quit, resume), a file
 and the simulated one."""
 import csv
 import io
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -267,6 +269,106 @@ def test_human_oracle_through_a_pipe_stores_exactly_the_accepted_answers(active_
         graphseq.run("fewshot-omniglot-active", out=out, data_root=data_root, data_mirror=mirror, quiet=True,
                      overrides=ACTIVE, oracle=HumanOracle(io.StringIO("1\n"), io.StringIO()))
     assert len(stored(out)) == 4
+
+
+# On generated Omniglot (7 characters: 3 for training, 2 for validation, 2 = 8
+# classes with the rotations for test), trained in seconds.
+FAKE_ACTIVE = {**ACTIVE, "data.train_characters": 5, "data.val_characters": 2, "oracle.episodes": 3}
+
+
+@pytest.fixture(scope="module")
+def fake_omniglot(tmp_path_factory):
+    from conftest import _write_fake_omniglot
+
+    base = tmp_path_factory.mktemp("fake_omniglot")
+    _write_fake_omniglot(base / "mirror", alphabets=(("Alpha", 3), ("Beta", 2)), evaluation=(("Gamma", 2),))
+    return {"data_root": base / "data", "data_mirror": base / "mirror"}
+
+
+@pytest.fixture(scope="module")
+def answered_run(tmp_path_factory, fake_omniglot):
+    """The active pipeline on generated Omniglot, its 3 episodes answered by the simulated oracle."""
+    out = tmp_path_factory.mktemp("answered") / "run"
+    summary = graphseq.run("fewshot-omniglot-active", out=out, quiet=True, overrides=FAKE_ACTIVE,
+                           oracle="simulated", **fake_omniglot)
+    assert summary["runs"][0]["oracle_answers_correct"] == 1.0
+    return out
+
+
+def files_of(out):
+    return {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+
+def test_more_oracle_episodes_on_resume_keep_every_answer_on_its_image(active_run, tmp_path, data_root, mirror):
+    # A truthful oracle's answers stay right only where each is applied to the image it was given for.
+    out = tmp_path / "run"
+    shutil.copytree(active_run[0], out)
+    records = []
+    for episodes in (3, 6):
+        summary = graphseq.run("fewshot-omniglot-active", out=out, data_root=data_root, data_mirror=mirror,
+                               quiet=True, resume=True, oracle="simulated",
+                               overrides={**ACTIVE, "oracle.episodes": episodes})
+        figures = summary["runs"][0]
+        assert figures["oracle_answers"] == episodes and figures["oracle_answers_correct"] == 1.0
+        records.append({p.name: p.read_text() for p in out.glob("*.json")})
+    asked = [json.loads(record["oracle-images.json"])["asked"] for record in records]
+    assert len(asked[0]) == 3 and asked[1][:3] == asked[0]
+    assert [item for item, _, _ in stored(out)] == list(range(6))
+
+
+@pytest.mark.parametrize("oracle", ["simulated", None])
+def test_a_longer_training_of_the_answered_model_is_refused_before_a_file_changes(answered_run, fake_omniglot,
+                                                                                  tmp_path, oracle):
+    out = tmp_path / "run"
+    shutil.copytree(answered_run, out)
+    before = files_of(out)
+    with pytest.raises(graphseq.GraphseqError, match=r"^train_episodes: steps = 4, but .*labels.sqlite holds 3 "
+                                                     r"oracle answers about the images the model of 2 steps asked "
+                                                     r"for, .* keep steps = 2, or train longer in a new --out$"):
+        graphseq.run("fewshot-omniglot-active", out=out, quiet=True, resume=True, oracle=oracle,
+                     overrides={**FAKE_ACTIVE, "train.steps": 4}, **fake_omniglot)
+    assert files_of(out) == before
+    # The other training's model answers nothing: it may train on.
+    summary = graphseq.run("fewshot-omniglot-active", out=out, quiet=True, resume=True, oracle="simulated",
+                           overrides={**FAKE_ACTIVE, "train_random_trained.steps": 4}, **fake_omniglot)
+    assert summary["runs"][0]["steps_random_trained"] == 4 and summary["runs"][0]["oracle_answers_correct"] == 1.0
+
+
+def test_answers_about_other_images_than_the_model_asks_about_are_refused(answered_run, fake_omniglot, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(answered_run, out)
+    record = out / "oracle-images.json"
+    images = json.loads(record.read_text())
+    images["asked"][1] = [images["asked"][1][0], (images["asked"][1][1] + 1) % 20]
+    record.write_text(json.dumps(images))
+    for problem in (rf"^fewshot_oracle: episode 1 was answered about test image \[{images['asked'][1][0]}, "
+                    r"\d+\] \(class, drawing\), but the model now asks about \[",
+                    f"holds oracle answers but {re.escape(str(record))} is missing"):
+        before = files_of(out)
+        with pytest.raises(graphseq.GraphseqError, match=problem):
+            graphseq.run("fewshot-omniglot-active", out=out, quiet=True, resume=True, oracle="simulated",
+                         overrides=FAKE_ACTIVE, **fake_omniglot)
+        # Refused after the (resumed, finished) trainings and tests, before a question: the answers stay.
+        assert {p: v for p, v in files_of(out).items() if p.name in (STORE_NAME, record.name)} == \
+            {p: v for p, v in before.items() if p.name in (STORE_NAME, record.name)}
+        record.unlink(missing_ok=True)  # the second time: no record at all
+
+
+@pytest.mark.parametrize("columns", [60, 80])
+def test_the_human_prompt_fits_the_terminal_width(answered_run, fake_omniglot, tmp_path, monkeypatch, columns):
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(answered_run, "run")
+    monkeypatch.setenv("COLUMNS", str(columns))
+    output = io.StringIO()
+    graphseq.run("fewshot-omniglot-active", out="run", quiet=True, resume=True,
+                 oracle=HumanOracle(io.StringIO("0\n1\nq\n"), output),
+                 overrides={**FAKE_ACTIVE, "oracle.episodes": 6}, **fake_omniglot)
+    lines = output.getvalue().splitlines()
+    command = "graphseq run fewshot-omniglot-active --resume --out run --oracle human"
+    assert lines[-1] == command  # whole, to copy
+    assert "which class is this?" in output.getvalue() and "with your answer the model says" in output.getvalue()
+    assert max(len(line) for line in lines[:-1]) <= columns
+    assert max(len(line) for line in lines if "\u2588" in line) > columns - 25  # the pictures fill the width
 
 
 @pytest.mark.parametrize("name", ["fewshot-miniimagenet-5w1s", "fewshot-miniimagenet-5w5s"])
