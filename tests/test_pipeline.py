@@ -262,8 +262,8 @@ def test_a_run_killed_before_storing_anything_is_started_again_in_its_folder(cha
     out.mkdir()
     for name in ("config.toml", "log.txt"):
         (out / name).write_bytes((charlm_run / name).read_bytes())
-    with pytest.raises(GraphseqError, match="it stopped before it stored anything, so start it again without "
-                                            "--resume"):
+    with pytest.raises(GraphseqError, match="it stopped before it stored anything to continue from, so start it "
+                                            "again without --resume"):
         run("charlm-lstm", out=out, resume=True, data_root=data_root, data_mirror=mirror, quiet=True)
     run("charlm-lstm", overrides=CHARLM, seed=3, out=out, data_root=data_root, data_mirror=mirror, quiet=True)
     assert (out / "checkpoint.pt").is_file() and (out / "metrics.json").is_file()
