@@ -179,9 +179,8 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint(tmp_path, monkeypat
     train(tmp_path, 2)
     before = load_checkpoint(tmp_path / "checkpoint.pt")
 
-    def torn_save(obj, path, *args, **kwargs):
-        with open(path, "wb") as f:
-            f.write(b"half a checkpoint")
+    def torn_save(obj, f, *args, **kwargs):
+        f.write(b"half a checkpoint")
         raise OSError("disk full")
 
     monkeypatch.setattr(torch, "save", torn_save)
