@@ -34,7 +34,7 @@ from graphseq.data.pretraining import collate
 from graphseq.data.wordpiece import WordPieceTokenizer
 from graphseq.models.bert import BertConfig, BertEncoder
 from graphseq.pipeline import resolve_device
-from timing import at_least, median_times
+from timing import at_least, median_times, run_script
 
 
 def workloads(sentences, tokenizer: WordPieceTokenizer, batch: int, max_len: int):
@@ -150,4 +150,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

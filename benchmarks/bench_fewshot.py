@@ -29,7 +29,7 @@ from graphseq.data.episodes import EpisodeSampler, FewShotClasses
 from graphseq.models.fewshot import FewShotConfig, FewShotModel
 from graphseq.models.fewshot_dense import DenseFewShotGNN
 from graphseq.pipeline import resolve_device
-from timing import at_least, median_times
+from timing import at_least, median_times, run_script
 
 
 class DenseModel(torch.nn.Module):
@@ -127,4 +127,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -33,7 +33,7 @@ from torch.nn.utils.rnn import pack_sequence, pad_sequence
 from graphseq.graphs import chain, lengths_to_batch
 from graphseq.nn import ChainGRU, ChainLSTM, chain_schedule
 from graphseq.pipeline import resolve_device
-from timing import at_least, median_times
+from timing import at_least, median_times, run_script
 
 
 CELLS = ("lstm", "gru")
@@ -146,4 +146,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

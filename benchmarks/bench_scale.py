@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from timing import at_least
+from timing import at_least, run_script, whole_numbers
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -206,15 +206,17 @@ def main() -> None:
     parser.add_argument("--nodes", type=at_least(1), default=1_000_000)
     parser.add_argument("--degree", type=at_least(0, float), default=6.0,
                         help="edges drawn per node before they are made undirected (6: about 12 per node)")
-    parser.add_argument("--full-sizes", default="62500,125000,250000")
+    parser.add_argument("--full-sizes", type=whole_numbers(1, empty=True), default="62500,125000,250000",
+                        help="comma-separated node counts of the full-batch runs (none: skip them)")
     parser.add_argument("--guard-gb", type=float, default=10.0)
     parser.add_argument("--batch-size", type=at_least(1), default=1024)
-    parser.add_argument("--fanout", default="10,10")
+    parser.add_argument("--fanout", type=whole_numbers(-1), default="10,10",
+                        help="neighbours a hop, comma-separated (-1: every neighbour)")
     parser.add_argument("--steps", type=at_least(1), default=20, help="timed steps of sampled training")
     parser.add_argument("--full-steps", type=at_least(1), default=2, help="timed steps of full-batch training")
     parser.add_argument("--threads", type=at_least(1), default=1)
     args = parser.parse_args()
-    fanout = json.dumps([int(f) for f in args.fanout.split(",")])
+    fanout = json.dumps(args.fanout)
 
     if args.what == "processes":
         import tempfile
@@ -222,7 +224,7 @@ def main() -> None:
             rates = {w: samples_per_second(w, args.nodes, args.degree, args.steps, args.batch_size,
                                            json.loads(fanout), Path(tmp)) for w in (1, 2)}
         print(f"neighbour-sampled GAT, {args.nodes:,} nodes, batches of {args.batch_size} seeds per "
-              f"process, fan-out {args.fanout}, gloo, 1 thread per process")
+              f"process, fan-out {','.join(map(str, args.fanout))}, gloo, 1 thread per process")
         for w, rate in rates.items():
             print(f"  {w} process(es): {rate:,.0f} samples/s")
         print(f"  2 / 1: {rates[2] / rates[1]:.2f}")
@@ -231,7 +233,7 @@ def main() -> None:
     rows = []
     sampled = child(["sampled", args.nodes, args.degree, args.steps, args.batch_size, fanout, args.threads])
     rows.append(sampled)
-    for size in [int(s) for s in args.full_sizes.split(",") if s]:
+    for size in args.full_sizes:
         rows.append(child(["full", size, args.degree, args.full_steps, 0, fanout, args.threads]))
     small = [r for r in rows[1:] if "failed" not in r]
     fit = None
@@ -258,4 +260,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

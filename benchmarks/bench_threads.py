@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from timing import at_least
+from timing import at_least, run_script
 
 CODE = """
 import json, sys, tempfile, torch, graphseq
@@ -57,4 +57,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -12,10 +12,14 @@ the folds) and its seconds per fold.
     pip install -e ".[peers]"      # gensim; scikit-learn is a base dependency
     python benchmarks/polarity_peers.py [--folds 0,1,2] [--models tfidf,doc2vec-dm,...]
         [--spv RUN_DIR] [--bert RUN_DIR] [--json results.json] [--data-root DIR] [--data-mirror DIR]
+
+``--json`` is written again after every model of every fold, so a run cut
+short keeps what it finished.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -30,6 +34,7 @@ from graphseq.data.polarity import cv_folds, load_polarity
 from graphseq.errors import GraphseqError
 from graphseq.io import atomic_write_text, check_output_file, read_json
 from graphseq.stages.paragraph_vectors import spv_fold, words_of
+from timing import run_script
 
 MODELS = ("tfidf", "doc2vec-dm", "doc2vec-dbow", "spv-dm", "spv-dbow", "bilstm")
 FOLDS = 10
@@ -177,7 +182,7 @@ def main() -> None:
     parser.add_argument("--bert", default=None, metavar="RUN_DIR", help="a finished bert-polarity run to list beside")
     parser.add_argument("--spv", default=None, metavar="RUN_DIR",
                         help="a finished spv-polarity run to list beside (instead of running spv-* here)")
-    parser.add_argument("--json", default=None, help="write every fold's figures here")
+    parser.add_argument("--json", default=None, help="write every fold's figures here, after each")
     parser.add_argument("--data-root", default=os.environ.get("GRAPHSEQ_DATA", "datasets"))
     parser.add_argument("--data-mirror", default=os.environ.get("GRAPHSEQ_MIRROR"))
     parser.add_argument("--scratch", default="runs/polarity-peers", help="where the BiLSTM's runs go")
@@ -198,6 +203,10 @@ def main() -> None:
             check_output_file(args.json, ".json", "--json")
         except GraphseqError as error:
             parser.error(str(error))
+    doc2vec = [m for m in models if m.startswith("doc2vec")]
+    if doc2vec and importlib.util.find_spec("gensim") is None:
+        parser.error(f"--models {','.join(doc2vec)}: gensim is not installed; install the peers extra: "
+                     'pip install -e ".[peers]"')
     sentences, labels = load_polarity(Path(args.data_root), Path(args.data_mirror) if args.data_mirror else None)
     labels = np.asarray(labels)
     words = [words_of(s) for s in sentences]
@@ -225,6 +234,8 @@ def main() -> None:
                   f"{row['seconds']:.1f} s ({row['choice']})", flush=True)
             for label, nearest in row.get("class_words", {}).items():
                 print(f"  nearest words to the {label} class vector: {', '.join(nearest)}", flush=True)
+            if args.json:  # After every model of every fold, so that a later failure loses nothing finished.
+                atomic_write_text(args.json, json.dumps(results, indent=2) + "\n")
 
     print(f"\nsentence polarity, folds {folds}, one thread\n")
     print("| model | validation accuracy | test accuracy | seconds per fold |")
@@ -248,9 +259,7 @@ def main() -> None:
         ratio = statistics.fmean(r["seconds"] for r in results["spv-dbow"]) / \
             statistics.fmean(r["seconds"] for r in results["doc2vec-dbow"])
         print(f"\nseconds per fold, SPV-DBOW / Doc2Vec PV-DBOW: {ratio:.2f}")
-    if args.json:
-        atomic_write_text(args.json, json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -1,11 +1,16 @@
 """Timing shared by the benchmark scripts: every contender runs once per
 round, in turn, so that a busy machine slows them alike; the median of each
-after the warm-up rounds. And :func:`at_least`, which refuses a count such
-as ``--repeats 0`` when the arguments are parsed, before any work."""
+after the warm-up rounds. And what every script parses and reports alike:
+:func:`at_least` and :func:`whole_numbers`, which refuse a count such as
+``--repeats 0`` when the arguments are parsed, before any work, and
+:func:`run_script`, which reports a :class:`GraphseqError` raised later
+(no CUDA, no data) as argparse reports a usage error."""
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 from typing import TYPE_CHECKING, Callable, Dict, Hashable
 
@@ -26,6 +31,33 @@ def at_least(low: float, kind: type = int) -> Callable[[str], float]:
                 f"must be a {'whole number' if kind is int else 'number'} >= {low}, got {text}")
         return value
     return number
+
+
+def whole_numbers(low: int, empty: bool = False) -> Callable[[str], list]:
+    """An argparse ``type=`` that reads comma-separated whole numbers, each at
+    least ``low`` (none at all only if ``empty``): ``--fanout 10,10``."""
+    def numbers(text: str):
+        try:
+            values = [int(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            values = None
+        if values is None or any(value < low for value in values) or not (values or empty):
+            raise argparse.ArgumentTypeError(f"must be comma-separated whole numbers >= {low}, got {text!r}")
+        return values
+    return numbers
+
+
+def run_script(main: Callable[[], None]) -> None:
+    """Runs a script's ``main``; a :class:`GraphseqError` (a problem with what
+    was asked for: no CUDA device, no data, episodes larger than the data)
+    ends it as argparse ends a usage error, one line on stderr and exit status 2."""
+    from graphseq.errors import GraphseqError  # Here, so that parsing the arguments need not load torch.
+
+    try:
+        main()
+    except GraphseqError as error:
+        print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
+        sys.exit(2)
 
 
 def median_times(steps: Dict[Hashable, Callable[[], object]], repeats: int, device: torch.device,

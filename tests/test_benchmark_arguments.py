@@ -3,6 +3,7 @@ the reason on stderr) before they load data or time anything. The scripts
 are run as a user runs them, in a subprocess, with bad arguments only."""
 import argparse
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -57,6 +58,20 @@ CASES = [
     ("polarity_peers.py", ["--folds", "0,3,0"], "argument --folds: fold(s) 0 named more than once"),
     ("polarity_peers.py", ["--folds", "3,-1"], "argument --folds: fold(s) -1 out of range: there are 10 folds, 0..9"),
     ("polarity_peers.py", ["--json", "."], "cannot write --json .: Is a directory"),
+    ("bench_scale.py", ["memory", "--fanout", "abc"], "argument --fanout: must be comma-separated whole numbers >= -1, "
+                                                      "got 'abc'"),
+    ("bench_scale.py", ["processes", "--fanout", "1,x"], "argument --fanout: must be comma-separated whole numbers "
+                                                         ">= -1, got '1,x'"),
+    ("bench_scale.py", ["memory", "--full-sizes", "x"], "argument --full-sizes: must be comma-separated whole "
+                                                        "numbers >= 1, got 'x'"),
+    # Refused by graphseq once torch is loaded, reported the same way instead of as a traceback.
+    ("bench_gat.py", ["--device", "nonsense"], "--device 'nonsense' is not supported; use auto, cpu, cuda or cuda:N"),
+    ("bench_recurrent.py", ["--device", "nonsense"], "--device 'nonsense' is not supported"),
+    ("bench_bert.py", ["--device", "nonsense"], "--device 'nonsense' is not supported"),
+    ("bench_fewshot.py", ["--device", "nonsense"], "--device 'nonsense' is not supported"),
+    ("bench_self_attention.py", ["--device", "nonsense"], "--device 'nonsense' is not supported"),
+    ("bench_fewshot.py", ["--ways", "100"], "100-way episodes need 100 classes; this split has 64"),
+    ("bench_fewshot.py", ["--shots", "30"], "30 labelled + 0 unlabelled + 1 query image per class need 31 images"),
 ]
 
 
@@ -88,5 +103,61 @@ def refusals(tmp_path_factory):
 def test_script_refuses_bad_arguments_before_any_work(refusals, script, args, message):
     cwd, returncode, out, err = refusals[script, tuple(args)]
     assert returncode == 2, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
     assert f"{script}: error: {message}" in err
     assert out == "" and not (cwd / "datasets").exists()
+
+
+@pytest.mark.parametrize("script, folder, name", [("bench_gat.py", "Cora/raw", "ind.cora.x"),
+                                                  ("bench_bert.py", "rt-polaritydata", "rt-polarity.neg")])
+def test_script_reports_unusable_data_in_one_line(tmp_path, script, folder, name):
+    blocking = tmp_path / "datasets" / folder / name
+    blocking.mkdir(parents=True)  # A folder where a data file belongs: refused before any download.
+    process = refused(script, ["--repeats", "1"], tmp_path)
+    try:
+        out, err = process.communicate(timeout=LIMIT_S)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 2 and "Traceback" not in err, err[-2000:]
+    assert f"{script}: error: {blocking} is not a file (a folder?)" in err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gensim") is not None, reason="gensim is installed")
+def test_polarity_peers_asks_for_gensim_before_any_fold(tmp_path):
+    process = refused("polarity_peers.py", ["--folds", "0", "--models", "tfidf,doc2vec-dm",
+                                            "--json", str(tmp_path / "peers.json")], tmp_path)
+    try:
+        out, err = process.communicate(timeout=LIMIT_S)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 2, err[-2000:]
+    assert ('polarity_peers.py: error: --models doc2vec-dm: gensim is not installed; install the peers extra: '
+            'pip install -e ".[peers]"') in err
+    assert out == "" and not (tmp_path / "datasets").exists()
+
+
+def test_polarity_peers_keeps_the_finished_models_when_a_later_one_fails(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("polarity_peers", BENCHMARKS / "polarity_peers.py")
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)
+    sentences = [f"sentence {i} is {'good' if i % 2 else 'bad'}" for i in range(40)]
+    monkeypatch.setattr(peers, "load_polarity", lambda root, mirror: (sentences, [i % 2 for i in range(40)]))
+    monkeypatch.setattr(peers, "tfidf_fold", lambda words, labels, split: {
+        "val_accuracy": 0.75, "test_accuracy": 0.5, "choice": "fixed"})
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(peers, "spv_peer_fold", killed)
+    monkeypatch.setattr(peers.torch, "set_num_threads", lambda threads: None)  # Leaves pytest's threads alone.
+    out = tmp_path / "peers.json"
+    monkeypatch.setattr(sys, "argv", ["polarity_peers.py", "--folds", "2", "--models", "tfidf,spv-dm",
+                                      "--json", str(out)])
+    with pytest.raises(RuntimeError, match="killed"):
+        peers.main()
+    rows = json.loads(out.read_text())
+    assert rows["spv-dm"] == [] and len(rows["tfidf"]) == 1
+    assert rows["tfidf"][0]["fold"] == 2 and rows["tfidf"][0]["test_accuracy"] == 0.5
