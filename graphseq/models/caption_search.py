@@ -125,7 +125,8 @@ def beam_search(model: Captioner, images: Tensor, beam_size: int = 3, max_length
     returns the likeliest finished one. A finished caption competes with the
     unfinished ones on its total log-probability; with ``length_penalty``
     ``a > 0`` the final choice divides it by ``((5 + length) / 6) ** a``
-    (Wu et al., 2016), which favours longer captions."""
+    (Wu et al., 2016), which favours longer captions; ``length`` counts the
+    end symbol (words + 1)."""
     check_request(max_length, beam_size=beam_size)
     with evaluating(model):
         regions, pooled = model.encode(images)
