@@ -278,14 +278,19 @@ def _asks_a_person(oracle: Any) -> bool:
     return oracle == "human" or type(oracle).__name__ == "HumanOracle"
 
 
-def join(pipeline: str, stage_fns: Sequence[Any], device: torch.device,
+def join(pipeline: str, config: Dict[str, Any], device: torch.device,
          options: Dict[str, Any]) -> torch.device:
     """The runner's hook: in a worker started by the elastic launcher
-    (``WORLD_SIZE`` > 1), checks the run and joins the process group; returns
-    the device this process trains on. Alone, or while the launcher checks
-    the command, returns ``device``."""
+    (``WORLD_SIZE`` > 1), checks the run (:func:`check_run`, and its settings
+    ``config`` with :func:`check_settings`) and joins the process group;
+    returns the device this process trains on. Alone, or while the launcher
+    checks the command, returns ``device``."""
+    from .pipeline import sections
+    from .stages import get_stage
+
     processes = _checking or launched_world_size()
-    check_run(pipeline, stage_fns, options, processes)
+    check_run(pipeline, [get_stage(t.get("stage", n)) for n, t in sections(config).items()], options, processes)
+    check_settings(pipeline, config, processes)
     if processes > 1 and _checking is None:
         return setup(device)
     return device
@@ -297,9 +302,9 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
     --nproc-per-node N -m graphseq ARGS`` does).
 
     First the command runs here, in one process, as far as the runner
-    checks it before it writes, and its settings are checked against the
-    number of processes (:func:`check_settings`): what refuses the run
-    refuses it once, before any worker starts. A worker that fails ends the
+    checks it before it writes (:func:`join` checking its settings against
+    the number of processes among that): what refuses the run refuses it
+    once, before any worker starts. A worker that fails ends the
     run: the launcher stops the others, and the error says which worker,
     how, and whether the run resumes from its last checkpoint."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -327,8 +332,8 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
 
 def _check_command(args: Sequence[str], processes: int) -> tuple[argparse.Namespace, str, Dict[str, Any]]:
     """Runs ``graphseq ARGS`` in this process up to the runner's barrier
-    after its checks, then checks the run's settings for ``processes``;
-    returns the parsed command, the pipeline's name and its settings."""
+    after its checks (:func:`join` among them, for ``processes``); returns
+    the parsed command, the pipeline's name and its settings."""
     global _checking
     from .cli import build_parser
     from .pipeline import apply_overrides, read_config, resolve_pipeline
@@ -346,9 +351,7 @@ def _check_command(args: Sequence[str], processes: int) -> tuple[argparse.Namesp
     path = Path(command.out) / "config.toml" if command.resume else resolve_pipeline(command.pipeline)
     config = read_config(path)
     apply_overrides(config, command.overrides)
-    name = config.get("pipeline") or path.stem
-    check_settings(name, config, processes)
-    return command, name, config
+    return command, config.get("pipeline") or path.stem, config
 
 
 def _what_now(out: Path, name: str, config: Dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ import re
 import sqlite3
 import tempfile
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -52,14 +52,13 @@ def _temporary(path: Path) -> str:
     return tmp
 
 
-def remove_temporaries(folder: Path) -> List[Path]:
+def remove_temporaries(folder: Path) -> None:
     """Removes the temporary files under ``folder`` that a process killed
     while writing left behind (its writes go through ``_temporary``); only
-    for a folder no other process writes to. Returns them."""
-    found = [path for path in folder.rglob(".*.tmp") if path.is_file() and _TEMPORARY.fullmatch(path.name)]
-    for path in found:
-        path.unlink(missing_ok=True)
-    return found
+    for a folder no other process writes to."""
+    for path in folder.rglob(".*.tmp"):
+        if path.is_file() and _TEMPORARY.fullmatch(path.name):
+            path.unlink(missing_ok=True)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -602,8 +602,7 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
             config[section].pop(key, None)
     torch_device = resolve_device(device)
     # Several processes (torchrun, --nproc-per-node): check, then join the group.
-    torch_device = distributed.join(name, [get_stage(t.get("stage", n)) for n, t in sections(config).items()],
-                                    torch_device, options)
+    torch_device = distributed.join(name, config, torch_device, options)
     _check_out(out)
     if resume:
         files = resumable_files(config)

@@ -325,7 +325,7 @@ def set_rng_state(state: Dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"].cpu())
     if "numpy" in state:
         name, keys, pos, has_gauss, cached = state["numpy"]
-        np.random.set_state((name, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
+        np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     if "python" in state:
         version, internal, gauss = state["python"]
         random.setstate((version, tuple(internal), gauss))

@@ -156,9 +156,6 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
     a step is the same step as in one process.
     """
     model, data = ctx.require("model", "tbptt"), ctx.require("data", "tbptt")
-    if batch_size % distributed.world_size():
-        raise GraphseqError(f"tbptt: batch_size {batch_size} does not split evenly over "
-                            f"{distributed.world_size()} processes")
     streams = TextStreams(data.train, batch_size, window)
     rows = distributed.shard(batch_size)  # This rank's streams.
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)

@@ -94,8 +94,6 @@ def train_graphs(ctx, *, lr: float = 0.005, weight_decay: float = 0.0, batch_siz
     model, data = ctx.require("model", "train_graphs"), ctx.require("data", "train_graphs")
     train, val = list(data["train"]), list(data["val"])
     size = distributed.world_size()
-    if batch_size % size:
-        raise GraphseqError(f"train_graphs: batch_size {batch_size} does not split evenly over {size} processes")
     if batch_size > len(train):
         raise GraphseqError(f"train_graphs: batch_size {batch_size} exceeds the {len(train)} training graphs")
     per_epoch = len(train) // batch_size

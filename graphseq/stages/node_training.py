@@ -243,10 +243,6 @@ def train_nodes(ctx, *, lr: float = 0.005, weight_decay: float = 5e-4, max_epoch
     (``"layerwise"``, ``"sampled"`` or ``"full"``; see :class:`Sampling`).
     With several processes each trains on its share of the seed nodes;
     the full-batch loader has no shares, so it runs in one process only."""
-    if loader == "full" and distributed.world_size() > 1:
-        raise GraphseqError(f"train_nodes: loader = 'full' trains on the whole graph, so "
-                            f"{distributed.world_size()} processes would each repeat the whole run; "
-                            f"use loader = 'neighbor', or run it with one process")
     sampling = Sampling(loader, tuple(num_neighbors), batch_size, num_workers,
                         inference if loader == "neighbor" else "full", inference_batch_size)
     ctx.sampling = sampling  # evaluate_nodes infers the same way.
