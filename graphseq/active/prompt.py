@@ -6,14 +6,17 @@ tests, a pipe in scripts); it never calls ``input()``.
 Answers: a class name (a unique prefix is enough, any case) or number;
 ``?`` help, ``s`` skip, ``u`` undo the last answer, ``q`` save and quit.
 Anything else is asked again and stores nothing. The end of the input
-counts as ``q``.
+counts as ``q``. Every line of a question and of the help fits the
+terminal's width: a longer one is wrapped at words, keeping its indent.
 """
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 from typing import Optional, TextIO, Union
 
+from ..views import terminal_width
 from .oracles import QUIT, SKIP, UNDO, Question, Reply, parse_class
 
 COMMANDS = {"s": SKIP, "skip": SKIP, "u": UNDO, "undo": UNDO, "q": QUIT, "quit": QUIT}
@@ -46,25 +49,39 @@ class HumanOracle:
 
     source = "human"
 
-    def __init__(self, input: Optional[TextIO] = None, output: Optional[TextIO] = None):
+    def __init__(self, input: Optional[TextIO] = None, output: Optional[TextIO] = None,
+                 width: Optional[int] = None):
         self.input = input if input is not None else sys.stdin
         self.output = output if output is not None else sys.stdout
+        self.width = width  # None: the terminal's, read at every question (it may be resized).
         self.closed = False  # After q or the end of input, every question gets QUIT.
         self.shown_classes = False
 
-    def _write(self, text: str = "") -> None:
+    def _width(self) -> int:
+        return self.width if self.width is not None else terminal_width()
+
+    def _write(self, text: str = "", fitted: bool = True) -> None:
+        if fitted:
+            text = "\n".join(piece for line in text.split("\n") for piece in fit(line, self._width()))
         self.output.write(text + "\n")
         self.output.flush()
 
-    def classes(self, class_names) -> str:
-        return "classes: " + "  ".join(name if name == str(i) else f"{i} {name}"
-                                       for i, name in enumerate(class_names))
+    def classes(self, class_names, then: str = "") -> str:
+        """The classes by number and name, on as many lines as the width
+        asks, no entry split; ``then`` after the last."""
+        entries = [name if name == str(i) else f"{i} {name}" for i, name in enumerate(class_names)]
+        rows: list[list[str]] = [[]]
+        for entry in entries + ([then] if then else []):
+            if rows[-1] and len("classes: " + "  ".join(rows[-1] + [entry])) > self._width():
+                rows.append([])
+            rows[-1].append(entry)
+        return "\n".join(("classes: " if k == 0 else " " * 9) + "  ".join(row) for k, row in enumerate(rows))
 
     def ask(self, question: Question) -> Reply:
         if self.closed:
             return QUIT
         if not self.shown_classes:
-            self._write(self.classes(question.class_names) + "   (? help, s skip, u undo, q quit)")
+            self._write(self.classes(question.class_names, "(? help, s skip, u undo, q quit)"))
             self.shown_classes = True
         self._write()
         self._write(f"[{question.progress}] item {question.item}" if question.progress
@@ -102,10 +119,24 @@ class HumanOracle:
             return reply
 
     def tell(self, text: str) -> None:
-        self._write(text)
+        """Writes ``text`` as it is: its lines may hold a command to copy,
+        which a break would spoil (the terminal folds a long line itself)."""
+        self._write(text, fitted=False)
 
     def restrict(self, pool):
         return pool
+
+
+def fit(line: str, width: int) -> list[str]:
+    """A line as lines of at most ``width`` columns where it has spaces to
+    break at, each keeping the line's indent."""
+    if len(line) <= width:
+        return [line]
+    # A hanging indent under a term set off by two spaces ("  s   skip: ..."), else the line's own.
+    term = re.match(r" *\S+ {2,}", line)
+    indent = " " * (term.end() if term else len(line) - len(line.lstrip(" ")))
+    return textwrap.wrap(line, width=width, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) or [line]
 
 
 def wrap(text: str, width: int = 78, indent: str = "  ") -> list[str]:

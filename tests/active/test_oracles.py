@@ -139,3 +139,20 @@ def test_simulated_oracle_checks_the_truth_of_the_pool_only():
         oracle.check(["a", "b", "c"], torch.arange(4))
     with pytest.raises(GraphseqError, match=r"label -1 for item 2 is no class \(0..2\)"):
         oracle.ask(Question(2, ["a", "b", "c"]))
+
+
+def test_human_oracle_fits_every_line_to_a_narrow_terminal():
+    names = ["Case_Based", "Genetic_Algorithms", "Probabilistic_Methods", "Reinforcement_Learning"]
+    long_detail = "  degree 4 (citations); neighbours' known labels: Case_Based x2, Genetic_Algorithms x1"
+    output = io.StringIO()
+    oracle = HumanOracle(io.StringIO("?\nq\n"), output, width=40)
+    assert oracle.ask(Question(5, names, [long_detail])) is QUIT
+    lines = output.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 40
+    assert "3 Reinforcement_Learning" in output.getvalue()  # a class's number stays with its name
+    assert "      (or skip) and be asked it again" in lines  # the help's hanging indent
+    assert ["  degree 4 (citations); neighbours'", "  known labels: Case_Based x2,",
+            "  Genetic_Algorithms x1"] == lines[lines.index("item 5") + 1:lines.index("item 5") + 4]
+    wide = io.StringIO()
+    HumanOracle(io.StringIO("q\n"), wide, width=200).ask(Question(5, names, [long_detail]))
+    assert long_detail in wide.getvalue().splitlines()
