@@ -162,16 +162,24 @@ class EdgePattern:
         ``col``, ``order`` (where each of its values sits in an ``[num_edges,
         heads]`` tensor, flattened) and ``place`` (the inverse). Made once."""
         if heads not in self._heads:
-            degree = self.ptr.diff()
-            counts = degree.repeat_interleave(heads)  # [num_targets * heads]
-            crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-            row = torch.arange(counts.numel(), device=counts.device).repeat_interleave(counts)
-            head = row % heads
-            edge = self.ptr[row // heads] + torch.arange(row.numel(), device=row.device) - crow[row]
-            order = edge * heads + head
-            place = torch.empty_like(order)
-            place[order] = torch.arange(order.numel(), device=order.device)
-            self._heads[heads] = (crow, self.index[edge] * heads + head, order, place)
+            edges = torch.arange(self.index.numel(), device=self.index.device)
+            if heads == 1:
+                self._heads[heads] = (self.ptr, self.index, edges, edges)
+                return self._heads[heads]
+            target, degree = self.target, self.ptr.diff()
+            head = torch.arange(heads, device=target.device)
+            # Target i's block starts at ptr[i] * heads and holds its degree d
+            # edges per head: edge e of head h sits at ptr[i] * heads + h * d + (e - ptr[i]).
+            start = self.ptr[:-1].index_select(0, target)  # [num_edges]
+            place = ((start * (heads - 1) + edges).unsqueeze(1)
+                     + degree.index_select(0, target).unsqueeze(1) * head).view(-1)  # [num_edges * heads]
+            order = torch.empty_like(place)
+            order[place] = torch.arange(place.numel(), device=place.device)
+            col = torch.empty_like(place)
+            col[place] = (self.index.unsqueeze(1) * heads + head).view(-1)
+            crow = torch.cat([((self.ptr[:-1] * heads).unsqueeze(1) + degree.unsqueeze(1) * head).view(-1),
+                              self.ptr[-1:] * heads])
+            self._heads[heads] = (crow, col, order, place)
         return self._heads[heads]
 
 

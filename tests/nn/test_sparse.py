@@ -39,6 +39,23 @@ def test_sampled_dot_is_the_dot_product_of_both_ends():
     assert torch.allclose(SampledDot.apply(pattern(), query, key), expected)
 
 
+@pytest.mark.parametrize("heads", [1, 3])
+def test_interleaved_pattern_holds_each_targets_edges_once_per_head(heads):
+    crow, col, order, place = pattern().interleaved(heads)
+    rows, cols, orders = [], [], []
+    for i in range(5):
+        edges = (TARGET == i).nonzero().view(-1).tolist()
+        for h in range(heads):
+            rows.append(len(edges))
+            cols += [int(SOURCE[e]) * heads + h for e in edges]
+            orders += [e * heads + h for e in edges]
+    assert crow.tolist() == [0] + torch.tensor(rows).cumsum(0).tolist()
+    assert col.tolist() == cols and order.tolist() == orders
+    assert torch.equal(order[place], torch.arange(8 * heads))
+    empty = EdgePattern(torch.zeros(3, dtype=torch.long), torch.zeros(0, dtype=torch.long), 2).interleaved(heads)
+    assert [t.tolist() for t in empty] == [[0] * (2 * heads + 1), [], [], []]
+
+
 def test_first_and_second_gradients_of_both_kernels():
     p = pattern()
     alpha, value, query = inputs((8, 2), (5, 2, 3), (5, 2, 3))
