@@ -114,8 +114,17 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
     (``schedule=``) to reuse it, or to run the layer under
     ``torch.compile(fullgraph=True)``, where the number and sizes of the steps
     must be known on the host before tracing.
+
+    ``num_graphs`` (a whole number >= 1, at least the graphs ``batch``
+    names) makes room for graphs without nodes at the end of a batch; a
+    layer passes the graphs of its initial state, and itself as ``layer``,
+    the name its errors carry.
     """
     name = checks.layer_name(layer)
+    # A layer's num_graphs is its initial state's; a caller's own is an argument.
+    from_layer = isinstance(layer, torch.nn.Module)
+    if num_graphs is not None and not from_layer:
+        checks.check_sizes(name, num_graphs=num_graphs)
     if not isinstance(edge_index, Tensor):
         checks.check_edge_index(name, edge_index, num_nodes)  # names the type
     checks.check_tensor(name, batch, "batch")
@@ -131,7 +140,8 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
     if num_graphs is None:
         num_graphs = needed
     elif needed > num_graphs:
-        raise ValueError(f"{name}: batch holds {needed} graphs, but the initial state has {num_graphs}")
+        source = "the initial state has" if from_layer else "num_graphs is"
+        raise ValueError(f"{name}: batch holds {needed} graphs, but {source} {num_graphs}")
     batch = torch.zeros(num_nodes, dtype=torch.long) if batch is None else batch.long()
 
     in_degree = torch.bincount(target, minlength=num_nodes)
@@ -276,7 +286,7 @@ class ChainRecurrence(MessagePassing):
                             "nodes are rows of x [num_nodes, input_size]; there is no batch dimension")
         super().__init__(aggr="sum", node_dim=0)
         name = type(self).__name__
-        checks.check_sizes(self, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers)
+        self._check_sizes(input_size, hidden_size, num_layers)
         checks.check_probability(self, "dropout", dropout)
         if dropout > 0 and num_layers == 1:  # torch.nn.RNNBase warns the same way
             warnings.warn(f"{name}: dropout acts between stacked layers, so dropout={dropout} with "
@@ -308,6 +318,14 @@ class ChainRecurrence(MessagePassing):
             self.initial_c = Parameter(torch.empty(*shape, hidden_size, **factory)) \
                 if self.has_cell_state else None
         self.reset_parameters()
+
+    def _check_sizes(self, input_size: int, hidden_size: int, num_layers: int) -> None:
+        """Refuses by name every size that is not a whole number in range
+        (floats and bools too, which would fail later inside torch), before
+        any weight is made. A cell with sizes of its own (``proj_size``,
+        ``chunk_size``, stored before this runs) checks them after these, so
+        that a bad ``hidden_size`` is named as such, not through them."""
+        checks.check_sizes(self, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers)
 
     def gate_size(self) -> int:
         """Rows of each weight matrix: all gates of the cell stacked."""
@@ -577,6 +595,9 @@ class ChainRecurrence(MessagePassing):
             raise ValueError(f"{name}: the schedule is for {schedule.num_nodes} nodes and "
                              f"{schedule.num_edges} edges, but x has {x.size(0)} nodes and "
                              f"edge_index {edge_index.size(-1)} edges")
+        if batch is None and schedule.num_graphs != 1:
+            raise ValueError(f"{name}: the schedule was made for {schedule.num_graphs} graphs, but no batch "
+                             f"is given, so x is one graph (one chain); pass the batch the schedule was made for")
         if num_graphs is not None and num_graphs != schedule.num_graphs:
             raise ValueError(f"{name}: the schedule is for {schedule.num_graphs} graphs, "
                              f"but the initial state has {num_graphs}")
@@ -891,12 +912,19 @@ class ChainLSTM(ChainRecurrence):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
                  proj_size: int = 0, *, learn_initial_state: bool = False, **kwargs):
-        if not 0 <= proj_size < hidden_size:
-            raise ValueError(f"ChainLSTM needs 0 <= proj_size < hidden_size (as torch.nn.LSTM), "
-                             f"got proj_size={proj_size}, hidden_size={hidden_size}")
-        self.proj_size = proj_size
+        self.proj_size = proj_size  # checked with the other sizes, after hidden_size
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                          learn_initial_state=learn_initial_state, **kwargs)
+
+    def _check_sizes(self, input_size: int, hidden_size: int, num_layers: int) -> None:
+        super()._check_sizes(input_size, hidden_size, num_layers)
+        proj_size = self.proj_size
+        if isinstance(proj_size, bool) or not isinstance(proj_size, int) or proj_size < 0:
+            raise ValueError(f"ChainLSTM needs proj_size to be a whole number >= 0 (0: no projection), "
+                             f"got {proj_size!r}")
+        if proj_size >= hidden_size:
+            raise ValueError(f"ChainLSTM needs 0 <= proj_size < hidden_size (as torch.nn.LSTM), "
+                             f"got proj_size={proj_size}, hidden_size={hidden_size}")
 
     def output_size(self) -> int:
         return self.proj_size or self.hidden_size
@@ -1094,13 +1122,21 @@ class ChainONLSTM(ChainRecurrence):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
                  chunk_size: int = 1, *, learn_initial_state: bool = False, **kwargs):
-        if chunk_size < 1 or hidden_size % chunk_size:
-            raise ValueError(f"ChainONLSTM needs chunk_size to divide hidden_size, "
-                             f"got hidden_size={hidden_size}, chunk_size={chunk_size}")
-        self.chunk_size = chunk_size
-        self.num_chunks = hidden_size // chunk_size
+        self.chunk_size = chunk_size  # checked with the other sizes, after hidden_size
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                          learn_initial_state=learn_initial_state, **kwargs)
+
+    def _check_sizes(self, input_size: int, hidden_size: int, num_layers: int) -> None:
+        super()._check_sizes(input_size, hidden_size, num_layers)
+        checks.check_sizes(self, chunk_size=self.chunk_size)
+        if hidden_size % self.chunk_size:
+            raise ValueError(f"ChainONLSTM needs chunk_size to divide hidden_size, "
+                             f"got hidden_size={hidden_size}, chunk_size={self.chunk_size}")
+
+    @property
+    def num_chunks(self) -> int:
+        """The number of master-gate chunks, ``hidden_size / chunk_size``."""
+        return self.hidden_size // self.chunk_size
 
     def gate_size(self) -> int:
         return 4 * self.hidden_size + 2 * self.num_chunks

@@ -465,6 +465,30 @@ def test_a_schedule_refuses_its_chains_edited_in_place():
     assert layer(x, edge_index, batch, schedule=chain_schedule(edge_index, 7, batch))[0].shape == (7, 4)
 
 
+def test_a_schedule_for_several_graphs_without_batch_names_the_missing_batch():
+    """Without batch, x is one chain; a schedule made for two is refused for
+    that, not for an initial state the caller never passed."""
+    x, edge_index, batch = torch.randn(6, 3), chain([4, 2]), lengths_to_batch([4, 2])
+    schedule = chain_schedule(edge_index, 6, batch)
+    with pytest.raises(ValueError, match=r"ChainLSTM: the schedule was made for 2 graphs, but no batch is given, "
+                                         r"so x is one graph \(one chain\); pass the batch"):
+        ChainLSTM(3, 4)(x, edge_index, schedule=schedule)
+
+
+def test_too_few_graphs_are_named_by_what_gave_their_number():
+    """A layer's number of graphs comes from its initial state, a direct
+    call's from num_graphs, which must be a whole number."""
+    edge_index, batch = chain([1, 1, 1]), lengths_to_batch([1, 1, 1])
+    with pytest.raises(ValueError, match="ChainRecurrence: batch holds 3 graphs, but num_graphs is 2"):
+        chain_schedule(edge_index, 3, batch, num_graphs=2)
+    with pytest.raises(ValueError, match="ChainLSTM: batch holds 3 graphs, but the initial state has 2"):
+        ChainLSTM(3, 4)(torch.randn(3, 3), edge_index, batch, (torch.zeros(1, 2, 4), torch.zeros(1, 2, 4)))
+    for bad in (3.0, True, 0):
+        with pytest.raises(ValueError, match=f"needs num_graphs to be a whole number >= 1, got {bad}"):
+            chain_schedule(edge_index, 3, batch, num_graphs=bad)
+    assert chain_schedule(edge_index, 3, batch, num_graphs=4).num_graphs == 4
+
+
 def test_lists_where_tensors_belong_are_named():
     with pytest.raises(TypeError, match="ChainLSTM expects edge_index to be a tensor, got list"):
         ChainLSTM(3, 4)(torch.randn(5, 3), chain(5).tolist())
@@ -754,3 +778,35 @@ def test_onlstm_returns_distances_per_node_layer_and_direction_and_keeps_no_stat
 def test_onlstm_chunk_size_must_divide_hidden_size():
     with pytest.raises(ValueError, match="chunk_size to divide hidden_size"):
         ChainONLSTM(3, 6, chunk_size=4)
+
+
+@pytest.mark.parametrize("layer_class", ALL)
+@pytest.mark.parametrize("sizes,name,value", [
+    ((3.0, 4), "input_size", "3.0"), ((3, 4.0), "hidden_size", "4.0"), ((3, 4, 2.0), "num_layers", "2.0"),
+    ((3, True), "hidden_size", "True"), ((3, 0), "hidden_size", "0"), ((3, -1), "hidden_size", "-1"),
+])
+def test_sizes_that_are_not_whole_numbers_from_one_are_refused_by_name(layer_class, sizes, name, value):
+    """Each cell's own checks (proj_size, chunk_size) come after the shared
+    ones, so ChainLSTM(3, 0) names hidden_size (torch.nn.LSTM refuses it
+    too), and a float never reaches torch.empty."""
+    with pytest.raises(ValueError, match=f"{layer_class.__name__} needs {name} to be a whole number >= 1, "
+                                         f"got {value}$"):
+        layer_class(*sizes)
+
+
+@pytest.mark.parametrize("build,match", [
+    (lambda: ChainONLSTM(3, 4, chunk_size=2.0), "ChainONLSTM needs chunk_size to be a whole number >= 1, got 2.0"),
+    (lambda: ChainONLSTM(3, 4, chunk_size=True), "ChainONLSTM needs chunk_size to be a whole number >= 1, got True"),
+    (lambda: ChainONLSTM(3, 4, chunk_size=0), "ChainONLSTM needs chunk_size to be a whole number >= 1, got 0"),
+    (lambda: ChainLSTM(3, 4, proj_size=2.0), r"ChainLSTM needs proj_size to be a whole number >= 0 .*got 2.0"),
+    (lambda: ChainLSTM(3, 4, proj_size=True), r"ChainLSTM needs proj_size to be a whole number >= 0 .*got True"),
+    (lambda: ChainLSTM(3, 4, proj_size=-1), r"ChainLSTM needs proj_size to be a whole number >= 0 .*got -1"),
+])
+def test_cell_sizes_that_are_not_whole_numbers_are_refused_by_name(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+def test_onlstm_chunks_follow_hidden_and_chunk_size():
+    layer = ChainONLSTM(3, 8, chunk_size=2)
+    assert layer.num_chunks == 4 and layer.weight_ih_l0.shape == (4 * 8 + 2 * 4, 3)
