@@ -12,19 +12,30 @@ and its curve has the points an uninterrupted run would have. Each round's
 end is kept too (the last answer of the round), so that undoing an answer of
 a finished round opens that round again and takes its point off the curve.
 
-A store that is damaged (truncated, overwritten) is a one-line error naming
-the file, which is left as it was.
+A store that is damaged (truncated, overwritten, a table or a column gone)
+is a one-line error naming the file, which is left as it was. So is one that
+cannot be written (read-only, or locked by another process) when it is
+opened for writing: refused before the first question, not after an answer.
+
+The store's version (SQLite's ``user_version``) says which tables it holds.
+Versions added tables, never columns: ``answers`` and ``rounds`` (1), then
+``pending`` (2), then ``round_ends`` (3). Opening an older store for writing
+adds the newer tables (empty) and marks it current. Stores written before
+the mark (version 0) claim the newest version whose table they hold, so one
+that has ``round_ends`` but lost ``pending`` is damaged, while one without
+``round_ends`` is taken for a version 2 store, as nothing tells them apart.
 """
 from __future__ import annotations
 
 import csv
 import io
 import math
+import os
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from ..errors import GraphseqError
 from ..io import check_sqlite
@@ -61,6 +72,29 @@ CREATE TABLE IF NOT EXISTS pending (
     PRIMARY KEY (strategy, position)
 );
 """
+# The tables each version of the store added, oldest first.
+VERSIONS = (("answers", "rounds"), ("pending",), ("round_ends",))
+VERSION = len(VERSIONS)
+# How long opening for writing waits for another process's transaction to end.
+BUSY_TIMEOUT = 5.0
+
+
+def _columns(connection: sqlite3.Connection) -> Dict[str, List[str]]:
+    """The columns of each store table in ``connection`` (none if it lacks it)."""
+    return {table: [row[1] for row in connection.execute(f"PRAGMA table_info({table})")]
+            for tables in VERSIONS for table in tables}
+
+
+def _schema_columns() -> Dict[str, List[str]]:
+    connection = sqlite3.connect(":memory:")
+    try:
+        connection.executescript(SCHEMA)
+        return _columns(connection)
+    finally:
+        connection.close()
+
+
+COLUMNS = _schema_columns()
 
 
 @dataclass(frozen=True)
@@ -95,19 +129,63 @@ class LabelStore:
             self.connection = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.connection = sqlite3.connect(self.path)
-        self.connection.executescript(SCHEMA)
-        self.connection.commit()
+        self.connection = self._open_for_writing()
+
+    def _open_for_writing(self) -> sqlite3.Connection:
+        """Opens the store for writing, refusing now one that could not be
+        written (read-only for this user, on a read-only file system or
+        folder, or locked by another process) rather than after the first
+        answer. Adds the tables an older store lacks and marks its version,
+        in one transaction; a current store is not written to, so that a
+        run refused later leaves it as it was. (``BEGIN IMMEDIATE`` alone
+        succeeds on a read-only file; writing also needs the folder, for
+        SQLite's journal.)"""
+        for place in (self.path, self.path.parent) if self.path.exists() else (self.path.parent,):
+            if not os.access(place, os.W_OK):
+                what = "the file" if place == self.path else f"its folder {place}"
+                raise GraphseqError(f"{self.path} cannot be written ({what} is read-only here); make it and "
+                                    f"its folder writable (SQLite writes a journal beside it), or copy the run "
+                                    f"folder and use the copy; it was left as it is")
+        connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT)
+        try:
+            connection.execute("BEGIN IMMEDIATE")  # waits for, then refuses, another process's writing
+            current = connection.execute("PRAGMA user_version").fetchone()[0] == VERSION
+            connection.rollback()
+            if not current:
+                connection.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {VERSION}; COMMIT;")
+        except sqlite3.OperationalError as error:
+            connection.rollback()
+            connection.close()
+            if "locked" in str(error):
+                raise GraphseqError(f"{self.path} is locked by another process ({error}), perhaps another run "
+                                    f"in the same --out; try again when it has ended; it was left as it is") from None
+            raise GraphseqError(f"{self.path} cannot be written ({error}); make it and its folder writable "
+                                f"(SQLite writes a journal beside it), or copy the run folder and use the "
+                                f"copy; it was left as it is") from None
+        return connection
 
     def _check_tables(self) -> None:
+        """Refuses a store that lacks a table or a column its version has
+        (see the module's docstring), or that a newer graphseq wrote."""
         connection = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
         try:
-            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            present = {table: columns for table, columns in _columns(connection).items() if columns}
         finally:
             connection.close()
-        if not {"answers", "rounds"} <= tables:
+        if not present:
             raise GraphseqError(f"{self.path} is an SQLite file but no graphseq label store "
                                 f"(no answers table); it was left as it is")
+        if version > VERSION:
+            raise GraphseqError(f"{self.path} is a label store of version {version}, written by a newer "
+                                f"graphseq; this one knows versions up to {VERSION}; it was left as it is")
+        claimed = max([version] + [number for number, tables in enumerate(VERSIONS, 1) if set(tables) & set(present)])
+        missing = [f"table {table}" for tables in VERSIONS[:claimed] for table in tables if table not in present]
+        missing += [f"column {column} of table {table}" for table, columns in present.items()
+                    for column in COLUMNS[table] if column not in columns]
+        if missing:
+            raise GraphseqError(f"{self.path} is damaged: it lacks {', '.join(missing)}, which a label store "
+                                f"of version {claimed} has; it was left as it is")
 
     def close(self) -> None:
         self.connection.close()

@@ -1,3 +1,5 @@
+import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -5,7 +7,8 @@ import sys
 
 import pytest
 
-from graphseq.active.store import STORE_NAME, LabelStore, labels_csv
+import graphseq.active.store as store_module
+from graphseq.active.store import SCHEMA, STORE_NAME, VERSION, VERSIONS, LabelStore, labels_csv
 from graphseq.errors import GraphseqError
 
 
@@ -138,3 +141,155 @@ def test_a_damaged_store_beside_a_journal_is_named_and_left_as_it_is(tmp_path):
     with pytest.raises(GraphseqError, match=f"{path} is damaged or not an SQLite database"):
         labels_csv(tmp_path)
     assert path.read_bytes() == b"not a database" * 100
+
+
+def old_store(path, tables):
+    """A store as a graphseq from before the version mark wrote it: only
+    ``tables`` (their columns never changed), ``user_version`` 0."""
+    connection = sqlite3.connect(path)
+    for statement in SCHEMA.split(");"):  # (a comment holds a semicolon)
+        if any(f"EXISTS {table} (" in statement for table in tables):
+            connection.execute(statement + ")")
+    connection.execute("INSERT INTO answers (strategy, item, label, source, time) VALUES ('age', 1, 'Theory', "
+                       "'human', 't')")
+    connection.commit()
+    connection.close()
+
+
+def tables_of(path):
+    connection = sqlite3.connect(path)
+    try:
+        return ({row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")},
+                connection.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        connection.close()
+
+
+def test_every_table_of_the_schema_belongs_to_a_version(tmp_path):
+    with LabelStore(tmp_path / STORE_NAME):
+        pass
+    tables, version = tables_of(tmp_path / STORE_NAME)
+    assert tables - {"sqlite_sequence"} == {table for added in VERSIONS for table in added}
+    assert version == VERSION
+
+
+@pytest.mark.parametrize("tables", [("answers", "rounds"), ("answers", "rounds", "pending")])
+def test_a_store_of_an_older_version_is_upgraded_and_keeps_its_answers(tmp_path, tables):
+    old_store(tmp_path / STORE_NAME, tables)
+    assert labels_csv(tmp_path).splitlines()[1] == "1,Theory,human,t"  # read as it is
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        assert [a.item for a in store.answers("age")] == [1]
+        store.add_round("age", 1, 0.5)
+        assert store.pending("age") == [] and store.rounds("age") == [[1, 0.5]]
+    assert tables_of(tmp_path / STORE_NAME) == ({"answers", "rounds", "pending", "round_ends", "sqlite_sequence"},
+                                                VERSION)
+
+
+def current_store(path):
+    with LabelStore(path) as store:
+        store.add("age", 1, "Theory", "human")
+        store.add_round("age", 1, 0.5)
+        store.add("age", 2, "Theory", "human", pending=[3, 4])
+
+
+@pytest.mark.parametrize("table", ["pending", "round_ends", "rounds", "answers"])
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_store_that_lost_a_table_is_named_and_left_as_it_is(tmp_path, table, read_only):
+    path = tmp_path / STORE_NAME
+    current_store(path)
+    connection = sqlite3.connect(path)
+    connection.execute(f"DROP TABLE {table}")
+    connection.commit()
+    connection.close()
+    before = path.read_bytes()
+    with pytest.raises(GraphseqError, match=f"^{path} is damaged: it lacks table {table}, which a label store "
+                                            f"of version 3 has; it was left as it is$"):
+        LabelStore(path, read_only=read_only)
+    assert path.read_bytes() == before  # not recreated empty, so the round in progress is not lost unseen
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_store_that_lost_a_column_is_named_and_left_as_it_is(tmp_path, read_only):
+    path = tmp_path / STORE_NAME
+    current_store(path)
+    connection = sqlite3.connect(path)
+    connection.execute("ALTER TABLE answers DROP COLUMN source")
+    connection.commit()
+    connection.close()
+    before = path.read_bytes()
+    with pytest.raises(GraphseqError, match=f"^{path} is damaged: it lacks column source of table answers"):
+        LabelStore(path, read_only=read_only)
+    with pytest.raises(GraphseqError, match="lacks column source of table answers"):
+        labels_csv(tmp_path)
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("tables, lost", [(("answers", "rounds", "round_ends"), "table pending"),
+                                          (("answers", "pending"), "table rounds")])
+def test_a_store_from_before_the_version_mark_that_lost_a_table_is_named(tmp_path, tables, lost):
+    # round_ends came after pending, and answers and rounds came together: no version wrote these.
+    old_store(tmp_path / STORE_NAME, tables)
+    with pytest.raises(GraphseqError, match=f"is damaged: it lacks {lost}, which"):
+        LabelStore(tmp_path / STORE_NAME)
+    assert tables_of(tmp_path / STORE_NAME) == (set(tables) | {"sqlite_sequence"}, 0)
+
+
+def test_a_store_of_a_newer_version_is_refused(tmp_path):
+    path = tmp_path / STORE_NAME
+    current_store(path)
+    connection = sqlite3.connect(path)
+    connection.execute(f"PRAGMA user_version = {VERSION + 1}")
+    connection.commit()
+    connection.close()
+    with pytest.raises(GraphseqError, match=f"version {VERSION + 1}, written by a newer graphseq"):
+        LabelStore(path)
+
+
+def test_a_store_another_process_holds_locked_is_refused_when_opened(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT", 0.1)
+    path = tmp_path / STORE_NAME
+    current_store(path)
+    holder = sqlite3.connect(path)
+    holder.execute("BEGIN IMMEDIATE")  # another writer's transaction, which does not end
+    try:
+        with pytest.raises(GraphseqError, match=f"^{path} is locked by another process"):
+            LabelStore(path)  # at once, not at the first answer
+        assert labels_csv(tmp_path).splitlines()[1].startswith("1,Theory,human,")  # reading still works
+    finally:
+        holder.close()
+
+
+@pytest.fixture
+def read_only_file():
+    """Makes a file read-only: chmod for a user, ``chattr +i`` for root (whom
+    chmod does not stop); skips where neither does."""
+    made = []
+
+    def make(path):
+        if os.geteuid() == 0:
+            if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)],
+                                                                capture_output=True).returncode:
+                pytest.skip("root, and chattr +i does not work here")
+            made.append(path)
+        else:
+            path.chmod(0o444)
+        if os.access(path, os.W_OK):
+            pytest.skip("the file stays writable")
+
+    yield make
+    for path in made:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_a_read_only_store_is_refused_when_opened_for_writing_and_read_all_the_same(tmp_path, read_only_file):
+    path = tmp_path / STORE_NAME
+    current_store(path)
+    before = path.read_bytes()
+    read_only_file(path)
+    with pytest.raises(GraphseqError, match=f"^{path} cannot be written \\(the file is read-only here\\)"):
+        LabelStore(path)  # at once, before a person is asked anything
+    assert [line.rsplit(",", 1)[0] for line in labels_csv(tmp_path).splitlines()[1:]] == [
+        "1,Theory,human", "2,Theory,human"]
+    with LabelStore(path, read_only=True) as store:
+        assert store.pending("age") == [3, 4] and store.rounds("age") == [[1, 0.5]]
+    assert path.read_bytes() == before
