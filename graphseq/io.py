@@ -12,6 +12,7 @@ import json
 import os
 import re
 import sqlite3
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
@@ -61,8 +62,25 @@ def remove_temporaries(folder: Path) -> None:
             path.unlink(missing_ok=True)
 
 
+def check_file_place(path: str | os.PathLike, prefix: str = "") -> None:
+    """Refuses something other than a regular file where a file is to be
+    written: ``os.replace`` cannot put a file over a folder, and a named pipe
+    or a device is no place for a run's results. A missing path, or a link to
+    a file, is let be. ``prefix`` starts the message (``"--resume: "``)."""
+    path = Path(path)
+    if not path.exists() or path.is_file():
+        return
+    mode = path.stat().st_mode
+    if stat.S_ISDIR(mode):
+        raise GraphseqError(f"{prefix}{path} is a folder, not a file; move it away")
+    kind = ("a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "something else")
+    raise GraphseqError(f"{prefix}{path} is {kind}, not a regular file; move it away")
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
+    check_file_place(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary(path)
     try:
@@ -130,6 +148,7 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 def save_checkpoint(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save`` through a temporary file, so a checkpoint is never torn."""
     path = Path(path)
+    check_file_place(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary(path)
     try:
@@ -167,6 +186,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
         return torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
         raise GraphseqError(f"checkpoint not found: {path}") from None
+    except IsADirectoryError:
+        raise GraphseqError(f"{path} is a folder, not a checkpoint file") from None
     except Exception as error:  # torch raises many kinds for a damaged file.
         # Bytes of no format torch knows end in its old format's KeyError of the first byte ('101').
         reason = "not a file torch saved" if isinstance(error, KeyError) else first_sentence(error)

@@ -42,7 +42,8 @@ except ImportError:  # Windows: run folders are not locked.
 from . import __version__, distributed
 from .checks import is_whole_number, refusal
 from .errors import GraphseqError
-from .io import atomic_write_bytes, atomic_write_text, check_stored_file, remove_temporaries, write_json
+from .io import (atomic_write_bytes, atomic_write_text, check_file_place, check_stored_file, remove_temporaries,
+                 write_json)
 from .seeding import MAX_SEED, seed_everything
 from .stages import Precheck, get_stage, stage_params, stage_spec
 
@@ -425,6 +426,24 @@ def _check_out(out: Path) -> None:
                             (" (a read-only file system)" if read_only_fs else " (no permission)"))
 
 
+def _check_file_places(out: Path, config: Dict[str, Any], seed: int, runs: int, prefix: str = "") -> None:
+    """Refuses a folder (or a named pipe, a device) where the run writes one
+    of its files: the runner's own, each seed's folder and its metrics, and
+    the files the stages continue from. A file is written by renaming a
+    temporary one over it, which a folder stops; found only then, the run
+    would fail after its training."""
+    places = [out / name for name in (*RUNNER_FILES, "metrics.json")]
+    for run_seed in range(seed, seed + runs):
+        folder = _seed_dir(out, run_seed, runs)
+        if runs > 1:
+            if folder.exists() and not folder.is_dir():
+                raise GraphseqError(f"{prefix}{folder} is a file, not a folder; move it away")
+            places.append(folder / "metrics.json")
+        places += [folder / file for file in resumable_files(config)] + _read_on_resume(folder, config)
+    for path in places:
+        check_file_place(path, prefix)
+
+
 def _apply_options(config: Dict[str, Any], options: Dict[str, Any], name: str) -> Dict[str, Any]:
     """Refuses run options no stage consumes; an option named like a
     parameter of a stage that declares it sets that parameter (recorded in
@@ -521,6 +540,7 @@ def _shorter(new: Any, old: Any) -> bool:
 def _started_config(out: Path, name: str, pipeline_path: Path) -> Dict[str, Any]:
     """The config a run folder recorded, checked to be of the same pipeline."""
     recorded = out / "config.toml"
+    check_file_place(recorded, "--resume: ")
     if not recorded.is_file():
         raise GraphseqError(f"--resume: {out} holds no earlier run (no config.toml)")
     started = read_config(recorded)
@@ -604,12 +624,15 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
     # Several processes (torchrun, --nproc-per-node): check, then join the group.
     torch_device = distributed.join(name, config, torch_device, options)
     _check_out(out)
+    if not resume:  # (--resume checked it as it read the run's config.toml)
+        check_file_place(out / "config.toml")
     if resume:
         files = resumable_files(config)
         differ = _differences(started, config)
         if differ:
             raise GraphseqError(f"--resume: the run in {out} was started with other settings: "
                                 + "; ".join(differ))
+        _check_file_places(out, config, seed, runs, "--resume: ")
         for run_seed in range(seed, seed + runs):
             folder = _seed_dir(out, run_seed, runs)
             if runs > 1 and not folder.is_dir():
@@ -638,6 +661,8 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
     elif out.is_dir() and any(out.iterdir()):
         raise GraphseqError(f"--out {out} holds files but no graphseq run (no config.toml); "
                             f"choose a new or an empty folder")
+    if not resume:
+        _check_file_places(out, config, seed, runs)
 
     precheck(config, data_root, data_mirror, objects)
     distributed.barrier()  # Every process has checked before rank 0 writes.
@@ -765,15 +790,19 @@ def _close(log: Optional[logging.Logger]) -> None:
 
 def _snapshot(out: Path) -> Optional[Dict[Path, tuple]]:
     """Every file under ``out`` with its size, time and (for the runner's own
-    files) contents; None if ``out`` does not exist yet."""
+    files) contents, and every folder (or other thing) there with
+    ``(None, None, None)``, so that what the run found is told from what it
+    made; None if ``out`` does not exist yet."""
     if not out.is_dir():
         return None
-    files = {}
+    found = {}
     for path in out.rglob("*"):
         if path.is_file():
             kept = path.read_bytes() if path.name in RUNNER_FILES and path.parent == out else None
-            files[path] = (path.stat().st_size, path.stat().st_mtime_ns, kept)
-    return files
+            found[path] = (path.stat().st_size, path.stat().st_mtime_ns, kept)
+        else:
+            found[path] = (None, None, None)
+    return found
 
 
 RUNNER_FILES = ("config.toml", "log.txt")
@@ -793,8 +822,10 @@ def stage_stored(out: Path, before: Optional[Dict[Path, tuple]]) -> bool:
 def _undo_runner_writes(out: Path, before: Optional[Dict[Path, tuple]]) -> None:
     """A run that failed before any stage stored a file leaves the folder as
     it found it: a new folder is removed, the runner's config.toml and
-    log.txt are put back. A stage's file (a label, a checkpoint) is never
-    touched: if one was written, everything stays."""
+    log.txt are put back, and what else the run made (an empty folder) goes.
+    Nothing the run found is removed, an empty folder included. A stage's
+    file (a label, a checkpoint) is never touched: if one was written,
+    everything stays."""
     if not out.is_dir() or stage_stored(out, before):
         return  # A stage stored something: keep the run as it is.
     if before is None:
@@ -804,12 +835,12 @@ def _undo_runner_writes(out: Path, before: Optional[Dict[Path, tuple]]) -> None:
         path = out / name
         if path not in before:
             path.unlink(missing_ok=True)
-        else:
+        elif before[path][2] is not None:  # a file of the runner's, not a folder there
             if path.read_bytes() != before[path][2]:
                 atomic_write_bytes(path, before[path][2])
             os.utime(path, ns=(before[path][1], before[path][1]))  # as the run found it: its time too
     for folder in sorted((p for p in out.rglob("*") if p.is_dir()), reverse=True):
-        if not any(folder.iterdir()) and not any(f.is_relative_to(folder) for f in before):
+        if folder not in before and not folder.is_symlink() and not any(folder.iterdir()):
             folder.rmdir()
 
 

@@ -57,7 +57,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from . import distributed
 from .checks import is_integer, is_number
 from .errors import GraphseqError
-from .io import first_sentence, load_checkpoint, save_checkpoint, write_png
+from .io import check_file_place, first_sentence, load_checkpoint, save_checkpoint, write_png
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -181,6 +181,9 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
     extra_state = {} if extra_state is None else extra_state
     meta = dict(meta or {})
     path = Path(ctx.out) / checkpoint
+    # A folder where the checkpoint goes would stop its first save, after
+    # training: refused before the first step instead.
+    check_file_place(path, "--resume: " if ctx.resume else "")
     use_amp = amp and device.type == "cuda"
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
     progress = _Progress()

@@ -513,3 +513,69 @@ def test_a_resume_removes_the_temporary_files_of_a_run_killed_while_writing(char
     mine.write_text("kept")
     run("charlm-lstm", out=out, resume=True, data_root=data_root, data_mirror=mirror, quiet=True)
     assert not torn.exists() and mine.read_text() == "kept"
+
+
+def _killed_before_storing(tmp_path):
+    """A run of the tiny resumable pipeline killed before its stage stored
+    anything: only config.toml and log.txt in its folder."""
+    pipeline = tmp_path / "late.toml"
+    pipeline.write_text('[work]\nstage = "test_refused_on_resume"\n')
+    out = tmp_path / "run"
+    run(pipeline, out=out, quiet=True)
+    for name in ("state.txt", "metrics.json"):
+        (out / name).unlink()
+    return pipeline, out
+
+
+def _entries(folder, folder_times=True):
+    """Every entry under ``folder``: its kind, contents and time (a folder's
+    changes when a file in it comes and goes)."""
+    return {p: (p.is_dir(), None if p.is_dir() else p.read_bytes(),
+                p.stat().st_mtime_ns if folder_times or not p.is_dir() else None)
+            for p in [folder, *folder.rglob("*")]}
+
+
+@pytest.mark.parametrize("name", ["state.txt", "config.toml", "log.txt", "metrics.json"])
+def test_a_folder_where_the_run_writes_a_file_is_refused_before_anything_is_written(tmp_path, capsys, name):
+    """os.replace cannot put a file over a folder: found at the first
+    checkpoint, the run would fail after its training (and a resume would
+    call the folder missing)."""
+    pipeline, out = _killed_before_storing(tmp_path)
+    (out / name).unlink(missing_ok=True)
+    (out / name).mkdir()
+    before = _entries(out)
+    for resume in ([], ["--resume"]):
+        assert main(["run", str(pipeline), "--out", str(out), "--quiet", *resume]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"graphseq: error: {'--resume: ' if resume else ''}{out / name} is a folder, not a file; "
+                       f"move it away\n")
+        assert _entries(out) == before
+
+
+def test_a_file_where_a_seed_folder_goes_is_refused(tmp_path):
+    pipeline, out = _killed_before_storing(tmp_path)
+    (out / "seed-1").write_text("mine")
+    with pytest.raises(GraphseqError, match=f"^{out / 'seed-1'} is a file, not a folder; move it away$"):
+        run(pipeline, out=out, runs=2, quiet=True)
+    assert (out / "seed-1").read_text() == "mine" and not (out / "seed-0").exists()
+
+
+@stage("test_fails_after_a_folder")
+def fails_after_a_folder(ctx):
+    """Makes an empty folder of its own, then fails before storing a file."""
+    (ctx.out / "scratch").mkdir()
+    raise GraphseqError("this stage failed")
+
+
+def test_a_failed_run_removes_the_folders_it_made_and_keeps_the_empty_ones_it_found(tmp_path):
+    pipeline = tmp_path / "fails.toml"
+    pipeline.write_text('[work]\nstage = "test_fails_after_a_folder"\n')
+    out = tmp_path / "run"
+    (out / "mine" / "inner").mkdir(parents=True)  # a person's empty folders
+    (out / "empty").mkdir()
+    (out / "config.toml").write_text('pipeline = "fails"\n')  # a run killed before storing anything
+    (out / "log.txt").write_text("started\n")
+    before = _entries(out, folder_times=False)
+    with pytest.raises(GraphseqError, match="this stage failed"):
+        run(pipeline, out=out, quiet=True)
+    assert _entries(out, folder_times=False) == before  # scratch/, which the run made, went; the rest is as it was

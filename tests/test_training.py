@@ -202,6 +202,22 @@ def test_resume_refuses_a_missing_or_damaged_checkpoint(tmp_path):
     assert message.count("checkpoint.pt") == 1 and "\n" not in message
 
 
+def test_a_folder_where_the_checkpoint_goes_is_refused_before_the_first_step(tmp_path, monkeypatch):
+    """os.replace cannot put the checkpoint over a folder: found at the first
+    save, the training before it would be lost."""
+    (tmp_path / "checkpoint.pt").mkdir()
+    monkeypatch.setattr(torch.optim.Adam, "step", lambda *a, **k: pytest.fail("a step was taken"))
+    for resume, prefix in ((False, ""), (True, "--resume: ")):
+        with pytest.raises(GraphseqError) as refusal:
+            train(tmp_path, 2, resume=resume)
+        assert str(refusal.value) == f"{prefix}{tmp_path / 'checkpoint.pt'} is a folder, not a file; move it away"
+    with pytest.raises(GraphseqError, match="checkpoint.pt is a folder, not a file; move it away"):
+        save_checkpoint({"step": 1}, tmp_path / "checkpoint.pt")
+    assert list(tmp_path.iterdir()) == [tmp_path / "checkpoint.pt"]  # no temporary file left
+    assert not any((tmp_path / "checkpoint.pt").iterdir())
+    with pytest.raises(GraphseqError, match="checkpoint.pt is a folder, not a checkpoint file"):
+        load_checkpoint(tmp_path / "checkpoint.pt")
+
 
 def test_a_truncated_checkpoint_is_named_with_the_first_sentence_of_the_reason(tmp_path):
     path = tmp_path / "model.pt"
