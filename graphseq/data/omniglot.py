@@ -6,10 +6,14 @@ torchvision's extracted layout (``omniglot-py/images_background/<alphabet>/
 The folders are read from the data root, then the read-only mirror, else the
 two zips are downloaded into the data root. Every PNG is decoded once,
 resized (area average) and kept as one ``uint8`` tensor under the data root,
-keyed by the list of source files it was built from, so a second run starts
-in a second. When the source has a ``SHA256SUMS`` manifest beside it, every
-PNG is checked against it while the cache is built (once, not every run);
-a manifest that does not list every PNG found is refused as truncated.
+keyed by the list of source files it was built from and holding the SHA-256
+of its own contents (checked on every load: a damaged cache is rebuilt), so a
+second run starts in a second. When the source has a ``SHA256SUMS`` manifest
+beside it, every PNG is checked against it while the cache is built (once,
+not every run); a manifest that does not list every PNG found is refused as
+truncated. A folder with the real alphabets must hold all 1,623 characters:
+the seeded split below is a permutation of their number, so one character
+missing would change every split.
 
 Few-shot learning uses the protocol of Vinyals et al. (2016) and Garcia &
 Bruna (2018): a seeded split of all 1,623 characters into 1,200 for training
@@ -44,6 +48,26 @@ URL = "https://raw.githubusercontent.com/brendenlake/omniglot/master/python/{par
 ZIP_MD5 = {"images_background": "68d2efa1b9178cc56df9314c21c6e718",
            "images_evaluation": "6b91aef0f799c5bb55b94e3f2daec811"}
 NUM_CHARACTERS, NUM_DRAWERS = 1623, 20
+# The characters of each alphabet, numbered character01 .. characterNN in the
+# zips (30 alphabets for background, 20 for evaluation: 964 + 659 = 1,623).
+ALPHABETS = {
+    "images_background": {
+        "Alphabet_of_the_Magi": 20, "Anglo-Saxon_Futhorc": 29, "Arcadian": 26, "Armenian": 41,
+        "Asomtavruli_(Georgian)": 40, "Balinese": 24, "Bengali": 46,
+        "Blackfoot_(Canadian_Aboriginal_Syllabics)": 14, "Braille": 26, "Burmese_(Myanmar)": 34,
+        "Cyrillic": 33, "Early_Aramaic": 22, "Futurama": 26, "Grantha": 43, "Greek": 24, "Gujarati": 48,
+        "Hebrew": 22, "Inuktitut_(Canadian_Aboriginal_Syllabics)": 16, "Japanese_(hiragana)": 52,
+        "Japanese_(katakana)": 47, "Korean": 40, "Latin": 26, "Malay_(Jawi_-_Arabic)": 40,
+        "Mkhedruli_(Georgian)": 41, "N_Ko": 33, "Ojibwe_(Canadian_Aboriginal_Syllabics)": 14, "Sanskrit": 42,
+        "Syriac_(Estrangelo)": 23, "Tagalog": 17, "Tifinagh": 55,
+    },
+    "images_evaluation": {
+        "Angelic": 20, "Atemayar_Qelisayer": 26, "Atlantean": 26, "Aurek-Besh": 26, "Avesta": 26, "Ge_ez": 26,
+        "Glagolitic": 45, "Gurmukhi": 45, "Kannada": 41, "Keble": 26, "Malayalam": 47, "Manipuri": 40,
+        "Mongolian": 30, "Old_Church_Slavonic_(Cyrillic)": 45, "Oriya": 46, "Sylheti": 28, "Syriac_(Serto)": 23,
+        "Tengwar": 25, "Tibetan": 42, "ULOG": 26,
+    },
+}
 # Bump when the way images are decoded or resized changes: old caches are rebuilt.
 CACHE_FORMAT = 1
 
@@ -189,10 +213,23 @@ def _fingerprint(folder: Path, files: List[Path], size: int) -> str:
     return digest.hexdigest()
 
 
+def _contents_digest(omniglot: Omniglot) -> str:
+    """The SHA-256 of a cache's contents: the images' shape, type and bytes
+    and the character names (about 25 MB at 28x28: a tenth of a second)."""
+    images = omniglot.images
+    if not isinstance(images, Tensor) or images.dtype != torch.uint8:
+        raise TypeError("the cached images are not a uint8 tensor")
+    digest = hashlib.sha256(f"{list(images.shape)} {images.dtype}\n".encode())
+    digest.update("\n".join(omniglot.characters).encode() + b"\n")
+    digest.update(memoryview(images.contiguous().numpy()).cast("B"))
+    return digest.hexdigest()
+
+
 def load_omniglot(root: Path, mirror: Optional[Path] = None, size: int = 28, download: bool = True,
                   log: Optional[logging.Logger] = None) -> Omniglot:
     """All 1,623 characters x 20 drawings at ``size`` x ``size``, from the
-    cache under ``root`` when it was built from the same files."""
+    cache under ``root`` when it was built from the same files and its
+    contents still match their SHA-256."""
     if not is_integer(size) or size < 1:
         raise GraphseqError(f"load_omniglot needs a size of at least 1 pixel, got {size!r}")
     log = log or logging.getLogger("graphseq")
@@ -205,16 +242,25 @@ def load_omniglot(root: Path, mirror: Optional[Path] = None, size: int = 28, dow
     files = list_images(folder)
     key = _fingerprint(folder, files, size)
     if cache.is_file():
+        # The cache is only ever derived data: whatever is wrong with it, it is
+        # rebuilt from the PNGs (checked against their manifest when there is one).
         try:
             stored = load_checkpoint(cache)
-            if stored.get("key") == key:
-                return Omniglot(stored["images"], list(stored["characters"]))
-            log.info(f"{cache} was built from other files; rebuilding it")
+            if stored.get("key") != key:
+                log.info(f"{cache} was built from other files; rebuilding it")
+            elif "sha256" not in stored:
+                log.info(f"{cache} has no checksum of its contents (an older graphseq built it); rebuilding it")
+            else:
+                omniglot = Omniglot(stored["images"], list(stored["characters"]))
+                if stored["sha256"] == _contents_digest(omniglot):
+                    return omniglot
+                log.warning(f"{cache} is damaged (its contents do not match the SHA-256 stored with them); "
+                            f"rebuilding it")
         except Exception:  # A torn or foreign file: rebuild it rather than fail.
             log.info(f"{cache} is unreadable; rebuilding it")
     omniglot = build_omniglot(folder, files, size, log)
     save_checkpoint({"key": key, "images": omniglot.images, "characters": omniglot.characters,
-                     "source": str(folder)}, cache)
+                     "sha256": _contents_digest(omniglot), "source": str(folder)}, cache)
     log.info(f"cached {omniglot.images.shape[0]} characters x {omniglot.images.shape[1]} drawings "
              f"at {size}x{size} in {cache}")
     return omniglot
@@ -237,6 +283,7 @@ def build_omniglot(folder: Path, files: List[Path], size: int,
         missing = sorted({folder / name for name in manifest} - set(files))
         if missing:
             raise GraphseqError(f"{missing[0]} is listed in {manifest_path} but missing" + _more(missing))
+    _check_all_characters(folder, files)
     log.info(f"decoding {len(files):,} Omniglot PNGs from {folder}"
              + (" (checking SHA-256 sums)" if manifest else ""))
 
@@ -267,10 +314,39 @@ def build_omniglot(folder: Path, files: List[Path], size: int,
     if len(characters) != NUM_CHARACTERS:
         gaps = _numbering_gaps(folder, files)
         log.warning(f"{folder} holds {len(characters)} characters, not {NUM_CHARACTERS} "
-                    + (f"(missing: {', '.join(gaps[:10])}{_more(gaps[9:])})" if gaps else
+                    + (f"(missing: {_first_ten(gaps)})" if gaps else
                        "(no gap in the characterNN numbering shows which)"))
     tensor = torch.from_numpy(images).view(len(characters), NUM_DRAWERS, size, size)
     return Omniglot(tensor, list(characters))
+
+
+def _check_all_characters(folder: Path, files: List[Path]) -> None:
+    """Refuses a folder with the real alphabets that lacks some of their
+    characters (a character folder deleted, or emptied of its PNGs) or holds
+    others: the seeded split permutes the characters found, so one missing
+    or added changes every split. A folder of alphabets Omniglot does not
+    have is generated data (as the tests write): it is taken as it is, and
+    :func:`build_omniglot` logs the gaps in its numbering."""
+    real = {(part, alphabet, f"character{n:02d}") for part, alphabets in ALPHABETS.items()
+            for alphabet, count in alphabets.items() for n in range(1, count + 1)}
+    alphabets = {(part, alphabet) for part, alphabet, _ in real}
+    found = {path.parts[-4:-1] for path in files}  # (part, alphabet, character) of part/alphabet/character/png
+    if not any(character[:2] in alphabets for character in found):
+        return
+    missing = sorted("/".join(character) for character in real - found)
+    if missing:
+        raise GraphseqError(f"{folder} lacks the Omniglot character folder(s) {_first_ten(missing)}: deleted "
+                            f"or emptied of their PNGs, they would change every seeded split of the "
+                            f"{NUM_CHARACTERS:,} characters; restore them from a good copy")
+    extra = sorted("/".join(character) for character in found - real)
+    if extra:
+        raise GraphseqError(f"{folder} holds character folder(s) Omniglot does not have: {_first_ten(extra)}; "
+                            f"they would change every seeded split of the {NUM_CHARACTERS:,} characters; "
+                            f"move them away")
+
+
+def _first_ten(names: List[str]) -> str:
+    return ", ".join(names[:10]) + _more(names[9:])
 
 
 def _more(items: List) -> str:

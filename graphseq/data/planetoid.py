@@ -71,6 +71,13 @@ def load_planetoid(name: str, root: Path, mirror: Optional[Path] = None,
                             "folders, with split files whose checksums graphseq does not know); use public, "
                             "full or random")
     raw = [f"ind.{canonical.lower()}.{suffix}" for suffix in RAW_SUFFIXES]
+    processed = Path(root) / canonical / "processed"
+    # A file where a folder goes is refused before anything is written: the
+    # cache below is rebuilt by deleting the folder, never a file of the user's.
+    for path in (Path(root), Path(root) / canonical, Path(root) / canonical / "raw", processed):
+        if path.exists() and not path.is_dir():
+            raise GraphseqError(f"{path} is not a folder (the {canonical} files and PyG's cache of them go "
+                                f"there); move it away and run again")
 
     def download(raw_dir: Path) -> None:
         # File by file, as PyG's Planetoid.download does, but without
@@ -81,7 +88,6 @@ def load_planetoid(name: str, root: Path, mirror: Optional[Path] = None,
 
     raw_dir = locate_raw_files(f"{canonical}/raw", raw, Path(root), mirror, download, CHECKSUMS[canonical])
     transform = T.NormalizeFeatures() if normalize_features else None
-    processed = Path(root) / canonical / "processed"
 
     def read() -> Data:
         return Planetoid(str(root), canonical, split=split, transform=transform)[0]

@@ -206,3 +206,105 @@ def test_unidentified_png_names_the_file_not_a_buffer(write_fake_omniglot, tmp_p
     with pytest.raises(GraphseqError, match=f"{path} is not a readable PNG") as raised:
         load_omniglot(tmp_path / "a", None, download=False)
     assert "BytesIO" not in str(raised.value) and "0x" not in str(raised.value)
+
+
+def _cache_of(root):
+    return root / "omniglot-py" / "processed" / "omniglot-28x28.pt"
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "zeroed block"])
+def test_a_damaged_cache_is_rebuilt_not_used(write_fake_omniglot, tmp_path, caplog, monkeypatch, damage):
+    # The cache is keyed on the PNGs' paths and sizes: damage inside it left the key as it was.
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    write_fake_omniglot(mirror)
+    good = load_omniglot(root, mirror, size=28, download=False)
+    cache = _cache_of(root)
+    data = bytearray(cache.read_bytes())
+    pixels = good.images.numpy().tobytes()
+    start = data.find(pixels[len(pixels) // 2:len(pixels) // 2 + 64])  # inside the stored tensor's bytes
+    assert start > 0
+    if damage == "flipped byte":
+        data[start + 10] ^= 0x01
+    else:
+        data[start:start + 2000] = bytes(2000)
+    cache.write_bytes(bytes(data))
+    with caplog.at_level("INFO", logger="graphseq"):
+        again = load_omniglot(root, mirror, size=28, download=False)
+    assert torch.equal(again.images, good.images) and again.characters == good.characters
+    assert f"{cache} is damaged (its contents do not match the SHA-256 stored with them); rebuilding it" in caplog.text
+    # The rebuilt cache serves the next run.
+    monkeypatch.setattr(omniglot_module, "build_omniglot", lambda *a, **k: pytest.fail("rebuilt the cache"))
+    assert torch.equal(load_omniglot(root, mirror, size=28, download=False).images, good.images)
+
+
+def test_a_cache_without_a_checksum_is_rebuilt_once(write_fake_omniglot, tmp_path, caplog, monkeypatch):
+    from graphseq.io import load_checkpoint, save_checkpoint
+
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    write_fake_omniglot(mirror)
+    good = load_omniglot(root, mirror, size=28, download=False)
+    cache = _cache_of(root)
+    old = load_checkpoint(cache)
+    old.pop("sha256")  # as graphseq built it before the checksum
+    old["images"] = torch.zeros_like(old["images"])
+    save_checkpoint(old, cache)
+    with caplog.at_level("INFO", logger="graphseq"):
+        again = load_omniglot(root, mirror, size=28, download=False)
+    assert torch.equal(again.images, good.images)
+    assert f"{cache} has no checksum of its contents (an older graphseq built it); rebuilding it" in caplog.text
+    assert "sha256" in load_checkpoint(cache)
+    monkeypatch.setattr(omniglot_module, "build_omniglot", lambda *a, **k: pytest.fail("rebuilt the cache"))
+    load_omniglot(root, mirror, size=28, download=False)
+
+
+def _write_real_layout(base):
+    """Omniglot's 1,623 character folders under their real names, each with one
+    empty file for a PNG: enough to list, never decoded."""
+    folder = base / "omniglot-py"
+    for part, alphabets in omniglot_module.ALPHABETS.items():
+        for alphabet, count in alphabets.items():
+            for n in range(1, count + 1):
+                (folder / part / alphabet / f"character{n:02d}").mkdir(parents=True)
+                (folder / part / alphabet / f"character{n:02d}" / "0001_01.png").touch()
+    return folder
+
+
+def test_a_real_layout_missing_a_character_is_refused_by_name(tmp_path):
+    # The seeded split permutes the characters found: with 1,622 every split changed, with only a warning.
+    folder = _write_real_layout(tmp_path / "a")
+    assert sum(map(len, omniglot_module.ALPHABETS.values())) == 50
+    assert sum(sum(a.values()) for a in omniglot_module.ALPHABETS.values()) == 1623
+    # All of them: the listing passes, and the (empty) PNGs are decoded.
+    with pytest.raises(GraphseqError, match="0001_01.png is not a readable PNG"):
+        load_omniglot(tmp_path / "root", tmp_path / "a", download=False)
+
+    (folder / "images_background" / "Korean" / "character07" / "0001_01.png").unlink()  # emptied
+    (folder / "images_background" / "Korean" / "character07" / "Thumbs.db").touch()
+    with pytest.raises(GraphseqError, match=f"^{folder} lacks the Omniglot character folder\\(s\\) "
+                                            f"images_background/Korean/character07: deleted or emptied"):
+        load_omniglot(tmp_path / "root", tmp_path / "a", download=False)
+    import shutil
+    shutil.rmtree(folder / "images_evaluation" / "Tengwar" / "character25")  # the last of its alphabet: no gap
+    with pytest.raises(GraphseqError, match="character folder\\(s\\) images_background/Korean/character07, "
+                                            "images_evaluation/Tengwar/character25: deleted"):
+        load_omniglot(tmp_path / "root", tmp_path / "a", download=False)
+    assert not (tmp_path / "root").exists()
+
+
+def test_a_real_layout_with_a_character_added_is_refused(tmp_path):
+    folder = _write_real_layout(tmp_path / "a")
+    (folder / "images_background" / "Latin" / "character27").mkdir()
+    (folder / "images_background" / "Latin" / "character27" / "0001_01.png").touch()
+    with pytest.raises(GraphseqError, match=f"^{folder} holds character folder\\(s\\) Omniglot does not have: "
+                                            f"images_background/Latin/character27; .*move them away$"):
+        load_omniglot(tmp_path / "root", tmp_path / "a", download=False)
+
+
+def test_the_alphabet_table_is_the_real_layout(mirror):
+    folder = mirror / "omniglot-py"
+    if not folder.is_dir():
+        pytest.skip(f"no Omniglot in the mirror {mirror}")
+    for part, alphabets in omniglot_module.ALPHABETS.items():
+        found = {a.name: sorted(c.name for c in a.iterdir()) for a in (folder / part).iterdir() if a.is_dir()}
+        assert found == {alphabet: [f"character{n:02d}" for n in range(1, count + 1)]
+                         for alphabet, count in alphabets.items()}

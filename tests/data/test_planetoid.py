@@ -70,3 +70,17 @@ def test_a_cache_this_loader_did_not_build_is_rebuilt_from_the_raw_files(tmp_pat
         (processed / "data.pt").mkdir()
     assert load_planetoid("PubMed", root, mirror).num_features == 20
     assert load_planetoid("PubMed", root, mirror).num_features == 20  # and the rebuilt cache serves
+
+
+@pytest.mark.parametrize("place", ["PubMed", "PubMed/raw", "PubMed/processed"])
+def test_a_file_where_a_folder_goes_is_refused_before_anything_is_written(tmp_path, write_fake_planetoid, place):
+    # processed/ is deleted to rebuild PyG's cache: a file there was a NotADirectoryError traceback.
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    write_fake_planetoid(mirror / "PubMed" / "raw", "PubMed")
+    (root / place).parent.mkdir(parents=True, exist_ok=True)
+    (root / place).write_text("mine")
+    with pytest.raises(GraphseqError, match=f"^{root / place} is not a folder .*; move it away and run again$"):
+        load_planetoid("PubMed", root, mirror)
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == sorted(
+        {place, *(["PubMed"] if place != "PubMed" else [])})
+    assert (root / place).read_text() == "mine"
