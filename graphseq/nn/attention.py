@@ -23,19 +23,20 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Optional, Tuple, Union
+from typing import Mapping, Optional, Tuple, Union
 
 import torch
 import torch.nn.attention
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
+from torch.nn.parameter import is_lazy
 from torch_geometric import EdgeIndex, Index
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import glorot, zeros
-from torch_geometric.utils import (add_self_loops, is_torch_sparse_tensor, remove_self_loops, softmax,
-                                   to_dense_batch, to_edge_index)
+from torch_geometric.utils import (add_self_loops, is_torch_sparse_tensor, remove_self_loops, scatter, softmax,
+                                   to_edge_index)
 from torch_geometric.utils.sparse import set_sparse_value
 
 from .. import graphs
@@ -111,6 +112,11 @@ class AttentionGraph:
             return edge_attr
         edge_attr = edge_attr.index_select(0, self.kept)
         without_loops = self.edge_index[:, :self.num_edges - self.num_loops]
+        if isinstance(fill_value, str):
+            # Reduced over every target, loops or not (a bipartite graph has
+            # targets past the looped ones), then the looped ones kept.
+            loop_attr = scatter(edge_attr, without_loops[1], 0, dim_size=self.size[1], reduce=fill_value)
+            return torch.cat([edge_attr, loop_attr[:self.num_loops]])
         _, edge_attr = add_self_loops(without_loops, edge_attr, fill_value=fill_value,
                                       num_nodes=self.num_loops)
         return edge_attr
@@ -156,6 +162,13 @@ class AttentionConv(MessagePassing):
                 score = self.metric((x_i - x_j).abs())  # [num_edges, heads]
                 return self.normalize(score, index, ptr, dim_size)
 
+    A score that also reads a tensor of one row per edge (a learned bias
+    per edge, say) passes it in ``edge_inputs``, so that it follows the
+    edges when the fused path groups them by target:
+    ``self.attend(graph, value, x=x, edge_inputs={"edge_bias": edge_bias})``
+    and ``edge_update(self, x_i, x_j, edge_bias, index, ptr, dim_size)``.
+    (``edge_attr`` is such an input already.)
+
     A node with no incoming edge receives a zero vector.
 
     Args:
@@ -170,16 +183,16 @@ class AttentionConv(MessagePassing):
     SUPPORTS_FUSED_EDGE_INDEX = True
 
     def __init__(self, heads: int, dropout: float = 0.0, **kwargs):
-        checks.check_kwargs(self, kwargs)
+        # Not node_dim: nodes are always the rows (node_dim=0), as in PyG's
+        # GATConv, which refuses it too.
+        checks.check_kwargs(self, kwargs, allowed=[k for k in checks.MESSAGE_PASSING_KWARGS if k != "node_dim"])
         if kwargs.setdefault("aggr", "add") not in ("add", "sum"):
             raise ValueError(f"{type(self).__name__} sums the attention-weighted values "
                              f"(aggr='add'), got aggr={kwargs['aggr']!r}")
         if kwargs.get("flow", "source_to_target") != "source_to_target":
             raise ValueError(f"{type(self).__name__} supports flow='source_to_target' only")
-        kwargs["node_dim"] = 0
-        super().__init__(**kwargs)
-        if heads < 1:
-            raise ValueError(f"{type(self).__name__} needs heads >= 1, got {heads}")
+        super().__init__(node_dim=0, **kwargs)
+        checks.check_sizes(self, heads=heads)
         checks.check_probability(self, "dropout", dropout)
         self.heads = heads
         self.dropout = dropout
@@ -265,23 +278,41 @@ class AttentionConv(MessagePassing):
                 and not torch.compiler.is_compiling() and plain_autograd())
 
     def attend(self, graph: AttentionGraph, value: Tensor, edge_attr: Optional[Tensor] = None,
-               need_weights: bool = False, **score_inputs) -> Tuple[Tensor, Optional[Tensor]]:
-        """Scores (:meth:`edge_update` on ``score_inputs`` and ``edge_attr``),
-        softmax, dropout, then the weighted sum of ``value`` ``[num_sources,
-        heads, channels]`` into each target. Returns ``[num_targets, heads,
-        channels]`` and, if ``need_weights``, alpha ``[num_edges, heads]`` in
-        the order of ``graph.edge_index``."""
+               need_weights: bool = False, edge_inputs: Optional[Mapping[str, Tensor]] = None,
+               **score_inputs) -> Tuple[Tensor, Optional[Tensor]]:
+        """Scores (:meth:`edge_update` on ``score_inputs``, ``edge_inputs``
+        and ``edge_attr``), softmax, dropout, then the weighted sum of
+        ``value`` ``[num_sources, heads, channels]`` into each target. Returns
+        ``[num_targets, heads, channels]`` and, if ``need_weights``, alpha
+        ``[num_edges, heads]`` in the order of ``graph.edge_index``.
+
+        ``score_inputs`` are node tensors (read per edge through ``_i``/``_j``
+        suffixes) or anything else :meth:`edge_update` takes as it is.
+        A tensor with one row per edge of ``graph.edge_index`` goes in
+        ``edge_attr`` or, under its own name, in ``edge_inputs``
+        (``edge_inputs={"edge_bias": bias}`` reaches ``edge_update(...,
+        edge_bias, ...)``): the fused path hands :meth:`edge_update` the
+        edges grouped by target, and reorders these alone to match. A tensor
+        of ``num_edges`` rows passed among ``score_inputs`` to an unsuffixed
+        argument is refused there when the node counts differ from
+        ``num_edges``, since it would be read in the wrong order."""
+        edge_inputs = self.check_edge_inputs(graph, edge_inputs)
         if not self.use_fused_path(value, graph):
-            alpha = self.edge_updater(graph.edge_index, edge_attr=edge_attr, edge_order=None, **score_inputs)
+            alpha = self.edge_updater(graph.edge_index, edge_attr=edge_attr, edge_order=None,
+                                      **edge_inputs, **score_inputs)
             alpha = F.dropout(alpha, p=self.dropout, training=self.training)  # [num_edges, heads]
             out = self.propagate(graph.edge_index, x=value, alpha=alpha, size=graph.size)
             return out, alpha
 
+        self.refuse_edge_tensors(graph, score_inputs)
         edges, perm = graph.by_target()
-        if edge_attr is not None and perm is not None:
-            edge_attr = edge_attr.index_select(0, perm)
+        if perm is not None:
+            if edge_attr is not None:
+                edge_attr = edge_attr.index_select(0, perm)
+            edge_inputs = {name: tensor.index_select(0, perm) for name, tensor in edge_inputs.items()}
         # edge_order: for a score that draws randomness per edge, to draw it in the user's order.
-        alpha = self.edge_updater(edges, edge_attr=edge_attr, edge_order=graph, **score_inputs)  # by target
+        alpha = self.edge_updater(edges, edge_attr=edge_attr, edge_order=graph,
+                                  **edge_inputs, **score_inputs)  # by target
         if self.training and self.dropout > 0:
             # The mask is drawn in the user's edge order, so that both paths
             # (and PyG's layers) drop the same edges for the same seed.
@@ -289,6 +320,34 @@ class AttentionConv(MessagePassing):
             alpha = alpha * (mask if perm is None else mask.index_select(0, perm))
         out = self.propagate(edges, x=value, alpha=alpha)
         return out, graph.to_user_order(alpha) if need_weights else None
+
+    def check_edge_inputs(self, graph: AttentionGraph,
+                          edge_inputs: Optional[Mapping[str, Tensor]]) -> Mapping[str, Tensor]:
+        """``edge_inputs`` (or no inputs), each a tensor of one row per edge."""
+        if edge_inputs is None:
+            return {}
+        for name, tensor in edge_inputs.items():
+            if not isinstance(tensor, Tensor) or tensor.dim() == 0 or tensor.size(0) != graph.num_edges:
+                shape = list(tensor.shape) if isinstance(tensor, Tensor) else type(tensor).__name__
+                raise ValueError(f"{type(self).__name__} expects edge_inputs[{name!r}] to be a tensor with one "
+                                 f"row per edge (num_edges={graph.num_edges}, self-loops included), got {shape}")
+        return edge_inputs
+
+    def refuse_edge_tensors(self, graph: AttentionGraph, score_inputs: Mapping[str, object]) -> None:
+        """Refuses, on the fused path, a tensor of one row per edge that
+        :meth:`edge_update` would read as it is (an argument without an
+        ``_i``/``_j`` suffix) from ``score_inputs``: those are not reordered
+        with the edges, so it would be read in the wrong order. Node tensors
+        of as many rows as there are edges cannot be told apart and pass."""
+        if graph.num_edges in graph.size:
+            return
+        for name in self._edge_user_args:
+            tensor = score_inputs.get(name)
+            if (name[-2:] not in ("_i", "_j") and isinstance(tensor, Tensor) and tensor.dim() > 0
+                    and tensor.size(0) == graph.num_edges):
+                raise ValueError(f"{type(self).__name__}.attend got {name!r} with one row per edge "
+                                 f"({graph.num_edges}); pass per-edge tensors in edge_inputs={{{name!r}: ...}} "
+                                 f"(or edge_attr), which the fused path reorders with the edges")
 
     @staticmethod
     def edge_ends(edge_index: Tensor) -> Tuple[Tensor, Tensor]:
@@ -323,6 +382,8 @@ def transform(lin: Linear, x: Tensor) -> Tensor:
     """``lin(x)`` (no bias), multiplying only the non-zeros of a sparse ``x``."""
     if x.layout == torch.strided:
         return lin(x)
+    if is_lazy(lin.weight):  # Lazy (-1): what lin(x) would do first.
+        lin.initialize_parameters(lin, (x,))
     return sparse_dense_mm(x, lin.weight.t())
 
 
@@ -377,8 +438,9 @@ class GATConv(AttentionConv):
             coefficients. (default: :obj:`0.`)
         add_self_loops (bool): replace existing self-loops by one per node
             (per node present on both sides when bipartite). (default: :obj:`True`)
-        edge_dim (int, optional): edge feature size; edge features then enter
-            the score. (default: :obj:`None`)
+        edge_dim (int, optional): edge feature size, or ``-1`` to infer it
+            on the first call; edge features then enter the score.
+            (default: :obj:`None`)
         fill_value (float or Tensor or str): edge features of the added
             self-loops: a value, or how to reduce each node's incoming edge
             features (``"add"``, ``"mean"``, ``"min"``, ``"max"``, ``"mul"``).
@@ -410,8 +472,13 @@ class GATConv(AttentionConv):
                  fill_value: Union[float, Tensor, str] = "mean", bias: bool = True,
                  residual: bool = False, value_dropout: float = 0.0, **kwargs):
         super().__init__(heads=heads, dropout=dropout, **kwargs)
+        if isinstance(in_channels, (tuple, list)) and len(in_channels) != 2:
+            raise ValueError(f"{type(self).__name__} needs in_channels as one size or a pair (source, target) "
+                             f"of sizes, got {in_channels!r}")
         checks.check_sizes(self, lazy=True, in_channels=in_channels)
         checks.check_sizes(self, out_channels=out_channels)
+        if edge_dim is not None:
+            checks.check_sizes(self, lazy=True, edge_dim=edge_dim)
         checks.check_probability(self, "value_dropout", value_dropout)
         if isinstance(fill_value, str) and fill_value not in FILL_REDUCTIONS:
             raise ValueError(f"{type(self).__name__} needs fill_value to be a number, a tensor or one of "
@@ -467,12 +534,17 @@ class GATConv(AttentionConv):
                 size: Optional[Tuple[int, int]] = None, return_attention_weights: Optional[bool] = None):
         H, C = self.heads, self.out_channels
         bipartite = isinstance(x, (tuple, list))
+        if bipartite and (len(x) != 2 or not all(t is None or isinstance(t, Tensor) for t in x)):
+            raise TypeError(f"{type(self).__name__} expects x to be a tensor or a pair (x_src, x_dst) of "
+                            f"tensors, got a {type(x).__name__} of {len(x)} items")
         x_src, x_dst = x if bipartite else (x, None)
         source_channels, target_channels = ((self.in_channels, self.in_channels) if self.lin is not None
                                             else self.in_channels)
         checks.check_features(self, x_src, source_channels, name="x_src" if bipartite else "x")
+        checks.check_dtype(self, x_src, self.att_src.dtype, name="x_src" if bipartite else "x")
         if x_dst is not None:
             checks.check_features(self, x_dst, target_channels, name="x_dst")
+            checks.check_dtype(self, x_dst, self.att_src.dtype, name="x_dst")
 
         # Transform the features, sources and targets with their own weights
         # when the layer is bipartite.
@@ -504,10 +576,14 @@ class GATConv(AttentionConv):
             alpha_dst = alpha_src.new_zeros(size[1], H)
         graph = self.attention_graph(edge_index, size, self.add_self_loops)
         if edge_attr is not None:
+            checks.check_tensor(self, edge_attr, "edge_attr")
+            if edge_attr.is_floating_point():  # (Integer features are promoted, as in PyG.)
+                checks.check_dtype(self, edge_attr, self.att_src.dtype, name="edge_attr")
             if graph.adjacency is not None:
                 raise NotImplementedError("GATConv takes edge_attr with an edge_index tensor, "
                                           "not with a sparse adjacency")
-            checks.check_edge_features(self, edge_attr, edge_index.size(1), self.edge_dim)
+            checks.check_edge_features(self, edge_attr, edge_index.size(1),
+                                       None if self.edge_dim == -1 else self.edge_dim)
             if self.lin_edge is None:
                 edge_attr = None  # As PyG's layer does, edge features without edge_dim are ignored.
         edge_attr = graph.edge_features(edge_attr, self.fill_value)
@@ -633,9 +709,9 @@ class SelfAttentionConv(AttentionConv):
                             "its learned extra key and value are not part of this layer")
         checks.check_option(self, "add_zero_attn", add_zero_attn, False,
                             "it would attend to an extra zero key and value")
+        checks.check_sizes(self, embed_dim=embed_dim, num_heads=num_heads,
+                           **{k: v for k, v in (("kdim", kdim), ("vdim", vdim)) if v is not None})
         super().__init__(heads=num_heads, dropout=dropout, **kwargs)
-        checks.check_sizes(self, embed_dim=embed_dim, **{k: v for k, v in (("kdim", kdim), ("vdim", vdim))
-                                                        if v is not None})
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
         self.embed_dim = embed_dim
@@ -702,12 +778,17 @@ class SelfAttentionConv(AttentionConv):
         """Queries (of the targets), keys and values (of the sources), each
         ``[num_nodes, heads, head_dim]``, and the two batch vectors."""
         H, D, E = self.num_heads, self.head_dim, self.embed_dim
+        dtype = self.out_proj.weight.dtype
+        # A pair of batch vectors, not a list of graph ids (which is refused as not a tensor).
+        batch_pair = isinstance(batch, (tuple, list)) and len(batch) == 2 \
+            and all(b is None or isinstance(b, Tensor) for b in batch)
         if not isinstance(x, (tuple, list)):
             checks.check_features(self, x, E)
+            checks.check_dtype(self, x, dtype)
             if not self._qkv_same_embed_dim:
                 raise ValueError(f"SelfAttentionConv with kdim={self.kdim}, vdim={self.vdim} attends "
                                  f"across two node sets: pass x=(x_src, x_dst)")
-            if isinstance(batch, (tuple, list)):
+            if batch_pair:
                 raise ValueError("SelfAttentionConv takes one batch vector with one x (a pair with x=(x_src, x_dst))")
             checks.check_batch(self, batch, x.size(0))
             qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias).view(-1, 3, H, D)
@@ -723,10 +804,12 @@ class SelfAttentionConv(AttentionConv):
         checks.check_features(self, x_dst, E, name="x_dst")
         checks.check_features(self, x_key, self.kdim, name="x_src (keys)" if x_key is not x_value else "x_src")
         checks.check_features(self, x_value, self.vdim, name="x_src (values)")
+        for name, tensor in (("x_dst", x_dst), ("x_src", x_key), ("x_src (values)", x_value)):
+            checks.check_dtype(self, tensor, dtype, name=name)
         if x_key.size(0) != x_value.size(0):
             raise ValueError(f"SelfAttentionConv expects as many key as value rows, got "
                              f"{x_key.size(0)} and {x_value.size(0)}")
-        batch_src, batch_dst = batch if isinstance(batch, (tuple, list)) else (batch, batch)
+        batch_src, batch_dst = batch if batch_pair else (batch, batch)
         if (batch_src is None) != (batch_dst is None):
             raise ValueError("SelfAttentionConv expects batch=(batch_src, batch_dst), both or neither")
         checks.check_batch(self, batch_src, x_key.size(0))
@@ -780,22 +863,30 @@ class SelfAttentionConv(AttentionConv):
                                           value.view(num_graphs, -1, H, D), None)
             return out.reshape(-1, H, D)
         longest_src, longest_dst = int(sizes_src.max()), int(sizes_dst.max())
-        q, real_dst = to_dense_batch(query, batch_dst, batch_size=num_graphs, max_num_nodes=longest_dst)
-        k, real_src = to_dense_batch(key, batch_src, batch_size=num_graphs, max_num_nodes=longest_src)
-        v, _ = to_dense_batch(value, batch_src, batch_size=num_graphs, max_num_nodes=longest_src)
+        rows_dst, place_dst = padded_rows(batch_dst, sizes_dst, longest_dst)
+        rows_src, _ = padded_rows(batch_src, sizes_src, longest_src)
+        real_src = rows_src < key.size(0)
+        q = pad(query, rows_dst).view(num_graphs, longest_dst, H, D)
+        k = pad(key, rows_src).view(num_graphs, longest_src, H, D)
+        v = pad(value, rows_src).view(num_graphs, longest_src, H, D)
         # A graph without sources would leave its queries with no key at all;
         # letting them see the padding (zero keys and values) keeps NaN out
         # and gives them the zero output of a node that attends to nothing.
         empty = (sizes_src == 0).to(real_src.device)
-        mask = (real_src | empty.unsqueeze(1)).view(num_graphs, 1, 1, longest_src)
+        mask = (real_src.view(num_graphs, longest_src) | empty.unsqueeze(1)).view(num_graphs, 1, 1, longest_src)
         out = self.scaled_dot_product(q, k, v, mask)  # [graphs, longest_dst, heads, head_dim]
-        return out[real_dst]
+        return out.reshape(-1, H, D).index_select(0, place_dst)
 
     def scaled_dot_product(self, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor]) -> Tensor:
         """SDPA on ``[graphs, nodes, heads, head_dim]`` tensors."""
         query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
         dropout = self.dropout if self.training else 0.0
-        if dropout > 0 or torch.compiler.is_compiling() or not torch.is_grad_enabled() or not plain_autograd():
+        if not torch.compiler.is_compiling() and not plain_autograd():
+            # Torch's fused CPU kernels have no forward-mode derivative: the
+            # math kernel, plain differentiable ops, serves torch.func and jvp.
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+                out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
+        elif dropout > 0 or torch.compiler.is_compiling() or not torch.is_grad_enabled():
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
         else:
             out = TwiceDifferentiableSDPA.apply(query, key, value, mask)
@@ -838,6 +929,25 @@ class TwiceDifferentiableSDPA(torch.autograd.Function):
                 ctx.inner = (inputs, F.scaled_dot_product_attention(*inputs, attn_mask=ctx.mask))
         (inputs, out), ctx.inner = ctx.inner, None
         return (*torch.autograd.grad(out, inputs, grad_out), None)
+
+
+def padded_rows(batch: Tensor, sizes: Tensor, longest: int) -> Tuple[Tensor, Tensor]:
+    """Where each row of a ``[graphs * longest]`` padding of the nodes of a
+    sorted ``batch`` reads from (a node, or ``num_nodes``: the zero row that
+    :func:`pad` appends), and where each node lands in it. Made from the
+    batch alone, so the node tensors are only read, never written in place,
+    which :func:`torch.func.vmap` needs."""
+    num_nodes, sizes = batch.numel(), sizes.to(batch.device)
+    start = torch.cumsum(sizes, 0) - sizes  # [graphs] each graph's first node
+    place = batch * longest + torch.arange(num_nodes, device=batch.device) - start.index_select(0, batch)
+    rows = torch.full((sizes.numel() * longest,), num_nodes, dtype=torch.long, device=batch.device)
+    rows[place] = torch.arange(num_nodes, device=batch.device)
+    return rows, place
+
+
+def pad(nodes: Tensor, rows: Tensor) -> Tensor:
+    """The rows ``rows`` of ``nodes`` with a zero row appended (see :func:`padded_rows`)."""
+    return torch.cat([nodes, nodes.new_zeros(1, *nodes.shape[1:])]).index_select(0, rows)
 
 
 def graph_count(batch_src: Tensor, batch_dst: Tensor) -> int:

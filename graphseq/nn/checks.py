@@ -108,6 +108,18 @@ def check_features(layer: Layer, x: Tensor, channels: Optional[int], name: str =
         raise ValueError(f"{layer_name(layer)} expects {name} of a floating-point dtype, got {x.dtype}")
 
 
+def check_dtype(layer: Layer, tensor: Optional[Tensor], dtype: torch.dtype, name: str = "x") -> None:
+    """A dense ``tensor`` must have the dtype of the layer's weights, said as
+    the recurrent layers (and torch.nn.LSTM) say it rather than deep inside a
+    matrix product. Not checked under autocast, which mixes dtypes itself, nor
+    for sparse features, which are multiplied in the weights' dtype."""
+    if tensor is None or tensor.layout != torch.strided or tensor.dtype == dtype \
+            or torch.is_autocast_enabled(tensor.device.type):
+        return
+    raise ValueError(f"{layer_name(layer)} expects {name} of dtype {dtype}, like its weights, got {tensor.dtype}; "
+                     f"convert the input (.to({dtype})) or the layer (layer.to({tensor.dtype}))")
+
+
 def check_edge_index(layer: Layer, edge_index: Tensor, num_nodes: Union[int, Tuple[int, int]],
                      name: str = "edge_index") -> None:
     """``edge_index`` must be an integer ``[2, num_edges]`` tensor whose sources
@@ -151,7 +163,7 @@ def check_size(layer: Layer, size: Optional[Sequence[Optional[int]]],
             raise ValueError(f"{layer} needs size=(num_source_nodes, num_target_nodes) "
                              f"when the target features are None")
         return num_nodes[0], num_nodes[1]
-    if len(size) != 2:
+    if not isinstance(size, (tuple, list)) or len(size) != 2:
         raise ValueError(f"{layer} expects size as a pair (num_source_nodes, num_target_nodes), got {size}")
     size = tuple(num if given is None else int(given) for given, num in zip(size, num_nodes))
     for role, given, num in zip(("source", "target"), size, num_nodes):

@@ -100,6 +100,7 @@ class MetricAttentionConv(AttentionConv):
     def forward(self, x: Tensor, edge_index: Tensor, return_attention_weights: Optional[bool] = None
                 ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]]]:
         checks.check_features(self, x, self.in_channels)
+        checks.check_dtype(self, x, self.lin.weight.dtype)
         num_nodes = x.size(0)
 
         graph = self.attention_graph(edge_index, (num_nodes, num_nodes))

@@ -46,8 +46,10 @@ def csr_tensor(crow: Tensor, col: Tensor, values: Tensor, size) -> Tensor:
 
 
 class _SparseDenseMM(torch.autograd.Function):
-    """``x @ weight`` for a constant CSR ``x``; the backward multiplies by the
-    transpose of ``x``, built in CSR by a stable sort of its columns."""
+    """``x @ weight`` for a constant CSR ``x`` (no gradient of its values:
+    :func:`sparse_dense_mm` sends an ``x`` that requires grad elsewhere); the
+    backward multiplies by the transpose of ``x``, built in CSR by a stable
+    sort of its columns."""
 
     @staticmethod
     def forward(ctx, crow: Tensor, col: Tensor, values: Tensor, num_cols: int,
@@ -68,10 +70,20 @@ class _SparseDenseMM(torch.autograd.Function):
 
 
 def sparse_dense_mm(x: Tensor, weight: Tensor) -> Tensor:
-    """``x @ weight`` where ``x`` is a sparse (CSR or COO) matrix without
-    gradient and ``weight`` a dense one, differentiable in ``weight``.
+    """``x @ weight`` where ``x`` is a sparse (CSR or COO) matrix and
+    ``weight`` a dense one, differentiable in ``weight``, and in ``x`` too
+    when it requires grad (then through torch's own product, as PyG's layers
+    do: ``x.grad`` is the dense gradient, zeros included).
     Under autocast the result has autocast's dtype; on CPU, whose sparse
     kernel has no half precision, it is computed in float32 first."""
+    if x.requires_grad and torch.is_grad_enabled():
+        # Our kernel treats x as a constant. Torch's product is slower but
+        # differentiates x, in x's own layout and dtype (a conversion of x
+        # would not carry torch's dense gradient back).
+        dtype = torch.get_autocast_dtype(weight.device.type) if torch.is_autocast_enabled(weight.device.type) \
+            else weight.dtype
+        with float32_sparse_products(x):
+            return (x @ weight.to(x.dtype)).to(dtype)
     if x.layout != torch.sparse_csr:
         x = x.to_sparse_csr()
     dtype = torch.get_autocast_dtype(weight.device.type) if torch.is_autocast_enabled(weight.device.type) \

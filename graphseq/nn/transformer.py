@@ -114,6 +114,7 @@ class TransformerEncoderLayer(torch.nn.Module):
     def forward(self, x: Tensor, edge_index: Optional[Tensor] = None,
                 batch: Optional[Tensor] = None) -> Tensor:
         checks.check_features(self, x, self.d_model)
+        checks.check_dtype(self, x, self.linear1.weight.dtype)
         if self.norm_first:
             x = x + self.attention_block(self.norm1(x), edge_index, batch)
             x = x + self.feed_forward_block(self.norm2(x))

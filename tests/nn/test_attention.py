@@ -1,6 +1,7 @@
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
+import torch_geometric.utils
 from torch_geometric import EdgeIndex
 from torch_geometric.utils import to_torch_coo_tensor, to_torch_csc_tensor, to_torch_csr_tensor
 
@@ -457,3 +458,140 @@ def test_a_third_score_is_one_edge_update(monkeypatch):
     conv.register_message_forward_hook(lambda module, inputs, out: messages.append(out))
     assert torch.allclose(conv(x, EDGE_INDEX), fused, atol=1e-6)
     assert messages[0].shape == (EDGE_INDEX.size(1), 2, 5)
+
+
+class BiasedAttention(AttentionConv):
+    """A score that reads a tensor of one value per edge (a learned bias per
+    edge, as Graphormer's spatial bias), under a name of its own."""
+
+    def __init__(self, channels):
+        super().__init__(heads=1)
+        self.query = torch.nn.Linear(channels, channels)
+
+    def forward(self, x, edge_index, edge_bias, as_score_input=False):
+        graph = self.attention_graph(edge_index, (x.size(0), x.size(0)))
+        if as_score_input:  # The mistake the fused path refuses.
+            out, _ = self.attend(graph, x.unsqueeze(1), q=self.query(x), k=x, edge_bias=edge_bias)
+        else:
+            out, _ = self.attend(graph, x.unsqueeze(1), q=self.query(x), k=x, edge_inputs={"edge_bias": edge_bias})
+        return out[:, 0]
+
+    def edge_update(self, q_i, k_j, edge_bias, index, ptr, dim_size):
+        score = (q_i * k_j).sum(-1, keepdim=True) + edge_bias.view(-1, 1)  # [num_edges, 1]
+        return self.normalize(score, index, ptr, dim_size)
+
+
+def test_per_edge_inputs_follow_the_edges_on_both_paths(monkeypatch):
+    torch.manual_seed(0)
+    conv, x = BiasedAttention(5).double(), torch.randn(6, 5, dtype=torch.double)
+    edge_bias = torch.randn(EDGE_INDEX.size(1), dtype=torch.double)  # EDGE_INDEX is out of target order.
+    source, target = EDGE_INDEX
+    score = (conv.query(x)[target] * x[source]).sum(-1) + edge_bias
+    alpha = torch_geometric.utils.softmax(score, target, num_nodes=6)
+    expected = torch.zeros(6, 5, dtype=torch.double).index_add_(0, target, alpha[:, None] * x[source])
+    assert torch.allclose(conv(x, EDGE_INDEX, edge_bias), expected)
+    force_message_path(monkeypatch)
+    assert torch.allclose(conv(x, EDGE_INDEX, edge_bias), expected)
+
+
+def test_a_per_edge_tensor_outside_edge_inputs_is_refused_on_the_fused_path():
+    conv, x = BiasedAttention(5), torch.randn(6, 5)
+    with pytest.raises(ValueError, match=r"BiasedAttention.attend got 'edge_bias' with one row per edge \(8\); "
+                                         r"pass per-edge tensors in edge_inputs"):
+        conv(x, EDGE_INDEX, torch.randn(8), as_score_input=True)
+    with pytest.raises(ValueError, match=r"expects edge_inputs\['edge_bias'\] to be a tensor with one row per edge "
+                                         r"\(num_edges=8"):
+        conv(x, EDGE_INDEX, torch.randn(7))
+
+
+def test_lazy_in_channels_with_sparse_features_equal_dense():
+    torch.manual_seed(0)
+    x = torch.randn(6, 5) * (torch.rand(6, 5) < 0.4)
+    for sparse_x in (x.to_sparse_csr(), x.to_sparse()):
+        conv = GATConv(-1, 4, heads=2, residual=True)
+        out = conv(sparse_x, EDGE_INDEX)
+        assert conv.lin.weight.shape == (8, 5) and conv.res.weight.shape == (8, 5)
+        assert torch.allclose(out, conv(x, EDGE_INDEX), atol=1e-6)
+
+
+def test_lazy_edge_dim_is_inferred_from_the_first_edge_features():
+    torch.manual_seed(0)
+    lazy = GATConv(5, 4, heads=2, edge_dim=-1)
+    x, edge_attr = torch.randn(6, 5), torch.randn(EDGE_INDEX.size(1), 3)
+    out = lazy(x, EDGE_INDEX, edge_attr)
+    assert lazy.lin_edge.weight.shape == (8, 3)
+    ours, theirs = copied_pair(heads=2, edge_dim=3)
+    for layer in (ours, theirs):
+        layer.load_state_dict(lazy.state_dict())
+    assert torch.allclose(out, ours(x, EDGE_INDEX, edge_attr)) and torch.allclose(out, theirs(x, EDGE_INDEX, edge_attr))
+    with pytest.raises(ValueError, match=r"GATConv needs edge_dim to be a whole number >= 1 \(or -1, inferred\), got 0"):
+        GATConv(5, 4, edge_dim=0)
+
+
+def test_sparse_features_that_require_grad_get_the_dense_gradient():
+    torch.manual_seed(0)
+    conv = GATConv(5, 4, heads=2, residual=True).double()
+    x = torch.randn(6, 5, dtype=torch.double) * (torch.rand(6, 5) < 0.4)
+    dense_x = x.clone().requires_grad_()
+    (expected,) = torch.autograd.grad(conv(dense_x, EDGE_INDEX).square().sum(), dense_x)
+    for sparse_x in (x.to_sparse_csr().requires_grad_(), x.to_sparse().requires_grad_()):
+        (grad,) = torch.autograd.grad(conv(sparse_x, EDGE_INDEX).square().sum(), sparse_x)
+        assert torch.allclose(grad.to_dense(), expected)
+
+
+@pytest.mark.parametrize("fill_value", ["mean", "max"])
+def test_bipartite_loop_features_reduce_over_every_target(fill_value):
+    # 3 sources, 5 targets: edges into targets 3 and 4, which get no loop, are valid.
+    torch.manual_seed(0)
+    conv = GATConv((3, 4), 2, edge_dim=2, fill_value=fill_value).double()
+    x_src, x_dst = torch.randn(3, 3, dtype=torch.double), torch.randn(5, 4, dtype=torch.double)
+    edge_index = torch.tensor([[0, 1, 2, 2, 0], [4, 3, 0, 0, 1]])
+    edge_attr = torch.randn(5, 2, dtype=torch.double)
+    out, (edges, alpha) = conv((x_src, x_dst), edge_index, edge_attr, return_attention_weights=True)
+    # By hand: a loop i -> i for i < 3, whose features reduce those of the edges into i.
+    loop_attr = torch.stack([edge_attr[2:4].mean(0) if fill_value == "mean" else edge_attr[2:4].amax(0),
+                             edge_attr[4], torch.zeros(2, dtype=torch.double)])
+    edges_by_hand = torch.cat([edge_index, torch.arange(3).repeat(2, 1)], dim=1)
+    attr_by_hand = torch.cat([edge_attr, loop_attr])
+    assert torch.equal(edges, edges_by_hand)
+    h_src, h_dst = conv.lin_src(x_src).view(-1, 1, 2), conv.lin_dst(x_dst).view(-1, 1, 2)
+    h_edge = conv.lin_edge(attr_by_hand).view(-1, 1, 2)
+    source, target = edges_by_hand
+    score = torch.nn.functional.leaky_relu(
+        (h_src[source] * conv.att_src).sum(-1) + (h_dst[target] * conv.att_dst).sum(-1)
+        + (h_edge * conv.att_edge).sum(-1), 0.2)
+    expected_alpha = torch_geometric.utils.softmax(score, target, num_nodes=5)
+    expected = torch.zeros(5, 1, 2, dtype=torch.double).index_add_(
+        0, target, expected_alpha.unsqueeze(-1) * h_src[source]).view(5, 2) + conv.bias
+    assert torch.allclose(alpha, expected_alpha) and torch.allclose(out, expected)
+
+
+@pytest.mark.parametrize("build,error,match", [
+    (lambda: GATConv((3, 3, 3), 2), ValueError, r"GATConv needs in_channels as one size or a pair"),
+    (lambda: GATConv(3, 2, node_dim=1), TypeError, "GATConv got unexpected keyword argument.*'node_dim'"),
+    (lambda: GATConv(3, 2, heads=2.0), ValueError, "GATConv needs heads to be a whole number >= 1, got 2.0"),
+    (lambda: SelfAttentionConv(4, 0), ValueError, "SelfAttentionConv needs num_heads to be a whole number >= 1"),
+])
+def test_constructor_arguments_are_checked_by_name(build, error, match):
+    with pytest.raises(error, match=match):
+        build()
+
+
+def test_inputs_of_another_dtype_or_type_are_named():
+    x = torch.randn(6, 5)
+    with pytest.raises(ValueError, match="GATConv expects x of dtype torch.float32, like its weights, got torch.float64"):
+        GATConv(5, 4)(x.double(), EDGE_INDEX)
+    with pytest.raises(ValueError, match="GATConv expects edge_attr of dtype torch.float32, like its weights"):
+        GATConv(5, 4, edge_dim=2)(x, EDGE_INDEX, torch.randn(8, 2, dtype=torch.double))
+    with pytest.raises(ValueError, match="GATConv expects x_dst of dtype torch.float32"):
+        GATConv((5, 3), 4)((x, torch.randn(6, 3, dtype=torch.double)), EDGE_INDEX)
+    with pytest.raises(TypeError, match=r"GATConv expects x to be a tensor or a pair \(x_src, x_dst\) of tensors"):
+        GATConv(5, 4)(x.tolist(), EDGE_INDEX)
+    with pytest.raises(TypeError, match="GATConv expects edge_attr to be a tensor, got list"):
+        GATConv(5, 4, edge_dim=1)(x, EDGE_INDEX, [1.0] * 8)
+    with pytest.raises(ValueError, match="GATConv expects size as a pair"):
+        GATConv(5, 4)(x, EDGE_INDEX, size=6)
+    # Integer edge features are promoted, as in PyG.
+    assert GATConv(5, 4, edge_dim=1)(x, EDGE_INDEX, torch.arange(8)).shape == (6, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # Autocast mixes dtypes itself.
+        GATConv(5, 4)(x.bfloat16(), EDGE_INDEX)

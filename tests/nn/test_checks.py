@@ -111,3 +111,13 @@ def test_layer_sizes_and_dropouts_are_checked_when_the_layer_is_built(build, mat
 def test_a_list_for_edge_index_is_named(layer):
     with pytest.raises(TypeError, match="expects edge_index to be a tensor, got list"):
         layer()(torch.randn(3, 3), [[0, 1], [1, 2]])
+
+
+def test_inputs_of_another_dtype_than_the_weights_are_named():
+    checks.check_dtype("Layer", torch.randn(3, 2), torch.float32)
+    checks.check_dtype("Layer", torch.randn(3, 2, dtype=torch.double).to_sparse(), torch.float32)  # Converted.
+    with pytest.raises(ValueError, match=r"Layer expects edge_attr of dtype torch.float32, like its weights, got "
+                                         r"torch.float64; convert the input \(.to\(torch.float32\)\) or the layer"):
+        checks.check_dtype("Layer", torch.randn(3, 2, dtype=torch.double), torch.float32, name="edge_attr")
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # Autocast mixes dtypes itself.
+        checks.check_dtype("Layer", torch.randn(3, 2, dtype=torch.bfloat16), torch.float32)

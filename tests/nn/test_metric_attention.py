@@ -82,6 +82,9 @@ def test_repr_and_bad_input(conv):
         conv(torch.randn(4, 5, dtype=torch.float64), graphs.fully_connected([4]))
     with pytest.raises(ValueError, match="edge_index"):
         conv(torch.randn(4, 6, dtype=torch.float64), torch.tensor([[0], [7]]))
+    with pytest.raises(ValueError, match="MetricAttentionConv expects x of dtype torch.float64, like its weights, "
+                                         "got torch.float32"):
+        conv(torch.randn(4, 6), graphs.fully_connected([4]))
 
 
 def test_one_pair_in_training_is_refused_by_name_and_scored_in_eval():

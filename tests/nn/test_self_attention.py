@@ -202,6 +202,13 @@ def test_wrong_inputs_are_named():
         conv(torch.randn(4, CHANNELS), batch=torch.zeros(3, dtype=torch.long))
     with pytest.raises(ValueError, match="sorted batch"):
         conv(torch.randn(4, CHANNELS), batch=torch.tensor([0, 1, 0, 1]))
+    with pytest.raises(TypeError, match="SelfAttentionConv expects batch to be a tensor, got list"):
+        conv(torch.randn(4, CHANNELS), batch=[0, 0, 1, 1])
+    with pytest.raises(ValueError, match="SelfAttentionConv expects x of dtype torch.float32, like its weights, "
+                                         "got torch.float64"):
+        conv(torch.randn(4, CHANNELS, dtype=torch.double))
+    with pytest.raises(ValueError, match="SelfAttentionConv expects x_src of dtype torch.float32"):
+        conv((torch.randn(3, CHANNELS, dtype=torch.double), torch.randn(4, CHANNELS)))
 
 
 def test_repr():

@@ -88,6 +88,19 @@ def test_sparse_features_times_dense_weight():
     assert torch.allclose(out, x @ weight, atol=1e-6) and torch.allclose(grad, dense_weight.grad, atol=1e-5)
 
 
+@pytest.mark.parametrize("layout", ["csr", "coo"])
+def test_sparse_features_that_require_grad_get_the_dense_gradient(layout):
+    # As PyG's layers give it (torch's own product): the gradient of the
+    # dense matrix, zeros included, not a silently missing one.
+    x = torch.randn(6, 5, dtype=torch.double) * (torch.rand(6, 5) < 0.4)
+    (weight,) = inputs((5, 3))
+    sparse_x = (x.to_sparse_csr() if layout == "csr" else x.to_sparse()).requires_grad_()
+    grad_x, grad_weight = torch.autograd.grad(sparse_dense_mm(sparse_x, weight).square().sum(), [sparse_x, weight])
+    dense_x = x.clone().requires_grad_()
+    expected = torch.autograd.grad((dense_x @ weight).square().sum(), [dense_x, weight])
+    assert torch.allclose(grad_x.to_dense(), expected[0]) and torch.allclose(grad_weight, expected[1])
+
+
 def test_csr_tensor_leaves_the_users_warning_filters_alone():
     before = list(warnings.filters)
     csr_tensor(torch.tensor([0, 1]), torch.tensor([0]), torch.ones(1), (1, 1))

@@ -9,7 +9,8 @@ import torch
 from torch.autograd import forward_ad
 
 from graphseq.graphs import chain, lengths_to_batch
-from graphseq.nn import ChainGRU, ChainLSTM, ChainRNN, GATConv, MetricAttentionConv, SelfAttentionConv
+from graphseq.nn import (ChainGRU, ChainLSTM, ChainRNN, GATConv, MetricAttentionConv, SelfAttentionConv,
+                         TransformerEncoderLayer)
 
 EDGE_INDEX = torch.tensor([[1, 2, 0, 3, 4, 2, 3],
                            [0, 1, 1, 4, 3, 0, 2]])  # out of target order: the fast path sorts them
@@ -58,13 +59,56 @@ def test_torch_func_grad_jacrev_and_vmap_agree_with_autograd(case):
 
 def test_forward_mode_ad_gives_the_jacobian_vector_product(case):
     layer, x, graph = case
-    if isinstance(layer, SelfAttentionConv):
-        pytest.skip("no edges of a fully connected graph here; the edge path is what is tested")
     tangent = torch.randn_like(x)
     with forward_ad.dual_level():
         jvp = forward_ad.unpack_dual(output(layer, forward_ad.make_dual(x, tangent), graph)).tangent
     _, expected = torch.autograd.functional.jvp(lambda x: output(layer, x, graph), x, tangent)
     assert torch.allclose(jvp, expected)
+
+
+FULLY_CONNECTED = {
+    "self-attention": (lambda: SelfAttentionConv(4, 2),
+                       lambda: torch.nn.MultiheadAttention(4, 2, batch_first=True),
+                       lambda mha, x, padding: mha(x, x, x, key_padding_mask=padding, need_weights=False)[0]),
+    "transformer": (lambda: TransformerEncoderLayer(4, 2, 8, dropout=0.0),
+                    lambda: torch.nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0, batch_first=True),
+                    lambda layer, x, padding: layer(x, src_key_padding_mask=padding)),
+}
+
+
+@pytest.fixture(params=list(FULLY_CONNECTED), ids=list(FULLY_CONNECTED))
+def fully_connected(request):
+    """A layer on its dense (fully connected) path and torch's layer with its weights."""
+    torch.manual_seed(0)
+    make, make_torch, run_torch = FULLY_CONNECTED[request.param]
+    ours = make().double()
+    theirs = make_torch().double()
+    theirs.load_state_dict(ours.state_dict())
+    return ours, theirs, run_torch
+
+
+def test_forward_mode_ad_on_the_fully_connected_path(fully_connected):
+    # Torch's fused CPU attention kernels have no forward-mode derivative.
+    ours, theirs, run_torch = fully_connected
+    x, batch = torch.randn(5, 4, dtype=torch.double), lengths_to_batch([3, 2])
+    jacobian = torch.func.jacfwd(lambda x: ours(x, batch=batch))(x)
+    expected = torch.autograd.functional.jacobian(lambda x: ours(x, batch=batch), x)
+    assert torch.allclose(jacobian, expected)
+    one_graph = torch.func.jacfwd(ours)(x)
+    assert torch.allclose(one_graph, torch.func.jacrev(lambda x: run_torch(theirs, x[None], None)[0])(x))
+
+
+def test_vmap_over_graphs_of_unequal_sizes_on_the_fully_connected_path(fully_connected):
+    ours, theirs, run_torch = fully_connected
+    xs, batch = torch.randn(3, 5, 4, dtype=torch.double), lengths_to_batch([3, 2])
+    batched = torch.func.vmap(lambda x: ours(x, batch=batch))(xs)
+    for x, out in zip(xs, batched):
+        assert torch.allclose(out, ours(x, batch=batch))
+        padded = torch.zeros(2, 3, 4, dtype=torch.double)
+        padded[0], padded[1, :2] = x[:3], x[3:]
+        padding = torch.tensor([[False, False, False], [False, False, True]])
+        expected = run_torch(theirs, padded, padding)
+        assert torch.allclose(out, torch.cat([expected[0], expected[1, :2]]))
 
 
 def test_a_layer_pickles_after_a_forward_and_gives_the_same_outputs(case):

@@ -88,6 +88,13 @@ def test_unknown_activation_is_named():
         TransformerEncoderLayer(D_MODEL, HEADS, activation="tanh")
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_features_of_another_dtype_are_named(norm_first):
+    with pytest.raises(ValueError, match="TransformerEncoderLayer expects x of dtype torch.float32, like its weights, "
+                                         "got torch.float64"):
+        TransformerEncoderLayer(D_MODEL, HEADS, norm_first=norm_first)(torch.randn(4, D_MODEL, dtype=torch.double))
+
+
 def test_torchs_arguments_mean_the_same_positional_ones_too():
     """(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
     batch_first, norm_first, bias, device, dtype), a callable activation included."""
