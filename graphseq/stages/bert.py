@@ -12,7 +12,7 @@ import hashlib
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +25,7 @@ from ..data.pretraining import (Document, SentencePairs, TokenGraphs, collate, p
 from ..data.text import load_tiny_shakespeare
 from ..data.wordpiece import TOKENIZER_FILE, WordPieceTokenizer
 from ..errors import GraphseqError
-from ..io import read_json, write_json, write_png
+from ..io import load_checkpoint, read_json, write_json, write_png
 from ..models.bert import (POOLS, WEIGHTS_FILE, BertClassifier, BertConfig, BertForPretraining,
                            load_pretrained, save_pretrained)
 from ..seeding import MAX_SEED
@@ -36,6 +36,9 @@ from .registry import stage
 CORPUS_FILE = "pretraining.json"  # what a pretraining read, so fine-tuning can check its test folds
 PLAN_FILE = "plan.json"  # bert-polarity: the pretraining each test fold fine-tunes from
 FOLDS_FILE = "folds.json"  # bert-polarity: the figures of every finished fold
+# The SHA-256 of tokenizer.json, recorded in the checkpoint and in pretraining.json: the weights embed
+# its pieces by id, so another tokenizer (a new training may differ in a few pieces) would read them wrong.
+TOKENIZER_SHA256 = "tokenizer_sha256"
 
 TEXT_LIST = Domain("a list of strings", lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v))
 SHARED_TEXTS = ("shakespeare", "polarity")  # the shared texts bert_corpus reads without a folder
@@ -141,28 +144,79 @@ def bert_corpus(ctx, *, folder: str = "", texts: list = list(SHARED_TEXTS), excl
                  f"{len(held):,} held out")
 
 
-@stage("bert_tokenizer", checks={"vocab_size": at_least(16), "min_frequency": at_least(1)})
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _recorded_tokenizer(record: Path) -> Optional[str]:
+    """The SHA-256 of ``tokenizer.json`` that a checkpoint or a
+    ``pretraining.json`` holds; None where it holds none (written before the
+    digest was recorded)."""
+    if not record.is_file():  # a run killed between its model and its pretraining.json
+        return None
+    saved = load_checkpoint(record) if record.suffix == ".pt" else read_json(record)
+    return saved.get(TOKENIZER_SHA256) if isinstance(saved, dict) else None
+
+
+def check_tokenizer(folder: Path, record: str, weights: str, fix: str, prefix: str = "") -> Optional[str]:
+    """Refuses the ``tokenizer.json`` of the run in ``folder`` where it is
+    missing, no file, or another than the one whose SHA-256 the run
+    recorded in its file ``record``: the weights (``weights``) embed that
+    tokenizer's pieces by id. ``fix`` ends the message, ``prefix`` starts
+    it. Returns the digest recorded (None from a run that recorded none)."""
+    path, trained = folder / TOKENIZER_FILE, folder / weights
+    if not path.is_file():
+        state = "a folder, not a file" if path.is_dir() else "missing"
+        raise GraphseqError(f"{prefix}{path} is {state}: {trained} embeds the pieces of the tokenizer it was trained "
+                            f"with, and another tokenizer would give them to other pieces; {fix}")
+    recorded = _recorded_tokenizer(folder / record)
+    if recorded is not None and file_sha256(path) != recorded:
+        raise GraphseqError(f"{prefix}{path} is not the tokenizer {trained} was trained with (its SHA-256 is "
+                            f"{file_sha256(path)[:16]}..., the run recorded {recorded[:16]}...), so the "
+                            f"embeddings would be read as other pieces; {fix}")
+    return recorded
+
+
+@stage("bert_tokenizer", checks={"vocab_size": at_least(16), "min_frequency": at_least(1)},
+       resume_reads=(TOKENIZER_FILE,))
 def bert_tokenizer(ctx, *, vocab_size: int = 8000, min_frequency: int = 2, file: str = "") -> None:
     """A WordPiece vocabulary of at most ``vocab_size`` pieces trained on the
     training documents (or the tokenizer ``file``, a ``tokenizer.json`` of
     another run), saved as ``tokenizer.json`` and read back on ``--resume``:
     the trainer breaks ties between equally frequent merges in an order that
-    varies between processes, so a new training may differ in a few pieces."""
+    varies between processes, so a new training may differ in a few pieces.
+    A resume is refused when the file is missing or is not the one the
+    checkpoint recorded (by SHA-256), since the checkpoint's embeddings
+    belong to its pieces."""
     corpus = ctx.require("corpus", "bert_tokenizer")
     path = ctx.out / TOKENIZER_FILE
-    if ctx.resume and path.is_file():
+    if ctx.resume:
+        # Checked before the stage writes anything, so the runner leaves the folder as it was.
+        recorded = check_tokenizer(ctx.out, CHECKPOINT, CHECKPOINT, "put the run's own tokenizer.json back, or "
+                                   "start a new run with another --out", prefix="--resume: ")
         tokenizer = WordPieceTokenizer.load(path)
-    elif file:
-        tokenizer = WordPieceTokenizer.load(file)
-        if tokenizer.vocab_size != vocab_size:
-            ctx.log.warning(f"tokenizer: {file} has {tokenizer.vocab_size:,} pieces; they are used, not "
-                            f"tokenizer.vocab_size = {vocab_size:,}")
-        if distributed.is_main():
-            tokenizer.save(path)
+        # A checkpoint written before the digest was recorded keeps none (a resume compares the meta).
+        ctx.tokenizer_sha256 = recorded
     else:
-        tokenizer = WordPieceTokenizer.train((s for doc in corpus.train for s in doc), vocab_size, min_frequency)
-        if distributed.is_main():
-            tokenizer.save(path)
+        if path.exists() and not path.is_file():
+            raise GraphseqError(f"{path} is a folder; the run saves its tokenizer file there: move the folder "
+                                f"away, or choose another --out")
+        # Rank 0 trains (or copies) and saves the tokenizer, the others read that file: two trainings may
+        # differ in a few pieces, and every process must number the pieces alike.
+        with distributed.main_first():
+            if not distributed.is_main():
+                tokenizer = WordPieceTokenizer.load(path)
+            elif file:
+                tokenizer = WordPieceTokenizer.load(file)
+                if tokenizer.vocab_size != vocab_size:
+                    ctx.log.warning(f"tokenizer: {file} has {tokenizer.vocab_size:,} pieces; they are used, not "
+                                    f"tokenizer.vocab_size = {vocab_size:,}")
+                tokenizer.save(path)
+            else:
+                tokenizer = WordPieceTokenizer.train((s for doc in corpus.train for s in doc), vocab_size,
+                                                     min_frequency)
+                tokenizer.save(path)
+        ctx.tokenizer_sha256 = file_sha256(path)
     ctx.tokenizer = tokenizer
     ctx.log.info(f"tokenizer: {tokenizer.vocab_size:,} WordPiece pieces, saved as {path}")
 
@@ -299,7 +353,8 @@ def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1
                          scheduler=warmup_linear_decay(optimizer, steps, warmup), clip=clip, amp=amp,
                          evaluate=lambda m: score_pretraining(m, eval_batches, ctx.device),
                          eval_every=eval_every, checkpoint_every=checkpoint_every,
-                         meta={"bert_config": asdict(config), "corpus_sha256": corpus.digest()},
+                         meta={"bert_config": asdict(config), "corpus_sha256": corpus.digest(),
+                               TOKENIZER_SHA256: getattr(ctx, "tokenizer_sha256", None)},
                          minutes=minutes, desc="pretrain")
     final = result.history[-1]
     if distributed.is_main():
@@ -307,7 +362,8 @@ def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1
         write_json(ctx.out / CORPUS_FILE, {
             "source": corpus.source, "texts": corpus.texts, "excluded_polarity_folds": corpus.excluded_folds,
             "folds": corpus.folds, "fold_seed": corpus.fold_seed,
-            "training_documents": len(corpus.train), "held_out_documents": len(corpus.held_out)})
+            "training_documents": len(corpus.train), "held_out_documents": len(corpus.held_out),
+            TOKENIZER_SHA256: file_sha256(ctx.out / TOKENIZER_FILE)})
     ctx.metrics.update({key: final[key] for key in ("val_mlm_accuracy", "val_nsp_accuracy", "val_mlm_loss",
                                                     "val_nsp_loss") if key in final},
                        steps=result.step, train_minutes=result.seconds / 60)
@@ -340,6 +396,22 @@ def read_pretraining(folder: Path, folds: int, fold_seed: int) -> List[int]:
     if shared and "polarity" not in texts:
         return list(range(folds))
     return excluded if same_folds else []
+
+
+def check_pretraining_tokenizer(folder: Path, fix: str) -> None:
+    """Refuses the ``tokenizer.json`` of a ``bert-pretrain`` run that is not
+    the one its model was trained with: the one its ``pretraining.json``
+    recorded once it finished, else its checkpoint's (a run to continue)."""
+    if (folder / WEIGHTS_FILE).is_file():
+        check_tokenizer(folder, CORPUS_FILE, WEIGHTS_FILE, fix)
+    elif (folder / CHECKPOINT).is_file():
+        check_tokenizer(folder, CHECKPOINT, CHECKPOINT, fix)
+
+
+def _load_pretraining(folder: Path, device: torch.device | str = "cpu"):
+    """The model and tokenizer of a finished ``bert-pretrain`` run, the tokenizer checked to be its own."""
+    check_pretraining_tokenizer(folder, "put the run's own tokenizer.json back")
+    return load_pretrained(folder, device)
 
 
 def _pretrain_group(ctx, out: Path, overrides: List[str]) -> None:
@@ -388,7 +460,7 @@ def _check_pretrained_groups(check, *, runs: list, groups: int, folds: int, fold
     if runs:
         plan = _runs_plan(runs, folds, fold_seed)
         for folder in dict.fromkeys(plan.values()):
-            load_pretrained(folder)  # a damaged model or tokenizer file is named now, not after plan.json
+            _load_pretraining(folder)  # a damaged model or tokenizer file is named now, not after plan.json
         served = set(plan)
     else:
         overrides = _group_overrides(pretrain_set, _groups(groups, folds)[0], folds, fold_seed)
@@ -424,6 +496,10 @@ def bert_pretrained_groups(ctx, *, runs: list = [], groups: int = 2, folds: int 
         ctx.pending_pretraining = {ctx.out / f"pretrain-{g}": (part, _group_overrides(pretrain_set, part, folds,
                                                                                      fold_seed))
                                    for g, part in enumerate(parts)}
+    for folder in dict.fromkeys(plan.values()):  # a resumed run's pretrainings, before plan.json is written
+        check_pretraining_tokenizer(folder, "put the run's own tokenizer.json back" if runs else
+                                    f"put the run's own tokenizer.json back, or delete {folder} and resume, "
+                                    f"and it pretrains again")
     if distributed.is_main():
         write_json(ctx.out / PLAN_FILE, {str(f): str(p) for f, p in sorted(plan.items())})
     ctx.pretrained = plan
@@ -554,7 +630,7 @@ def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int
             ctx.log.info(f"pretraining in {source}, leaving out the sentences of test folds {part}")
             _pretrain_group(ctx, source, overrides)
         if source not in loaded:
-            loaded = {source: load_pretrained(source, ctx.device)}  # one pretraining in memory at a time
+            loaded = {source: _load_pretraining(source, ctx.device)}  # one pretraining in memory at a time
         base, tokenizer = loaded[source]
         train, val, test_ids = cv_folds(len(sentences), folds, fold_seed)[fold]
         encode = lambda ids: tokenizer.encode_batch([sentences[i] for i in ids.tolist()])  # noqa: E731

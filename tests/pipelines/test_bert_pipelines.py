@@ -1,19 +1,24 @@
 """Smoke runs of bert-pretrain and bert-polarity on the real texts (a few
 steps of a tiny model), the corpus that leaves a test fold out, resuming a
-pretraining, and ``graphseq fill-mask``."""
+pretraining (only with the tokenizer it was trained with), and ``graphseq
+fill-mask``."""
+import hashlib
 import json
+import logging
 import shutil
 import types
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from graphseq import run
 from graphseq.cli import main
 from graphseq.data.polarity import cv_folds, load_polarity
 from graphseq.errors import GraphseqError
 from graphseq.io import load_checkpoint
-from graphseq.stages.bert import bert_corpus, read_pretraining
+from graphseq.stages.bert import bert_corpus, bert_tokenizer, read_pretraining
 
 TINY = {"model.hidden_size": 16, "model.feedforward_size": 32, "model.num_heads": 2, "tokenizer.vocab_size": 300,
         "pretrain.batch_size": 4, "pretrain.eval_examples": 16, "pretrain.eval_every": 2}
@@ -166,6 +171,123 @@ def test_a_resume_after_the_corpus_folder_changed_is_refused(tmp_path):
         run("bert-pretrain", overrides=settings, out=tmp_path / "out", resume=True, quiet=True)
 
 
+def files_under(folder):
+    """Every path under ``folder``: a file's bytes and time, None for a folder."""
+    return {path: (path.read_bytes(), path.stat().st_mtime_ns) if path.is_file() else None
+            for path in sorted(folder.rglob("*"))}
+
+
+def swap_two_pieces(path):
+    """Writes, in place of the tokenizer ``path``, one of the same size that
+    numbers two pieces the other way round: what a new training that
+    differs in a piece does to thousands of sorted ids."""
+    tokenizer = json.loads(path.read_text())
+    vocab = tokenizer["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[20:22]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    path.write_text(json.dumps(tokenizer))
+
+
+@pytest.fixture(scope="module")
+def small_pretraining(tmp_path_factory):
+    """A finished tiny pretraining on a corpus folder, with its checkpoint, and its settings."""
+    tmp = tmp_path_factory.mktemp("small")
+    settings = {**TINY, "tokenizer.vocab_size": 60, "pretrain.steps": 2, "pretrain.checkpoint_every": 1,
+                "pretrain.amp": False, "corpus.held_out": 0.2, "corpus.folder": str(small_corpus(tmp / "corpus"))}
+    run("bert-pretrain", overrides=settings, out=tmp / "run", quiet=True)
+    return tmp / "run", settings
+
+
+def test_the_checkpoint_and_pretraining_json_record_the_tokenizer_digest(small_pretraining):
+    out, _ = small_pretraining
+    digest = hashlib.sha256((out / "tokenizer.json").read_bytes()).hexdigest()
+    assert load_checkpoint(out / "checkpoint.pt")["tokenizer_sha256"] == digest
+    assert json.loads((out / "pretraining.json").read_text())["tokenizer_sha256"] == digest
+
+
+@pytest.mark.parametrize("damage,message", [
+    ("missing", r"--resume: .*/tokenizer\.json is missing: .*/checkpoint\.pt embeds the pieces of the tokenizer it "
+                r"was trained with"),
+    ("folder", r"--resume: .*/tokenizer\.json is a folder"),
+    ("replaced", r"--resume: .*/tokenizer\.json is not the tokenizer .*/checkpoint\.pt was trained with \(its "
+                 r"SHA-256 is [0-9a-f]{16}\.\.\., the run recorded [0-9a-f]{16}\.\.\.\)"),
+])
+def test_a_resume_without_its_own_tokenizer_is_refused_and_changes_no_file(small_pretraining, tmp_path, damage,
+                                                                           message):
+    # A new tokenizer may number the pieces otherwise: the checkpoint's embeddings would belong to other pieces.
+    out = tmp_path / "run"
+    shutil.copytree(small_pretraining[0], out)
+    tokenizer = out / "tokenizer.json"
+    if damage == "replaced":
+        swap_two_pieces(tokenizer)
+    else:
+        tokenizer.unlink()
+        if damage == "folder":
+            tokenizer.mkdir()
+    before = files_under(out)
+    # A budget a resume may change: config.toml would be rewritten if the run went on.
+    with pytest.raises(GraphseqError, match=message):
+        run("bert-pretrain", overrides={"pretrain.minutes": 5.0}, out=out, resume=True, quiet=True)
+    assert files_under(out) == before
+
+
+def test_a_checkpoint_written_before_the_tokenizer_digest_still_resumes(small_pretraining, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(small_pretraining[0], out)
+    checkpoint = load_checkpoint(out / "checkpoint.pt")
+    del checkpoint["tokenizer_sha256"]
+    torch.save(checkpoint, out / "checkpoint.pt")
+    (out / "bert.pt").unlink()
+    assert run("bert-pretrain", out=out, resume=True, quiet=True)["runs"][0]["steps"] == 2
+    assert (out / "bert.pt").is_file()
+
+
+def test_a_folder_where_a_new_run_saves_its_tokenizer_is_refused_before_writing(small_pretraining, tmp_path,
+                                                                                monkeypatch):
+    # A run that stopped before its first checkpoint starts again in its folder and saves a new tokenizer.
+    import graphseq.stages.bert as stages
+
+    out, settings = tmp_path / "run", small_pretraining[1]
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(stages, "train_steps", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            run("bert-pretrain", overrides=settings, out=out, quiet=True)
+    (out / "tokenizer.json").unlink()
+    (out / "tokenizer.json").mkdir()
+    (out / "tokenizer.json" / "notes.txt").write_text("mine\n")
+    before = files_under(out)
+    with pytest.raises(GraphseqError, match=r"/tokenizer\.json is a folder"):
+        run("bert-pretrain", overrides=settings, out=out, quiet=True)
+    assert files_under(out) == before
+
+
+def _tokenizer_worker(rank, store, folder):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        if rank:  # Another training could number the pieces otherwise: rank 1 must read rank 0's.
+            from graphseq.data.wordpiece import WordPieceTokenizer
+            WordPieceTokenizer.train = None
+        ctx = types.SimpleNamespace(out=folder, resume=False, log=logging.getLogger("test-bert-tokenizer"),
+                                    data_root=None, data_mirror=None, require=lambda name, stage: getattr(ctx, name))
+        bert_corpus(ctx, folder=str(folder / "corpus"), held_out=0.2)
+        bert_tokenizer(ctx, vocab_size=60)
+        (folder / f"vocab-{rank}.json").write_text(json.dumps(ctx.tokenizer.tokenizer.get_vocab()))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_process_reads_the_tokenizer_rank_zero_trained(tmp_path):
+    small_corpus(tmp_path / "corpus")
+    mp.spawn(_tokenizer_worker, args=(tmp_path / "store", tmp_path), nprocs=2, join=True)
+    saved = json.loads((tmp_path / "tokenizer.json").read_text())["model"]["vocab"]
+    assert json.loads((tmp_path / "vocab-0.json").read_text()) == saved
+    assert json.loads((tmp_path / "vocab-1.json").read_text()) == saved
+
+
 def test_a_tokenizer_file_of_another_size_is_said_to_replace_vocab_size(tmp_path):
     settings = {**TINY, "tokenizer.vocab_size": 60, "pretrain.steps": 1, "corpus.held_out": 0.2,
                 "corpus.folder": str(small_corpus(tmp_path / "corpus"))}
@@ -293,6 +415,30 @@ def test_bert_polarity_names_a_damaged_pretrained_model_before_writing(pretraine
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("damage,message", [
+    ("missing", r"damaged/tokenizer\.json is missing: .*damaged/bert\.pt embeds the pieces"),
+    ("folder", r"damaged/tokenizer\.json is a folder, not a file: .*damaged/bert\.pt embeds the pieces"),
+    ("replaced", r"damaged/tokenizer\.json is not the tokenizer .*damaged/bert\.pt was trained with"),
+])
+def test_bert_polarity_refuses_a_pretraining_without_its_own_tokenizer_before_writing(pretrained, tmp_path,
+                                                                                      data_root, mirror, damage,
+                                                                                      message):
+    out, _ = pretrained
+    damaged = tmp_path / "damaged"
+    shutil.copytree(out, damaged)
+    tokenizer = damaged / "tokenizer.json"
+    if damage == "replaced":
+        swap_two_pieces(tokenizer)  # of the same size: the model's check of its vocabulary size lets it by
+    else:
+        tokenizer.unlink()
+        if damage == "folder":
+            tokenizer.mkdir()
+    with pytest.raises(GraphseqError, match=message):
+        run("bert-polarity", overrides={"pretrain.runs": [str(damaged)], "finetune.run_folds": [0]},
+            out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("record,problem", [
     ('{"source": "shared", "excl', r"is damaged \(Unterminated string"),
     ('["shared"]', r"is damaged \(TypeError: list indices"),
@@ -340,3 +486,13 @@ def test_bert_polarity_pretrains_first_when_given_no_run(tmp_path, data_root, mi
     assert figures["folds"] == [7] and "pretrained_val_accuracy" in figures
     # Choosing settings: neither the test fold nor the model from scratch was read.
     assert not any("test" in key or "scratch" in key for key in figures)
+    # A resume whose pretraining has another tokenizer is refused before plan.json is written again.
+    swap_two_pieces(tmp_path / "pretrain-1" / "tokenizer.json")
+    before = files_under(tmp_path)
+    with pytest.raises(GraphseqError, match=r"pretrain-1/tokenizer\.json is not the tokenizer .*pretrain-1/bert\.pt "
+                                            r"was trained with .*or delete .*pretrain-1 and resume"):
+        run("bert-polarity", overrides={"pretrain.groups": 2, "pretrain.pretrain_set": pretrain_set,
+                                        "finetune.run_folds": [5], "finetune.max_steps": 2,
+                                        "finetune.scratch": False, "finetune.test": False},
+            out=tmp_path, resume=True, data_root=data_root, data_mirror=mirror, quiet=True)
+    assert files_under(tmp_path) == before
