@@ -11,6 +11,8 @@ are always checked.
 """
 from __future__ import annotations
 
+import numbers
+
 from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -84,8 +86,9 @@ def check_sizes(layer: Layer, lazy: bool = False, **sizes: Any) -> None:
 
 
 def check_probability(layer: Layer, name: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{layer_name(layer)} needs {name} in [0, 1], got {value}")
+    """A number in [0, 1]; not a bool or a string (refused as torch.nn.LSTM does)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{layer_name(layer)} needs {name} to be a number in [0, 1], got {value!r}")
 
 
 def check_tensor(layer: Layer, value: Any, name: str) -> None:

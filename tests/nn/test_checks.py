@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from graphseq.nn import GATConv, MetricAttentionConv, SelfAttentionConv, TransformerEncoderLayer, checks
+from graphseq.nn import ChainGRU, GATConv, MetricAttentionConv, SelfAttentionConv, TransformerEncoderLayer, checks
 
 
 def test_features_of_the_wrong_shape_name_the_layer_and_argument():
@@ -84,14 +84,14 @@ def test_value_checks_do_not_break_a_compiled_graph():
 
 
 @pytest.mark.parametrize("build,match", [
-    (lambda: GATConv(4, 2, value_dropout=1.5), r"GATConv needs value_dropout in \[0, 1\], got 1.5"),
+    (lambda: GATConv(4, 2, value_dropout=1.5), r"GATConv needs value_dropout to be a number in \[0, 1\], got 1.5"),
     (lambda: GATConv(-2, 2), r"GATConv needs in_channels to be a whole number >= 1 \(or -1, inferred\), got -2"),
     (lambda: GATConv((4, 0), 2), r"needs each of in_channels to be a whole number >= 1 .*got \(4, 0\)"),
     (lambda: GATConv(4, 0), "GATConv needs out_channels to be a whole number >= 1, got 0"),
     (lambda: GATConv(4, 2, edge_dim=3, fill_value="bogus"),
      r"GATConv needs fill_value to be a number, a tensor or one of 'add', 'sum', 'mean', .*got 'bogus'"),
     (lambda: SelfAttentionConv(0, 1), "SelfAttentionConv needs embed_dim to be a whole number >= 1, got 0"),
-    (lambda: MetricAttentionConv(4, 2, [3], dropout=-1.0), r"MetricAttentionConv needs dropout in \[0, 1\]"),
+    (lambda: MetricAttentionConv(4, 2, [3], dropout=-1.0), r"MetricAttentionConv needs dropout to be a number in \[0, 1\]"),
     (lambda: MetricAttentionConv(4, 2, [0]), r"each of hidden_channels to be a whole number >= 1, got \[0\]"),
     (lambda: MetricAttentionConv(4, 2, 3), r"MetricAttentionConv needs hidden_channels as a list of widths.*got 3"),
     (lambda: MetricAttentionConv(0, 2, [3]), "in_channels to be a whole number >= 1, got 0"),
@@ -100,7 +100,9 @@ def test_value_checks_do_not_break_a_compiled_graph():
      r"TransformerEncoderLayer needs d_model \(8\) to be divisible by nhead \(3\)"),
     (lambda: TransformerEncoderLayer(0, 1), "TransformerEncoderLayer needs d_model to be a whole number >= 1, got 0"),
     (lambda: TransformerEncoderLayer(8, 2, -1), "needs dim_feedforward to be a whole number >= 1, got -1"),
-    (lambda: TransformerEncoderLayer(8, 2, dropout=1.5), r"TransformerEncoderLayer needs dropout in \[0, 1\], got 1.5"),
+    (lambda: TransformerEncoderLayer(8, 2, dropout=1.5), r"TransformerEncoderLayer needs dropout to be a number in \[0, 1\], got 1.5"),
+    (lambda: ChainGRU(3, 4, num_layers=2, dropout="0.1"), r"ChainGRU needs dropout to be a number in \[0, 1\], got '0.1'"),
+    (lambda: ChainGRU(3, 4, num_layers=2, dropout=True), r"ChainGRU needs dropout to be a number in \[0, 1\], got True"),
 ])
 def test_layer_sizes_and_dropouts_are_checked_when_the_layer_is_built(build, match):
     with pytest.raises(ValueError, match=match):
