@@ -156,9 +156,11 @@ def content_words(tokenized_captions: Sequence[Sequence[str]]) -> List[str]:
 
 
 def read_image(path: Path, size: int) -> Tensor:
-    """An image file as ``float [3, size, size]`` in ``[0, 1]``: converted to
-    RGB and resized (squashed) to a square, as the captioning encoders take it."""
-    from PIL import Image, UnidentifiedImageError
+    """An image file as ``float [3, size, size]`` in ``[0, 1]``: turned the
+    way its EXIF orientation says (as a photo is shown), made 8-bit RGB by
+    :func:`_as_rgb`, and resized (squashed) to a square, as the captioning
+    encoders take it."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
         with warnings.catch_warnings():
@@ -166,7 +168,7 @@ def read_image(path: Path, size: int) -> Tensor:
             # one over twice that); both are refused here, before decoding.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path) as image:
-                image = image.convert("RGB").resize((size, size), Image.BILINEAR)
+                image = _as_rgb(ImageOps.exif_transpose(image), path).resize((size, size), Image.BILINEAR)
                 array = np.asarray(image, dtype=np.uint8).copy()
     except FileNotFoundError:
         raise GraphseqError(f"image not found: {path}") from None
@@ -174,9 +176,37 @@ def read_image(path: Path, size: int) -> Tensor:
         pixels = re.search(r"\d+", str(error))  # "Image size (N pixels) exceeds limit ..."
         raise GraphseqError(f"cannot read image {path}: too large "
                             f"({pixels[0] if pixels else 'too many'} pixels)") from None
-    except (UnidentifiedImageError, OSError) as error:
+    except (UnidentifiedImageError, OSError, ValueError) as error:  # ValueError: a mode Pillow cannot convert
         raise GraphseqError(f"cannot read image {path}: {error}") from None
     return torch.from_numpy(array).permute(2, 0, 1).float().div_(255.0)
+
+
+def _as_rgb(image, path: Path):
+    """A Pillow image as 8-bit RGB. Transparent pixels are laid on white, as
+    a viewer shows them (and as Hugging Face's ``convert_to_rgb`` does): the
+    background of the generated shapes is a noisy dark grey of one data set,
+    while this reader serves every set. Grey levels of more than 8 bits are
+    scaled by the range their mode stands for, so that a picture reads the
+    same saved with 8 or 16 bits: ``I;16`` (and Pillow's ``I`` of a 16-bit
+    PNG or PGM) from 0-65535, floats (``F``) from [0, 1]. An ``I`` or ``F``
+    image outside that range is refused by name: nothing in the file says
+    what its numbers mean (counts, depths, 0-255 floats)."""
+    from PIL import Image
+
+    if image.mode in ("RGBA", "LA", "PA", "RGBa") or (image.mode in ("P", "L", "RGB")
+                                                      and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB")
+    if image.mode.startswith("I") or image.mode == "F":
+        grey = np.asarray(image, dtype=np.float32)  # exact for every 16-bit level
+        top = 1.0 if image.mode == "F" else 65535.0
+        if not np.isfinite(grey).all() or grey.min() < 0 or grey.max() > top:
+            kind = "floats" if image.mode == "F" else "integers"
+            raise GraphseqError(f"cannot read image {path}: its pixels are {kind} (mode {image.mode}) from "
+                                f"{np.nanmin(grey):g} to {np.nanmax(grey):g}, outside [0, {top:g}]; save it as "
+                                f"an 8-bit image")
+        return Image.fromarray(np.round(grey * np.float32(255.0 / top)).astype(np.uint8), "L").convert("RGB")
+    return image.convert("RGB")
 
 
 # --------------------------------------------------------------------------- #

@@ -17,6 +17,7 @@ from torch import Tensor
 from ..errors import GraphseqError
 from . import evaluating
 from .captioner import Captioner
+from .charlm import tempered_softmax
 
 # Bounds of a request, so that a mistyped number is refused rather than
 # filling the memory: captions of the models trained here run to a dozen
@@ -53,9 +54,11 @@ def check_request(max_length: int, temperature: float = 0.0, beam_size: int = 1,
 
 
 def _next_word_log_probs(model: Captioner, logits: Tensor) -> Tensor:
-    """Log-probabilities of the next word; padding and the start symbol are
+    """Log-probabilities of the next word; padding, the start symbol and the
+    unknown word (training's stand-in for rare words, not a word to show) are
     never written."""
-    banned = torch.tensor([model.pad_id, model.start_id], device=logits.device)
+    never = [model.pad_id, model.start_id] + ([model.unknown_id] if model.unknown_id is not None else [])
+    banned = torch.tensor(never, device=logits.device)
     return logits.index_fill(1, banned, float("-inf")).log_softmax(dim=-1)
 
 
@@ -104,7 +107,7 @@ def sample(model: Captioner, images: Tensor, temperature: float = 1.0, max_lengt
             if t == max_length:  # Out of room: the caption ends here.
                 words = torch.full_like(words, model.end_id)
             elif temperature > 0:
-                probs = (log_probs / temperature).softmax(dim=-1)
+                probs = tempered_softmax(log_probs, temperature)
                 words = torch.multinomial(probs, 1, generator=generator).squeeze(1)
             else:
                 words = log_probs.argmax(dim=-1)

@@ -31,11 +31,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data.captions import END, PAD, START
+from ..data.captions import END, PAD, START, UNKNOWN
 from ..data.text import Vocabulary
 from ..errors import GraphseqError
 from ..graphs import chain, lengths_to_batch
-from ..io import load_checkpoint
+from ..io import first_sentence, load_checkpoint
 from ..nn import ChainLSTM, SelfAttentionConv
 
 # A decoder's state while it writes: tensors ``[layers, N, hidden_size]``
@@ -365,6 +365,7 @@ class Captioner(nn.Module):
         self.freeze_encoder = freeze_encoder
         self.set_encoder_frozen(freeze_encoder)
         self.start_id, self.end_id, self.pad_id = (vocab.index[s] for s in (START, END, PAD))
+        self.unknown_id: Optional[int] = vocab.index.get(UNKNOWN)  # never written; None if the vocabulary lacks it
 
     def set_encoder_frozen(self, frozen: bool) -> None:
         self.freeze_encoder = frozen
@@ -444,6 +445,7 @@ def load_captioner(run_dir: str | Path, device: torch.device | str = "cpu") -> C
         model.load_state_dict(checkpoint["model"])
     except GraphseqError:
         raise
-    except Exception as error:  # A torn or foreign file.
-        raise GraphseqError(f"cannot read the captioner checkpoint {path}: {error}") from None
+    except Exception as error:  # A torn or foreign file, or a configuration unlike the weights.
+        reason = f"no {error}" if isinstance(error, KeyError) else first_sentence(error)
+        raise GraphseqError(f"cannot read the captioner checkpoint {path}: {reason}") from None
     return model.to(device).eval()

@@ -127,6 +127,19 @@ def load_char_lm(run_dir: str | Path, device: str | torch.device = "cpu") -> Tup
     return model.to(device).eval(), vocab
 
 
+def tempered_softmax(logits: Tensor, temperature: float, dim: int = -1) -> Tensor:
+    """``softmax(logits / temperature)`` for any finite temperature ``> 0``.
+    A temperature so small that the division overflows (``1e-40`` in float32)
+    would give ``inf - inf``; there the logits less their maximum are divided
+    in float64, where only the likeliest symbols keep a share. Entries of
+    ``-inf`` (banned symbols) stay impossible."""
+    scaled = logits / temperature
+    if bool(torch.isfinite(scaled.amax(dim=dim)).all()):  # The formula of old, to the bit.
+        return F.softmax(scaled, dim=dim)
+    wide = logits.double()
+    return F.softmax((wide - wide.amax(dim=dim, keepdim=True)) / temperature, dim=dim).to(logits.dtype)
+
+
 @torch.no_grad()
 def sample(model: CharLM, vocab: Vocabulary, prime: str = "", length: int = 500,
            temperature: float = 1.0, seed: Optional[int] = None) -> str:
@@ -154,7 +167,7 @@ def sample(model: CharLM, vocab: Vocabulary, prime: str = "", length: int = 500,
             if temperature == 0:
                 char = int(last.argmax())
             else:
-                char = int(torch.multinomial(F.softmax(last / temperature, dim=-1), 1, generator=generator))
+                char = int(torch.multinomial(tempered_softmax(last, temperature), 1, generator=generator))
             drawn.append(char)
             logits, state = model.forward_windows(torch.tensor([[char]], device=device), state)
     return prime + vocab.decode(drawn)

@@ -9,7 +9,6 @@ import pytest
 import torch
 from PIL import Image
 
-from graphseq.data import captions as cap
 from graphseq.data.captions import (CaptionSet, caption_vocabulary, download_coco, locate_coco,
                                     read_coco_captions, read_flickr_captions, read_image, tokenize_caption)
 from graphseq.data.shapes import generate_split
@@ -123,6 +122,82 @@ def test_an_image_too_large_to_decode_is_refused_without_a_warning(tmp_path, sid
         read_image(path, 16)
     assert str(refusal.value) == f"cannot read image {path}: too large ({side * side} pixels)"
     assert not [w for w in recwarn if issubclass(w.category, Image.DecompressionBombWarning)]
+
+
+
+def _old_read(path, size):
+    """What read_image gave before it knew of orientation, transparency and
+    deep pixels: Pillow's RGB conversion, resized."""
+    with Image.open(path) as image:
+        array = np.asarray(image.convert("RGB").resize((size, size), Image.BILINEAR), dtype=np.uint8)
+    return torch.from_numpy(array.copy()).permute(2, 0, 1).float() / 255
+
+
+def test_ordinary_image_files_read_as_before(tmp_path):
+    # The training sets' files (RGB JPEGs and PNGs, greyscale, palette, bilevel,
+    # CMYK) give the same tensors, to the bit, as the plain RGB conversion did.
+    image = Image.fromarray(_write_images(tmp_path / "shapes", ["a.png"])[0].permute(1, 2, 0).numpy())
+    files = {"rgb.png": image, "rgb.jpg": image, "grey.png": image.convert("L"), "cmyk.jpg": image.convert("CMYK"),
+             "palette.png": image.convert("P", palette=Image.ADAPTIVE), "palette.gif": image.convert("P"),
+             "bilevel.png": image.convert("1")}
+    for name, picture in files.items():
+        picture.save(tmp_path / name)
+        for size in (40, 24, 64):
+            assert torch.equal(read_image(tmp_path / name, size), _old_read(tmp_path / name, size)), (name, size)
+
+
+def test_deep_grey_pixels_read_as_the_same_picture_in_8_bits(tmp_path):
+    levels = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    Image.fromarray(levels, "L").save(tmp_path / "8.png")
+    Image.fromarray(levels.astype(np.uint16) * 257).save(tmp_path / "16.png")  # mode I;16
+    Image.fromarray(levels.astype(np.int32) * 257, "I").save(tmp_path / "32.tiff")  # mode I
+    Image.fromarray(levels.astype(np.float32) / 255, "F").save(tmp_path / "float.tiff")
+    expected = read_image(tmp_path / "8.png", 16)
+    assert torch.equal(expected[0].flatten(), torch.arange(256) / 255)
+    for name, mode in [("16.png", "I;16"), ("32.tiff", "I"), ("float.tiff", "F")]:
+        assert Image.open(tmp_path / name).mode == mode
+        assert torch.equal(read_image(tmp_path / name, 16), expected), name
+    # A 0-65535 ramp spans black to white instead of reading white from 255 on.
+    ramp = read_image(tmp_path / "16.png", 16)
+    assert (ramp == 1).float().mean() == 1 / 256
+
+
+def test_float_or_wide_integer_pixels_outside_their_range_are_refused_by_name(tmp_path):
+    Image.fromarray(np.linspace(0, 255, 64, dtype=np.float32).reshape(8, 8), "F").save(tmp_path / "f.tiff")
+    with pytest.raises(GraphseqError, match=r"f.tiff: its pixels are floats \(mode F\) from 0 to 255, "
+                                            r"outside \[0, 1\]; save it as an 8-bit image"):
+        read_image(tmp_path / "f.tiff", 8)
+    Image.fromarray(np.full((8, 8), 70_000, dtype=np.int32), "I").save(tmp_path / "i.tiff")
+    with pytest.raises(GraphseqError, match=r"integers \(mode I\) from 70000 to 70000, outside \[0, 65535\]"):
+        read_image(tmp_path / "i.tiff", 8)
+
+
+def test_transparent_pixels_are_laid_on_white(tmp_path):
+    red = np.zeros((2, 2, 4), dtype=np.uint8)
+    red[..., 0] = 255
+    red[..., 3] = [[0, 255], [102, 255]]  # transparent, opaque, 40% opaque
+    Image.fromarray(red, "RGBA").save(tmp_path / "rgba.png")
+    pixels = read_image(tmp_path / "rgba.png", 2).permute(1, 2, 0) * 255
+    assert pixels.tolist() == [[[255, 255, 255], [255, 0, 0]], [[255, 153, 153], [255, 0, 0]]]
+    grey = Image.fromarray(np.array([[[50, 0], [50, 255]]], dtype=np.uint8), "LA")
+    grey.save(tmp_path / "la.png")
+    assert (read_image(tmp_path / "la.png", 2)[:, 0] * 255).tolist() == [[255, 50]] * 3
+    palette = Image.fromarray(np.array([[0, 1]], dtype=np.uint8), "P")
+    palette.putpalette([0, 0, 255, 0, 255, 0])
+    palette.save(tmp_path / "p.png", transparency=0)  # entry 0 (blue) is transparent
+    assert (read_image(tmp_path / "p.png", 2)[:, 0] * 255).tolist() == [[255, 0], [255, 255], [255, 0]]
+
+
+def test_exif_orientation_turns_the_picture_as_a_viewer_shows_it(tmp_path):
+    stored = np.zeros((8, 16, 3), dtype=np.uint8)
+    stored[:, :8, 0] = 255  # red on the left of the stored pixels
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 degrees clockwise to show": as a phone held upright writes it
+    Image.fromarray(stored).save(tmp_path / "phone.png", exif=exif)
+    Image.fromarray(np.ascontiguousarray(np.rot90(stored, k=-1))).save(tmp_path / "upright.png")
+    shown = read_image(tmp_path / "phone.png", 16)
+    assert torch.equal(shown, read_image(tmp_path / "upright.png", 16))
+    assert shown[0, :8].mean() == 1 and shown[0, 8:].mean() < 1  # red on top
 
 
 def test_locate_coco_reads_the_mirror_in_place(tmp_path):

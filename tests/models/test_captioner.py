@@ -11,7 +11,7 @@ from graphseq.data.text import Vocabulary
 from graphseq.errors import GraphseqError
 from graphseq.models.caption_search import beam_search, caption_image, greedy, sample
 from graphseq.models.captioner import (AttentionDecoder, Captioner, ConvEncoder, InitDecoder, InputDecoder,
-                                       grid_positions)
+                                       grid_positions, load_captioner)
 from graphseq.nn import ChainLSTM
 
 WORDS = [["a", "red", "circle"], ["a", "blue", "square", "left", "of", "a", "red", "circle"], ["a", "green", "diamond"]]
@@ -219,6 +219,55 @@ def test_sampling_follows_its_generator():
     draws = [sample(model, images, 1.0, 8, torch.Generator().manual_seed(7)).words for _ in range(2)]
     assert draws[0] == draws[1]
 
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-320])
+def test_sampling_at_a_tiny_temperature_is_greedy_instead_of_failing(temperature):
+    # log_probs / 1e-40 overflowed float32 to -inf everywhere, and softmax of that is nan.
+    model = _captioner("attention").eval()
+    images = torch.rand(3, 3, 32, 32)
+    drawn = sample(model, images, temperature, 6, torch.Generator().manual_seed(0))
+    assert drawn.words == greedy(model, images, max_length=6).words
+
+
+@pytest.mark.parametrize("decoder", ["init", "attention"])
+def test_the_unknown_word_is_never_written(decoder):
+    model = _captioner(decoder).eval()
+    unknown = VOCAB.index["<unk>"]
+    assert model.unknown_id == unknown
+    with torch.no_grad():
+        model.decoder.readout.bias[unknown] = 50.0  # by far the likeliest word at every step
+    images = torch.rand(4, 3, 32, 32)
+    for out in (greedy(model, images, 5), beam_search(model, images, 3, 5),
+                sample(model, images, 1.0, 5, torch.Generator().manual_seed(0))):
+        assert len(out.words) == 4 and all("<unk>" not in words for words in out.words)
+
+
+def test_a_vocabulary_without_the_unknown_word_writes_every_word():
+    vocab = Vocabulary(["<pad>", "<start>", "<end>", "a", "red"])
+    torch.manual_seed(0)
+    model = Captioner(vocab, "init", channels=(4, 4, 4, F_DIM), image_size=32, embedding_dim=6, hidden_size=8).eval()
+    assert model.unknown_id is None
+    with torch.no_grad():
+        model.decoder.readout.weight.zero_()
+        model.decoder.readout.bias.copy_(torch.tensor([9.0, 9.0, 0.0, 1.0, 2.0]))  # pad, start banned; red first
+    assert greedy(model, torch.rand(1, 3, 32, 32), max_length=3).words == [["red"] * 3]
+
+
+def test_a_checkpoint_whose_configuration_does_not_fit_its_weights_is_one_line_naming_it(tmp_path):
+    checkpoint = _captioner("attention").checkpoint()
+    checkpoint["model_config"]["hidden_size"] = 16
+    torch.save(checkpoint, tmp_path / "captioner.pt")
+    with pytest.raises(GraphseqError) as refusal:
+        load_captioner(tmp_path)
+    message = str(refusal.value)
+    assert "\n" not in message and len(message) < 250
+    assert message.startswith(f"cannot read the captioner checkpoint {tmp_path / 'captioner.pt'}: Error(s) in "
+                              f"loading state_dict for Captioner: ")
+    del checkpoint["model_config"]
+    torch.save(checkpoint, tmp_path / "captioner.pt")
+    with pytest.raises(GraphseqError, match=r"captioner.pt: no 'model_config'$"):
+        load_captioner(tmp_path)
 
 def test_greedy_attention_has_a_row_per_word_and_the_end():
     model = _captioner("attention").eval()

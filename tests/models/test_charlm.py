@@ -2,10 +2,11 @@
 and sampling. The views of its hidden units are tested in tests/test_views.py."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 from graphseq.data.text import Vocabulary
 from graphseq.errors import GraphseqError
-from graphseq.models.charlm import CharLM, detach_state, sample
+from graphseq.models.charlm import CharLM, detach_state, sample, tempered_softmax
 
 VOCAB = Vocabulary.of_characters("abcd:\n ")
 
@@ -58,6 +59,40 @@ def test_greedy_sample_takes_the_likeliest_character():
         model.head.bias.copy_(torch.arange(len(VOCAB), dtype=torch.float))
     assert sample(model, VOCAB, "a", 5, temperature=0) == "a" + VOCAB.symbols[-1] * 5
 
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-300, 5e-324])
+def test_a_tiny_temperature_takes_the_likeliest_character_instead_of_failing(temperature):
+    # 1e-40 overflowed the float32 division, and softmax of inf - inf is nan.
+    torch.manual_seed(0)
+    model = CharLM(len(VOCAB), embedding_dim=4, hidden_size=8)
+    greedy = sample(model, VOCAB, "ab", 20, temperature=0)
+    assert sample(model, VOCAB, "ab", 20, temperature=temperature, seed=3) == greedy
+
+
+def test_ordinary_temperatures_keep_the_plain_softmax_to_the_bit():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 9) * 4
+    logits[:, 2] = float("-inf")  # a banned symbol, as the captioner has
+    for temperature in (1e-3, 0.1, 0.7, 1.0, 2.5, 1e6):
+        assert torch.equal(tempered_softmax(logits, temperature), F.softmax(logits / temperature, dim=-1))
+    model = CharLM(len(VOCAB), embedding_dim=4, hidden_size=8)
+    for temperature, seed in [(0.8, 1), (1.0, 2), (0.05, 3)]:
+        generator = torch.Generator().manual_seed(seed)
+        logits, state = model.forward_windows(VOCAB.encode("ab").view(1, -1))
+        drawn = []
+        with torch.no_grad():
+            for _ in range(30):  # sample's loop as it was
+                probs = F.softmax(logits[0, -1].float() / temperature, dim=-1)
+                drawn.append(int(torch.multinomial(probs, 1, generator=generator)))
+                logits, state = model.forward_windows(torch.tensor([[drawn[-1]]]), state)
+        assert sample(model, VOCAB, "ab", 30, temperature, seed=seed) == "ab" + VOCAB.decode(drawn)
+
+
+def test_tempered_softmax_shares_a_tiny_temperature_among_tied_maxima():
+    logits = torch.tensor([[1.0, 3.0, 3.0, float("-inf")], [0.0, -1.0, 0.0, -0.5]])
+    assert tempered_softmax(logits, 1e-40).tolist() == [[0.0, 0.5, 0.5, 0.0], [0.5, 0.0, 0.5, 0.0]]
+    assert tempered_softmax(logits, 1e-40).dtype == torch.float32
 
 @pytest.mark.parametrize("temperature", [float("nan"), float("inf"), -1.0])
 def test_a_temperature_that_is_not_a_finite_number_at_least_zero_is_refused(temperature):
