@@ -169,8 +169,10 @@ def _add_labels(commands: argparse._SubParsersAction) -> None:
 
 
 def _labels(args: argparse.Namespace) -> int:
-    from .active.store import labels_csv
+    from .active.store import STORE_NAME, labels_csv
+    from .io import check_file_place
 
+    check_file_place(Path(args.dir) / STORE_NAME)
     sys.stdout.write(labels_csv(args.dir, args.strategy))
     return 0
 
@@ -188,31 +190,67 @@ def _plot_curves(args: argparse.Namespace) -> int:
     return 0
 
 
+# The most characters `sample --html` and `--units` read. Their text is held
+# whole with every unit's activation after each character (hidden_size * 4
+# bytes a character), and a page of more is too long to read in a browser.
+VIEW_CHARACTERS = 100_000
+
+
 def _add_sample(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("sample", help="generate text from a charlm run, or map its hidden units over a text")
     p.add_argument("dir", help="the run's --out directory (holding checkpoint.pt)")
-    p.add_argument("--prime", default="", help="text the sample starts with (default: none)")
-    p.add_argument("--length", type=_whole, default=500, help="characters generated after the prime (default 500)")
-    p.add_argument("--temperature", type=float, default=1.0,
+    p.add_argument("--prime", default=None, help="text the sample starts with (default: none)")
+    p.add_argument("--length", type=_whole, default=None,
+                   help="characters generated after the prime (default 500)")
+    p.add_argument("--temperature", type=float, default=None,
                    help="softmax temperature; lower is safer, 0 always takes the likeliest (default 1)")
     p.add_argument("--seed", type=_whole, default=None, help="seed of the draws (default: random)")
     p.add_argument("--device", default="cpu", help="auto, cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--html", default=None, metavar="OUT.html",
-                   help="instead of sampling, write a heat map of hidden units over a text (an "
-                        "existing file is replaced only if its name ends in .html)")
+                   help="instead of sampling, write a heat map of hidden units over a text (a name "
+                        "ending in .html, outside the run folder, not the --text-file)")
     p.add_argument("--cells", default=None, metavar="I,J,K",
                    help="the units --html draws (default: those that best track line position, "
                         "speaker lines, words, ...)")
     p.add_argument("--text-file", default=None, metavar="F",
-                   help="the text --html and --units read (default: a sample generated as above)")
+                   help=f"the text --html and --units read, at most {VIEW_CHARACTERS:,} characters "
+                        f"(default: a sample generated as above)")
     p.add_argument("--units", type=_whole, default=0, metavar="K",
                    help="list the K units that best track each feature of the text")
     p.set_defaults(handler=_sample)
 
 
-def _sample(args: argparse.Namespace) -> int:
-    from pathlib import Path
+SAMPLE_DEFAULTS = {"prime": "", "length": 500, "temperature": 1.0}
 
+
+def _typed(args: argparse.Namespace, *names: str) -> List[str]:
+    """The options among ``names`` (attribute names) that the command line
+    gave: those whose value is not their default of None."""
+    return [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) is not None]
+
+
+def _refuse_unused(options: List[str], why: str) -> None:
+    """Refuses options that would change nothing, naming them: a silently
+    ignored option leaves the user believing it took effect."""
+    if options:
+        verb = "has" if len(options) == 1 else "have"
+        raise GraphseqError(f"{', '.join(options)} {verb} no effect {why}")
+
+
+def _sample(args: argparse.Namespace) -> int:
+    views_asked = bool(args.html or args.units)
+    if args.text_file is not None and not views_asked:
+        _refuse_unused(["--text-file"], "without --html or --units, which read it (to sample text, "
+                                        "leave it out)")
+    if args.text_file is not None:
+        _refuse_unused(_typed(args, "prime", "length", "temperature", "seed"),
+                       "with --text-file: the units are read over that file, not over a generated sample")
+    if args.cells is not None and not args.html:
+        _refuse_unused(["--cells"], "without --html (it names the units the heat map draws)")
+    typed = {name: getattr(args, name) for name in SAMPLE_DEFAULTS}
+    for name, default in SAMPLE_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     if args.length < 0:
         raise GraphseqError(f"--length must be at least 0, got {args.length}")
     _check_draws(args.temperature, args.seed)
@@ -221,17 +259,27 @@ def _sample(args: argparse.Namespace) -> int:
     _check_utf8(args.prime, "--prime")
     cells = None if args.cells is None else _int_list(args.cells, "--cells")
     from . import views
-    from .io import check_output_file
+    from .io import check_file_place, check_output_file
     from .models import charlm
     from .pipeline import resolve_device
 
     if args.html:
-        check_output_file(args.html, ".html", "--html")
-    text = None if args.text_file is None else _read_text(Path(args.text_file))
+        check_output_file(args.html, ".html", "--html", inputs=[args.text_file] if args.text_file else [],
+                          run_dir=args.dir)
+    text = None
+    if args.text_file is not None:
+        text = _read_text(Path(args.text_file), VIEW_CHARACTERS if views_asked else None)
+    elif views_asked and len(args.prime) + args.length > VIEW_CHARACTERS:
+        shown = "--length asks" if typed["prime"] is None else "--prime and --length ask"
+        raise GraphseqError(f"{shown} for a sample of {len(args.prime) + args.length:,} characters; "
+                            f"--html and --units read at most {VIEW_CHARACTERS:,}")
+    check_file_place(Path(args.dir) / charlm.CHECKPOINT)
     model, vocab = charlm.load_char_lm(args.dir, resolve_device(args.device))
+    if cells is not None:  # Before anything is printed or drawn.
+        views.check_cells(cells, model.config["hidden_size"], f"--cells {args.cells}: ")
     if text is None:
         text = charlm.sample(model, vocab, args.prime, args.length, args.temperature, args.seed)
-    if not args.html and not args.units:
+    if not views_asked:
         print(text)
         return 0
     if len(text) < 2:  # One character varies in nothing a unit could track.
@@ -268,13 +316,21 @@ def _check_utf8(text: str, what: str) -> None:
                             f"{error.start}") from None
 
 
-def _read_text(path) -> str:
+def _read_text(path: Path, limit: Optional[int] = None) -> str:
+    """The --text-file, refused before it is read whole where it holds more
+    than ``limit`` characters (UTF-8 takes at most 4 bytes for one)."""
     from .io import read_utf8
 
+    too_long = f"; --html and --units read at most {limit:,} characters (give an excerpt)"
     try:
-        return read_utf8(path)
+        if limit is not None and path.stat().st_size > 4 * limit:
+            raise GraphseqError(f"--text-file {path} holds {path.stat().st_size:,} bytes{too_long}")
+        text = read_utf8(path)
     except OSError as error:
         raise GraphseqError(f"cannot read --text-file {path}: {error.strerror}") from None
+    if limit is not None and len(text) > limit:
+        raise GraphseqError(f"--text-file {path} holds {len(text):,} characters{too_long}")
+    return text
 
 
 def _int_list(text: str, option: str) -> List[int]:
@@ -294,36 +350,56 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+ATTENTION_CAPTIONS = 8  # drawn by caption --attention: each takes a block of panels of the figure
+
+
 def _add_caption(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("caption", help="caption an image with the model of a caption-* run")
     p.add_argument("dir", help="the run's --out directory (holding captioner.pt)")
     p.add_argument("image", help="an image file (PNG, JPEG, ...); it is resized to the model's input")
-    p.add_argument("--beam", type=int, default=3, metavar="K",
+    p.add_argument("--beam", type=int, default=None, metavar="K",
                    help="beam width, at most the model's vocabulary size; the best caption is printed "
                         "(1: greedy; default 3)")
     p.add_argument("--sample", type=int, default=0, metavar="N",
-                   help="instead print N captions drawn at --temperature (at most 1000)")
-    p.add_argument("--temperature", type=float, default=1.0,
+                   help="instead print N captions drawn at --temperature (at most 1000; with "
+                        f"--attention, at most {ATTENTION_CAPTIONS})")
+    p.add_argument("--temperature", type=float, default=None,
                    help="softmax temperature of --sample; 0 always takes the likeliest word (default 1)")
     p.add_argument("--seed", type=_whole, default=None, help="seed of --sample's draws (default: random)")
     p.add_argument("--max-length", type=int, default=20,
                    help="longest caption in words (default 20, at most 100)")
     p.add_argument("--attention", default=None, metavar="OUT.png",
-                   help="attention decoder: draw each word's attention over the image (an existing "
-                        "file is replaced only if its name ends in .png)")
+                   help="attention decoder: draw each word's attention over the image (a name ending "
+                        "in .png, outside the run folder, not the image)")
     p.add_argument("--device", default="cpu", help="auto, cpu or cuda (default cpu)")
     p.set_defaults(handler=_caption)
 
 
-def _caption(args: argparse.Namespace) -> int:
-    from .models.caption_search import caption_image
+EMPTY_CAPTION = "(empty caption)"  # the model ended the caption before its first word
 
-    _check_draws(args.temperature, args.seed)
-    out = caption_image(args.dir, args.image, beam_size=args.beam, samples=args.sample,
-                        temperature=args.temperature, seed=args.seed, max_length=args.max_length,
-                        attention=args.attention, device=args.device)
+
+def _caption(args: argparse.Namespace) -> int:
+    temperature = 1.0 if args.temperature is None else args.temperature
+    _check_draws(temperature, args.seed)
+    if args.sample > 0:
+        _refuse_unused(_typed(args, "beam"), "with --sample (the captions are drawn, not searched)")
+    else:
+        _refuse_unused(_typed(args, "temperature", "seed"), "without --sample (beam search draws nothing)")
+    if args.attention and args.sample > ATTENTION_CAPTIONS:
+        raise GraphseqError(f"--attention draws at most {ATTENTION_CAPTIONS} captions (the figure grows with "
+                            f"each), got --sample {args.sample}; ask for fewer, or leave --attention out")
+    from .io import check_file_place, check_output_file
+    from .models.caption_search import caption_image
+    from .models.captioner import MODEL_FILE
+
+    if args.attention:
+        check_output_file(args.attention, ".png", "--attention", inputs=[args.image], run_dir=args.dir)
+    check_file_place(Path(args.dir) / MODEL_FILE)
+    out = caption_image(args.dir, args.image, beam_size=3 if args.beam is None else args.beam,
+                        samples=args.sample, temperature=temperature, seed=args.seed,
+                        max_length=args.max_length, attention=args.attention, device=args.device)
     for words in out.words:
-        print(" ".join(words))
+        print(" ".join(words) if words else EMPTY_CAPTION)
     if args.attention:
         print(f"wrote {args.attention}: the attention of each word over the image", file=sys.stderr)
     return 0
@@ -345,6 +421,12 @@ def _fill_mask(args: argparse.Namespace) -> int:
     if args.top_k < 1:
         raise GraphseqError(f"--top-k must be at least 1, got {args.top_k}")
     _check_utf8(args.text, "the text")
+    from .data.wordpiece import TOKENIZER_FILE
+    from .io import check_file_place
+    from .models.bert import WEIGHTS_FILE
+
+    for name in (WEIGHTS_FILE, TOKENIZER_FILE):
+        check_file_place(Path(args.dir) / name)
     model, tokenizer = load_pretrained(args.dir, resolve_device(args.device))
     for i, candidates in enumerate(fill_mask(model, tokenizer, args.text, args.top_k), start=1):
         print(f"[MASK] {i}")

@@ -15,7 +15,7 @@ import sqlite3
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -106,28 +106,50 @@ def read_json(path: str | os.PathLike) -> Any:
         raise GraphseqError(f"cannot read {path}: {error.strerror}") from None
 
 
-def check_output_file(path: str | os.PathLike, suffix: str, option: str = "") -> None:
-    """Refuses, before any work, an output file of ``option`` that cannot be
-    written, or an existing file that is not of the kind it writes (named by
-    ``suffix``), so that ``--html RUN/config.toml`` cannot replace a run's own
-    file. Missing folders above it are made when it is written."""
+def check_output_file(path: str | os.PathLike, suffix: str, option: str = "", *,
+                      inputs: Sequence[str | os.PathLike] = (), run_dir: Optional[str | os.PathLike] = None) -> None:
+    """Refuses, before any work, an output file of ``option`` that would
+    replace a file it should not, or cannot be written: a name that does not
+    end in ``suffix`` (the kind of file written there, so that ``--html
+    RUN/config.toml`` replaces nothing and a PNG is never named ``x.jpg``),
+    the same file as one of ``inputs`` (an image or a text the command
+    reads), or a place inside ``run_dir`` (the run whose model is read: its
+    files are its record). Missing folders above it are made when it is
+    written."""
     path = Path(path)
     named = f"{option} {path}" if option else str(path)
     if path.is_dir():
         raise GraphseqError(f"cannot write {named}: Is a directory")
-    if path.exists() and path.suffix.lower() != suffix:
-        raise GraphseqError(f"{named}: will not overwrite a file that is not {suffix}")
+    if path.suffix.lower() != suffix:
+        if path.exists():
+            raise GraphseqError(f"{named}: will not overwrite a file that is not {suffix}")
+        raise GraphseqError(f"{named}: the file name must end in {suffix}, the kind of file written there")
+    for source in inputs:
+        if source is not None and _same_file(path, Path(source)):
+            raise GraphseqError(f"{named} is the same file as the input {source}, which it would replace; "
+                                f"name another file")
     existing = path.parent
     while not existing.exists():
         existing = existing.parent
+    if not existing.is_dir():
+        raise GraphseqError(f"cannot write {named}: {os.strerror(errno.ENOTDIR)}")
+    if run_dir is not None and path.resolve().is_relative_to(Path(run_dir).resolve()):
+        raise GraphseqError(f"{named} is inside the run folder {run_dir}, whose files are the run's own; "
+                            f"write it elsewhere")
     try:
-        if not existing.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
         # Permissions and read-only mounts say too little (root may write
         # anywhere but /proc): a temporary file made and removed answers.
         os.unlink(_temporary(existing / path.name))
     except OSError as error:
         raise GraphseqError(f"cannot write {named}: {error.strerror}") from None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two names lead to one file (through links, ``..`` or a hard link)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # One of them does not exist (yet): compare where they would be.
+        return a.resolve() == b.resolve()
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -189,10 +211,27 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
     except IsADirectoryError:
         raise GraphseqError(f"{path} is a folder, not a checkpoint file") from None
     except Exception as error:  # torch raises many kinds for a damaged file.
-        # Bytes of no format torch knows end in its old format's KeyError of the first byte ('101').
-        reason = "not a file torch saved" if isinstance(error, KeyError) else first_sentence(error)
-        raise GraphseqError(f"{path} is damaged or not a graphseq checkpoint ({reason}); "
+        if isinstance(error, OSError) and error.errno not in (errno.EINVAL, None):
+            raise GraphseqError(f"cannot read {path}: {error.strerror}") from None
+        raise GraphseqError(f"{path} is damaged or not a graphseq checkpoint ({_damage(path, error)}); "
                             f"it was left as it is") from None
+
+
+def _damage(path: str | os.PathLike, error: Exception) -> str:
+    """What is wrong with a file ``torch.load`` could not read, in a user's words."""
+    try:
+        if os.path.getsize(path) == 0:
+            return "the file is empty"
+    except OSError:
+        pass
+    # Bytes of no format torch knows end in its old format's KeyError of the first byte ('101').
+    if isinstance(error, KeyError):
+        return "not a file torch saved"
+    # A zip archive cut short: its reader finds no end record (EINVAL when it seeks to it, or
+    # "failed finding central directory"); an old-format file cut short ends in EOFError.
+    if isinstance(error, (OSError, EOFError)) or "central directory" in str(error):
+        return "truncated, or not a file torch saved"
+    return first_sentence(error)
 
 
 def _unfinished_transaction(path: Path) -> Optional[Path]:
@@ -209,6 +248,9 @@ def _unfinished_transaction(path: Path) -> Optional[Path]:
     return logs[0] if logs and is_database else None
 
 
+BUSY_TIMEOUT = 5.0  # seconds an SQLite read waits for another process's write to end (sqlite3's default)
+
+
 def check_sqlite(path: str | os.PathLike) -> None:
     """Opens an SQLite file and runs its quick integrity check; a damaged one
     is a :class:`GraphseqError` that names it.
@@ -221,7 +263,8 @@ def check_sqlite(path: str | os.PathLike) -> None:
     path = Path(path)
     unfinished = _unfinished_transaction(path)
     try:
-        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode={'rw' if unfinished else 'ro'}", uri=True)
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode={'rw' if unfinished else 'ro'}", uri=True,
+                                     timeout=BUSY_TIMEOUT)
         try:
             result = connection.execute("PRAGMA quick_check").fetchone()
         finally:
@@ -231,6 +274,9 @@ def check_sqlite(path: str | os.PathLike) -> None:
             raise GraphseqError(f"{path} holds a transaction a killed process left unfinished ({unfinished.name}), "
                                 f"which SQLite rolls back only where it may write the file ({error}); "
                                 f"open it once with write permission; it was left as it is") from None
+        if "locked" in str(error):  # SQLITE_BUSY: another process writes it (a run, a labelling session).
+            raise GraphseqError(f"{path} is locked by another process, which is writing to it (perhaps a run); "
+                                f"try again when it has ended; it was left as it is") from None
         raise GraphseqError(f"{path} is damaged or not an SQLite database ({error}); "
                             f"it was left as it is") from None
     if result is None or result[0] != "ok":

@@ -41,31 +41,65 @@ from .models.charlm import CharLM
 # Character language models: single units
 # --------------------------------------------------------------------------- #
 
-@torch.no_grad()
-def hidden_activations(model: CharLM, vocab: Vocabulary, text: str) -> Tensor:
-    """The top recurrent layer's output after each character of ``text``,
-    ``[len(text), hidden_size]``, the text read as one chain."""
+# Characters the model reads at once, the state carried from window to
+# window: a step's memory is bounded, whatever the length of the text.
+VIEW_WINDOW = 4096
+
+
+def _read_windows(model: CharLM, vocab: Vocabulary, text: str, window: int, distances: bool = False):
+    """The top layer's output after each character of ``text`` ``[len(text),
+    hidden]``, read as one chain in windows of ``window`` characters that
+    carry the state over (the same numbers as one pass, in bounded memory),
+    and with ``distances`` an ON-LSTM's master-forget distances ``[len(text), layers]``."""
+    if window < 1:
+        raise ValueError(f"the window must be at least 1 character, got {window}")
     model.eval()
     device = next(model.parameters()).device
     tokens = vocab.encode(text).to(device)
-    edge_index, batch = model.chains(1, tokens.numel(), device)
-    hidden, _ = model.encode(tokens, edge_index, batch)
-    return hidden.cpu()
+    outputs, extras, state = [], [], None
+    for start in range(0, tokens.numel(), window):
+        piece = tokens[start:start + window]
+        edge_index, batch = model.chains(1, piece.numel(), device)
+        embedded = model.embedding(piece)
+        if distances:
+            hidden, state, distance = model.rnn(embedded, edge_index, batch, state=state, return_distances=True)
+            extras.append(distance.cpu())
+        else:
+            hidden, state = model.rnn(embedded, edge_index, batch, state=state)
+        outputs.append(hidden.cpu())
+    if not outputs:
+        return torch.zeros(0, model.config["hidden_size"]), torch.zeros(0, model.config["num_layers"])
+    return torch.cat(outputs), torch.cat(extras) if distances else None
 
 
 @torch.no_grad()
-def master_forget_distances(model: CharLM, vocab: Vocabulary, text: str) -> Optional[Tensor]:
+def hidden_activations(model: CharLM, vocab: Vocabulary, text: str, window: int = VIEW_WINDOW) -> Tensor:
+    """The top recurrent layer's output after each character of ``text``,
+    ``[len(text), hidden_size]``, the text read as one chain (``window``
+    characters at a time, the state carried over)."""
+    return _read_windows(model, vocab, text, window)[0]
+
+
+@torch.no_grad()
+def master_forget_distances(model: CharLM, vocab: Vocabulary, text: str,
+                            window: int = VIEW_WINDOW) -> Optional[Tensor]:
     """For an ON-LSTM, the top layer's master-forget distance after each
     character of ``text`` as a fraction of its chunks ``[len(text)]``: near 1
     when the step erases most of the ordered cell (a constituent closes),
     near 0 when it keeps it. :obj:`None` for other cells."""
     if model.config["cell"] != "onlstm":
         return None
-    model.eval()
-    tokens = vocab.encode(text).to(next(model.parameters()).device)
-    edge_index, batch = model.chains(1, tokens.numel(), tokens.device)
-    _, _, distances = model.rnn(model.embedding(tokens), edge_index, batch, return_distances=True)
-    return distances[:, -1].cpu() / model.rnn.num_chunks
+    distances = _read_windows(model, vocab, text, window, distances=True)[1]
+    return distances[:, -1] / model.rnn.num_chunks
+
+
+def check_cells(cells: Sequence[int], hidden_size: int, option: str = "") -> None:
+    """Refuses units a model of ``hidden_size`` units lacks (``option``
+    starts the message: ``"--cells 3,999: "``)."""
+    bad = [c for c in cells if not 0 <= c < hidden_size]
+    if bad:
+        raise GraphseqError(f"{option}unit(s) {', '.join(map(str, bad))} out of range: the model has "
+                            f"{hidden_size} hidden units (0..{hidden_size - 1})")
 
 
 def _colour(value: float) -> str:
@@ -85,11 +119,7 @@ def heatmap_html(text: str, activations: Tensor, cells: Sequence[int],
     if activations.shape[0] != len(text):
         raise ValueError(f"expected activations of shape [{len(text)}, hidden], "
                          f"got {list(activations.shape)}")
-    hidden = activations.shape[1]
-    bad = [c for c in cells if not 0 <= c < hidden]
-    if bad:
-        raise GraphseqError(f"unit(s) {', '.join(map(str, bad))} out of range: the model has "
-                            f"{hidden} hidden units (0..{hidden - 1})")
+    check_cells(cells, activations.shape[1])
     named = [(f"unit {cell}", activations[:, cell]) for cell in cells] + list((rows or {}).items())
     blocks = []
     for name, values in named:
@@ -165,7 +195,9 @@ def write_heatmap(model: CharLM, vocab: Vocabulary, text: str, path: str | Path,
     """Writes :func:`heatmap_html` of ``cells`` over ``text`` to ``path``.
     Without ``cells`` it draws, for each feature of :func:`text_features`,
     the ``top`` units that track it best. An ON-LSTM's master-forget
-    distances come last. Returns the units drawn."""
+    distances come last. Returns the units drawn. A ``path`` whose name
+    does not end in ``.html`` is refused before anything is read."""
+    check_output_file(path, ".html")
     activations = hidden_activations(model, vocab, text)
     if cells is None:
         found = interesting_units(text, activations, top)

@@ -67,12 +67,34 @@ BAD_COMMANDS = [
     (["sample", "{tmp}", "--cells", "3,-1", "--html", "x.html"], "--cells takes comma-separated whole numbers"),
     (["sample", "{tmp}", "--html", "{tmp}"], "cannot write --html {tmp}: Is a directory"),
     (["sample", "{tmp}", "--html", "{tmp}/file"], "--html {tmp}/file: will not overwrite a file that is not .html"),
-    (["sample", "{tmp}", "--html", "{tmp}/file/units.html"], "cannot write --html {tmp}/file/units.html: "
-                                                             "Not a directory"),
+    (["sample", "{tmp}/run", "--html", "{tmp}/file/units.html"], "cannot write --html {tmp}/file/units.html: "
+                                                                 "Not a directory"),
     (["sample", "{tmp}", "--html", "/proc/units.html"], "cannot write --html /proc/units.html: "),
     (["caption", "{tmp}", "{tmp}/file", "--attention", "{tmp}/file"], "--attention {tmp}/file: will not overwrite "
                                                                       "a file that is not .png"),
     (["sample", "{tmp}", "--prime", "RO\udcffMEO"], "--prime is not valid UTF-8: byte 0xff at character 2"),
+    # A new file of another kind: a PNG named x.jpg, a page named u.txt.
+    (["caption", "{tmp}/run", "{tmp}/file", "--attention", "{tmp}/x.jpg"], "--attention {tmp}/x.jpg: the file name "
+                                                                            "must end in .png"),
+    (["sample", "{tmp}/run", "--html", "{tmp}/u.txt"], "--html {tmp}/u.txt: the file name must end in .html"),
+    # Options that would change nothing are named, not ignored.
+    (["sample", "{tmp}", "--text-file", "{tmp}/file"], "--text-file has no effect without --html or --units"),
+    (["sample", "{tmp}", "--text-file", "{tmp}/file", "--units", "2", "--prime", "A", "--length", "500"],
+     "--prime, --length have no effect with --text-file"),
+    (["sample", "{tmp}", "--text-file", "{tmp}/file", "--html", "{tmp}/o/u.html", "--temperature", "1", "--seed", "1"],
+     "--temperature, --seed have no effect with --text-file"),
+    (["sample", "{tmp}", "--cells", "1,2"], "--cells has no effect without --html"),
+    (["sample", "{tmp}", "--cells", "1,2", "--units", "3"], "--cells has no effect without --html"),
+    (["caption", "{tmp}", "{tmp}/file", "--seed", "1"], "--seed has no effect without --sample"),
+    (["caption", "{tmp}", "{tmp}/file", "--temperature", "1", "--seed", "1"],
+     "--temperature, --seed have no effect without --sample"),
+    (["caption", "{tmp}", "{tmp}/file", "--sample", "2", "--beam", "3"], "--beam has no effect with --sample"),
+    # What a view costs grows with what it draws: refused before the model is read.
+    (["caption", "{tmp}", "{tmp}/file", "--sample", "9", "--attention", "{tmp}/a.png"],
+     "--attention draws at most 8 captions (the figure grows with each), got --sample 9"),
+    (["sample", "{tmp}", "--prime", "ab", "--length", "99999", "--units", "1"],
+     "--prime and --length ask for a sample of 100,001 characters; --html and --units read at most 100,000"),
+    (["sample", "{tmp}/run", "--length", "100001", "--html", "{tmp}/o/u.html"], "--length asks for a sample of 100,001"),
     (["fill-mask", "{tmp}", "\udcff\udcfe [MASK]"], "the text is not valid UTF-8: byte 0xff at character 0"),
 ]
 
@@ -253,3 +275,194 @@ def test_threads_are_set_before_torch_loads():
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert result.stdout.split() == ["1", "PASSIVE", "1"], result.stderr
+
+
+# --------------------------------------------------------------------------- #
+# Using trained models: tiny runs written by hand, read in milliseconds
+# --------------------------------------------------------------------------- #
+
+@pytest.fixture
+def charlm_run(tmp_path):
+    """A run folder holding an untrained character model (8 hidden units)."""
+    import torch
+
+    from graphseq.data.text import Vocabulary
+    from graphseq.io import save_checkpoint
+    from graphseq.models.charlm import CHECKPOINT, CharLM
+
+    vocab = Vocabulary.of_characters("ROMEO:\nab cd")
+    torch.manual_seed(0)
+    model = CharLM(len(vocab), embedding_dim=4, hidden_size=8)
+    run = tmp_path / "run"
+    save_checkpoint({"model_config": model.config, "model": model.state_dict(), "vocabulary": vocab.symbols},
+                    run / CHECKPOINT)
+    (run / "curves.png").write_bytes(b"the run's own figure")
+    return run
+
+
+def _captioner_run(tmp_path, end_first=False):
+    """A run folder holding an untrained attention captioner of 32-pixel
+    images; ``end_first`` makes it end every caption before its first word."""
+    import torch
+
+    from graphseq.data.captions import caption_vocabulary
+    from graphseq.io import save_checkpoint
+    from graphseq.models.captioner import MODEL_FILE, Captioner
+
+    torch.manual_seed(0)
+    model = Captioner(caption_vocabulary([["a", "red", "circle"]]), "attention", channels=(4, 8, 8, 12),
+                      image_size=32, embedding_dim=6, hidden_size=8)
+    if end_first:
+        with torch.no_grad():
+            model.decoder.readout.bias[model.end_id] = 100.0
+    run = tmp_path / "run"
+    save_checkpoint(model.checkpoint(), run / MODEL_FILE)
+    (run / "curves.png").write_bytes(b"the run's own figure")
+    return run
+
+
+@pytest.fixture
+def picture(tmp_path):
+    from PIL import Image
+
+    path = tmp_path / "mine.png"
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(path)
+    return path
+
+
+def _contents(folder):
+    return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_caption_attention_never_replaces_the_image_it_reads(tmp_path, picture, capsys):
+    run = _captioner_run(tmp_path)
+    link = tmp_path / "link.png"
+    link.symlink_to(picture)
+    hard = tmp_path / "hard.png"
+    os.link(picture, hard)
+    before = _contents(tmp_path)
+    for output in (picture, link, hard, tmp_path / "x" / ".." / "mine.png"):
+        err = fail(capsys, "caption", str(run), str(picture), "--attention", str(output))
+        assert f"--attention {output} is the same file as the input {picture}, which it would replace" in err
+    assert _contents(tmp_path) == before
+
+
+def test_sample_html_never_replaces_the_text_it_reads(tmp_path, charlm_run, capsys):
+    text = tmp_path / "speech.html"
+    text.write_text("ROMEO:\nab cd\n")
+    err = fail(capsys, "sample", str(charlm_run), "--text-file", str(text), "--html", str(text))
+    assert err == (f"graphseq: error: --html {text} is the same file as the input {text}, which it would "
+                   f"replace; name another file\n")
+    assert text.read_text() == "ROMEO:\nab cd\n"
+
+
+@pytest.mark.parametrize("name", ["curves.png", "new.png", "sub/new.png"])
+def test_caption_attention_never_writes_in_the_run_folder(tmp_path, picture, capsys, name):
+    run = _captioner_run(tmp_path)
+    before = _contents(run)
+    for run_dir in (run, tmp_path / "." / "run"):
+        err = fail(capsys, "caption", str(run_dir), str(picture), "--attention", str(run / name))
+        assert err == (f"graphseq: error: --attention {run / name} is inside the run folder {run_dir}, whose "
+                       f"files are the run's own; write it elsewhere\n")
+    assert _contents(run) == before
+
+
+@pytest.mark.parametrize("name", ["units.html", "sub/units.html"])
+def test_sample_html_never_writes_in_the_run_folder(tmp_path, charlm_run, capsys, name):
+    before = _contents(charlm_run)
+    err = fail(capsys, "sample", str(charlm_run), "--length", "20", "--html", str(charlm_run / name))
+    assert f"--html {charlm_run / name} is inside the run folder {charlm_run}" in err
+    assert _contents(charlm_run) == before
+
+
+def test_caption_attention_writes_a_png_outside_the_run(tmp_path, picture, capsys):
+    run = _captioner_run(tmp_path)
+    assert main(["caption", str(run), str(picture), "--beam", "2", "--attention", str(tmp_path / "a.png")]) == 0
+    assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_an_empty_caption_is_printed_as_such(tmp_path, picture, capsys):
+    run = _captioner_run(tmp_path, end_first=True)
+    assert main(["caption", str(run), str(picture)]) == 0
+    assert capsys.readouterr().out == "(empty caption)\n"
+    assert main(["caption", str(run), str(picture), "--sample", "2", "--seed", "0"]) == 0
+    assert capsys.readouterr().out == "(empty caption)\n(empty caption)\n"
+
+
+def test_sample_checks_cells_against_the_model_before_any_output(tmp_path, charlm_run, capsys):
+    page = tmp_path / "z.html"
+    assert main(["sample", str(charlm_run), "--units", "1", "--cells", "3,8", "--html", str(page)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ("graphseq: error: --cells 3,8: unit(s) 8 out of range: the model has 8 hidden units "
+                            "(0..7)\n")
+    assert not page.exists()
+
+
+def test_sample_refuses_a_text_file_longer_than_a_view_reads(tmp_path, charlm_run, capsys, monkeypatch):
+    long = tmp_path / "long.txt"
+    long.write_text("ab cd\n" * 20)  # 120 characters
+    monkeypatch.setattr("graphseq.cli.VIEW_CHARACTERS", 100)
+    monkeypatch.setattr("graphseq.models.charlm.load_char_lm", lambda *a: pytest.fail("the model was loaded"))
+    err = fail(capsys, "sample", str(charlm_run), "--text-file", str(long), "--units", "2")
+    assert err == (f"graphseq: error: --text-file {long} holds 120 characters; --html and --units read at most "
+                   f"100 characters (give an excerpt)\n")
+    huge = tmp_path / "huge.txt"
+    with open(huge, "wb") as f:
+        f.truncate(401)  # more bytes than 100 characters can take: refused before it is read
+    monkeypatch.setattr("graphseq.io.read_utf8", lambda path: pytest.fail("the text was read"))
+    err = fail(capsys, "sample", str(charlm_run), "--text-file", str(huge), "--units", "2")
+    assert f"--text-file {huge} holds 401 bytes; --html and --units read at most 100 characters" in err
+
+
+def test_sample_reads_a_text_file_as_long_as_a_view_reads(tmp_path, charlm_run, capsys, monkeypatch):
+    text = tmp_path / "speech.txt"
+    text.write_text("ROMEO:\nab cd\n" * 8)  # 104 characters
+    monkeypatch.setattr("graphseq.cli.VIEW_CHARACTERS", 104)
+    assert main(["sample", str(charlm_run), "--text-file", str(text), "--units", "1",
+                 "--cells", "0,7", "--html", str(tmp_path / "u.html")]) == 0
+    assert capsys.readouterr().out.endswith("wrote " + str(tmp_path / "u.html") + ": units 0, 7 over 104 characters\n")
+
+
+@pytest.mark.parametrize("command, name", [
+    (["sample", "{run}"], "checkpoint.pt"),
+    (["caption", "{run}", "{tmp}/mine.png"], "captioner.pt"),
+    (["fill-mask", "{run}", "a [MASK]"], "bert.pt"),
+    (["fill-mask", "{run}", "a [MASK]"], "tokenizer.json"),
+    (["labels", "{run}"], "labels.sqlite"),
+    (["plot-curves", "{run}"], "metrics.json"),
+])
+def test_a_folder_where_a_run_keeps_a_file_is_named_as_one(tmp_path, capsys, command, name):
+    run = tmp_path / "run"
+    (run / name).mkdir(parents=True)
+    err = fail(capsys, *[a.replace("{run}", str(run)).replace("{tmp}", str(tmp_path)) for a in command])
+    assert err == f"graphseq: error: {run / name} is a folder, not a file; move it away\n"
+
+
+@pytest.mark.parametrize("keep, reason", [(0, "the file is empty"), (500, "truncated, or not a file torch saved"),
+                                          (-100, "truncated, or not a file torch saved")])
+def test_a_truncated_checkpoint_is_named_in_words_a_user_understands(charlm_run, capsys, keep, reason):
+    path = charlm_run / "checkpoint.pt"
+    path.write_bytes(path.read_bytes()[:keep])  # all but the last 100 bytes: the zip's central directory is lost
+    err = fail(capsys, "sample", str(charlm_run), "--length", "5")
+    assert err == f"graphseq: error: {path} is damaged or not a graphseq checkpoint ({reason}); it was left as it is\n"
+
+
+def test_a_label_store_another_process_writes_is_said_to_be_locked(tmp_path, capsys, monkeypatch):
+    import sqlite3
+
+    import graphseq.io
+    from graphseq.active.store import STORE_NAME, LabelStore
+
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        store.add("random", 1, "Theory", "initial")
+    monkeypatch.setattr(graphseq.io, "BUSY_TIMEOUT", 0.05)
+    writer = sqlite3.connect(tmp_path / STORE_NAME, isolation_level=None)
+    try:
+        writer.execute("BEGIN EXCLUSIVE")
+        err = fail(capsys, "labels", str(tmp_path))
+    finally:
+        writer.close()
+    assert err == (f"graphseq: error: {tmp_path / STORE_NAME} is locked by another process, which is writing to it "
+                   f"(perhaps a run); try again when it has ended; it was left as it is\n")
+    assert main(["labels", str(tmp_path)]) == 0

@@ -9,7 +9,7 @@ import torch
 from graphseq.data.text import Vocabulary
 from graphseq.errors import GraphseqError
 from graphseq.models.charlm import CharLM
-from graphseq.views import (draw_attention, heatmap_html, hidden_activations, image_blocks, interesting_units,
+from graphseq.views import (check_cells, draw_attention, heatmap_html, hidden_activations, image_blocks, interesting_units,
                             master_forget_distances, side_by_side, terminal_width, text_features, write_heatmap)
 
 VOCAB = Vocabulary.of_characters("abcd:\n ")
@@ -18,6 +18,21 @@ VOCAB = Vocabulary.of_characters("abcd:\n ")
 def test_activations_cover_every_character():
     model = CharLM(len(VOCAB), embedding_dim=4, hidden_size=8)
     assert hidden_activations(model, VOCAB, "abc\nd").shape == (5, 8)
+
+
+@pytest.mark.parametrize("cell, extra", [("lstm", {"num_layers": 2}), ("gru", {}), ("onlstm", {"chunk_size": 2})])
+def test_windows_that_carry_the_state_read_the_text_as_one_pass(cell, extra):
+    """A long text is read a window at a time, so its memory stays bounded;
+    the numbers are those of one pass over the whole text."""
+    torch.manual_seed(0)
+    model = CharLM(len(VOCAB), cell=cell, embedding_dim=4, hidden_size=8, **extra)
+    text = "ab:\ncd ab\n" * 5
+    whole = hidden_activations(model, VOCAB, text, window=len(text))
+    for window in (1, 7, 16):
+        assert torch.allclose(hidden_activations(model, VOCAB, text, window=window), whole, atol=1e-6)
+    if cell == "onlstm":
+        distances = master_forget_distances(model, VOCAB, text, window=len(text))
+        assert torch.allclose(master_forget_distances(model, VOCAB, text, window=7), distances, atol=1e-6)
 
 
 def test_heatmap_has_one_coloured_span_per_character_and_unit():
@@ -34,6 +49,9 @@ def test_heatmap_has_one_coloured_span_per_character_and_unit():
 def test_heatmap_refuses_a_unit_the_model_lacks():
     with pytest.raises(GraphseqError, match="out of range"):
         heatmap_html("ab", torch.zeros(2, 3), [3])
+    with pytest.raises(GraphseqError, match=r"^--cells 1,3,9: unit\(s\) 3, 9 out of range: the model has 3 hidden "
+                                            r"units \(0..2\)$"):
+        check_cells([1, 3, 9], 3, "--cells 1,3,9: ")
 
 
 def test_text_features_by_hand():
@@ -80,6 +98,13 @@ def test_draw_attention_will_not_overwrite_a_file_that_is_not_png(tmp_path):
     with pytest.raises(GraphseqError, match="will not overwrite a file that is not .png"):
         draw_attention([torch.rand(3, 8, 8)], [["a"]], [torch.rand(2, 4)], config)
     assert config.read_text() == "keep"
+
+
+@pytest.mark.parametrize("name", ["a.jpg", "a", "a.png.txt"])
+def test_draw_attention_refuses_a_new_file_not_named_png(tmp_path, name):
+    with pytest.raises(GraphseqError, match=r"the file name must end in \.png"):
+        draw_attention([torch.rand(3, 8, 8)], [["a"]], [torch.rand(2, 4)], tmp_path / name)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_draw_attention_writes_a_png(tmp_path):

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ..errors import GraphseqError
-from ..io import check_output_file, first_sentence, read_json, write_png
+from ..io import check_file_place, check_output_file, first_sentence, read_json, write_png
 
 Curves = Dict[str, List[List[float]]]  # strategy -> [[num_labels, accuracy], ...]
 PLOT_NAME = "learning_curves.png"
@@ -78,21 +78,38 @@ def plot_learning_curves(runs: Sequence[Curves], path: str | Path, title: str,
 
 def plot_run(run_dir: str | Path) -> Path:
     """Draws ``run_dir/learning_curves.png`` from the run's ``metrics.json``
-    (every seed of that run: ``graphseq plot-curves DIR``)."""
+    (every seed of that run: ``graphseq plot-curves DIR``). The folder of
+    one seed of a run of several (``DIR/seed-N``) draws that seed's curves."""
     metrics_path = Path(run_dir) / "metrics.json"
+    check_file_place(metrics_path)
     if not metrics_path.is_file():
         raise GraphseqError(f"{run_dir} holds no metrics.json; is it the --out of a finished run?")
     metrics = read_json(metrics_path)
     try:  # Every point is read before anything is drawn.
+        # A run's metrics list its seeds under "runs"; one seed's own (DIR/seed-N) hold its curves.
+        one_seed = isinstance(metrics, dict) and "runs" not in metrics and "curves" in metrics
+        seeds = [metrics] if one_seed else metrics.get("runs", [])
         runs = [{strategy: [[int(n), float(accuracy)] for n, accuracy in curve]
                  for strategy, curve in r["curves"].items()}
-                for r in metrics.get("runs", []) if r.get("curves")]
-        reference = metrics.get("mean", {}).get("standard_split_accuracy")
+                for r in seeds if r.get("curves")]
+        reference = (metrics if one_seed else metrics.get("mean", {})).get("standard_split_accuracy")
         reference = None if reference is None else float(reference)
     except (AttributeError, TypeError, ValueError) as error:
         raise GraphseqError(f"{metrics_path} is damaged ({first_sentence(error)}); "
                             f"it was left as it is") from None
     if not runs:
         raise GraphseqError(f"{metrics_path} holds no learning curves; was it an active-learning run?")
-    return plot_learning_curves(runs, Path(run_dir) / PLOT_NAME, str(metrics.get("pipeline", "active")),
-                                reference)
+    title = str(metrics.get("pipeline") or (one_seed and _pipeline_of_seed(Path(run_dir))) or "active")
+    if one_seed and "seed" in metrics:
+        title += f", seed {metrics['seed']}"  # as the run drew it
+    return plot_learning_curves(runs, Path(run_dir) / PLOT_NAME, title, reference)
+
+
+def _pipeline_of_seed(seed_dir: Path) -> Optional[str]:
+    """The pipeline a seed's folder belongs to, from its run's ``metrics.json``
+    (one seed's own metrics do not name it); None where that cannot be read."""
+    try:
+        name = read_json(seed_dir.parent / "metrics.json").get("pipeline")
+    except (GraphseqError, AttributeError):
+        return None
+    return None if name is None else str(name)

@@ -186,8 +186,9 @@ def caption_image(run_dir: str | Path, image: str | Path, *, beam_size: int = 3,
     best caption of a beam search of width ``beam_size`` (1: greedy), or
     ``samples`` captions drawn at ``temperature``. With ``attention`` (an
     attention decoder only) writes the picture of each word's attention over
-    the image's regions there (an existing file only if its name ends in
-    ``.png``). Everything is checked before anything is written."""
+    the image's regions there (a name ending in ``.png``, neither the image
+    nor inside ``run_dir``). Everything is checked before anything is
+    written."""
     from ..data.captions import read_image
     from ..io import check_output_file
     from ..pipeline import resolve_device
@@ -196,7 +197,7 @@ def caption_image(run_dir: str | Path, image: str | Path, *, beam_size: int = 3,
 
     check_request(max_length, temperature, beam_size, samples, options=True)
     if attention is not None:
-        check_output_file(attention, ".png", "--attention")
+        check_output_file(attention, ".png", "--attention", inputs=[image], run_dir=run_dir)
     model = load_captioner(run_dir, resolve_device(device))
     if attention is not None and model.config["decoder"] != "attention":
         raise GraphseqError(f"--attention draws an attention decoder's weights, but {run_dir} holds "

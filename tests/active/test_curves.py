@@ -20,6 +20,33 @@ def test_plot_curves_draws_every_seed_of_a_run(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["learning_curves.png", "metrics.json"]
 
 
+def test_plot_curves_draws_the_folder_of_one_seed(tmp_path, capsys):
+    """``--runs N`` keeps each seed's metrics (its curves at the top level) in OUT/seed-N."""
+    (tmp_path / "metrics.json").write_text(json.dumps(METRICS))
+    seed = tmp_path / "seed-1"
+    seed.mkdir()
+    (seed / "metrics.json").write_text(json.dumps({"seed": 1, "standard_split_accuracy": 0.8,
+                                                   **METRICS["runs"][1]}))
+    assert main(["plot-curves", str(seed)]) == 0
+    assert capsys.readouterr().out == f"{seed / PLOT_NAME}\n"
+    assert (seed / PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / PLOT_NAME).exists()
+
+
+def test_one_seeds_figure_is_titled_with_its_run_and_seed(tmp_path, monkeypatch):
+    import graphseq.active.curves as curves
+
+    drawn = {}
+    monkeypatch.setattr(curves, "plot_learning_curves",
+                        lambda runs, path, title, reference: drawn.update(runs=runs, title=title, reference=reference))
+    (tmp_path / "metrics.json").write_text(json.dumps(METRICS))
+    seed = tmp_path / "seed-0"
+    seed.mkdir()
+    (seed / "metrics.json").write_text(json.dumps({"seed": 0, "standard_split_accuracy": 0.7, **METRICS["runs"][0]}))
+    curves.plot_run(seed)
+    assert drawn == {"runs": [METRICS["runs"][0]["curves"]], "title": "active-cora, seed 0", "reference": 0.7}
+
+
 DAMAGED = {
     "truncated": (json.dumps(METRICS)[:40].encode(), "Unterminated string starting at: line 1 column 38"),
     "empty": (b"", "Expecting value: line 1 column 1 (char 0)"),

@@ -333,3 +333,18 @@ def test_decoding_no_images_writes_no_captions(decoder):
     regions, pooled = model.encode(torch.rand(0, 3, 32, 32))
     with pytest.raises(ValueError, match="^Captioner.loss needs at least one caption, got an empty batch$"):
         model.loss(regions, pooled, [])
+
+
+def test_caption_image_will_not_draw_over_its_image_or_into_the_run(tmp_path):
+    from graphseq.errors import GraphseqError
+    from graphseq.models.caption_search import caption_image
+
+    image = tmp_path / "photo.png"
+    image.write_bytes(b"not read: refused before")
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(GraphseqError, match="same file as the input"):
+        caption_image(run, image, attention=image)
+    with pytest.raises(GraphseqError, match="inside the run folder"):
+        caption_image(run, image, attention=run / "attention.png")
+    assert image.read_bytes() == b"not read: refused before" and list(run.iterdir()) == []
