@@ -84,11 +84,18 @@ def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int)
     raise GraphseqError(f"unknown oracle {kind!r}; choose one of {', '.join(ORACLES)}")
 
 
+def _check_budget(check, *, budget: int, initial: int, **_) -> None:
+    # The loop refuses it too, but only after labels.sqlite is made; here nothing is written yet.
+    if budget < initial:
+        raise GraphseqError(f"active.budget ({budget}) is smaller than the initial labelled set "
+                            f"(active.initial = {initial}); the budget counts the initial labels too")
+
+
 @stage("active_learning", checks={
     "compare": each(one_of(*STRATEGIES)), "strategy": one_of(*STRATEGIES), "budget": at_least(1),
     "initial": at_least(1), "batch_size": at_least(1), "oracle": one_of(*ORACLES), "noise": probability,
     "labels": Domain("empty, or the path of an existing file", lambda v: not v or Path(v).is_file())},
-    options=("oracle", "labels"), resumes=STORE_NAME, resume_may_change=("budget",))
+    options=("oracle", "labels"), resumes=STORE_NAME, resume_may_change=("budget",), precheck=_check_budget)
 def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin", "least_confidence",
                                                   "degree", "pagerank", "age", "coreset"),
                     strategy: str = "margin", budget: int = 140, initial: int = 14, batch_size: int = 14,

@@ -69,22 +69,45 @@ FOLD_LIST = Domain("a list of distinct fold numbers (empty: every fold)",
                    and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v))
 
 
-@stage("sentence_polarity", checks={"folds": at_least(3), "split_seed": between(0, MAX_SEED),
-                                    "test_folds": FOLD_LIST, "min_freq": at_least(1)},
-       resume_may_change=("test_folds",))
-def sentence_polarity(ctx, *, folds: int = 10, split_seed: int = 0, test_folds: List[int] = [],
-                      min_freq: int = 1) -> None:
-    """The 10,662 snippets, lower-cased and split into words, and ``folds``
-    cross-validation folds fixed by ``split_seed`` (not the run's seed, so
-    every run and every model sees the same folds). ``test_folds`` picks
-    which folds to run (empty: all of them)."""
-    sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
-    all_folds = cv_folds(len(sentences), folds, split_seed)
+def _chosen_folds(test_folds: List[int], folds: int) -> List[int]:
     chosen = list(test_folds) or list(range(folds))
     bad = [i for i in chosen if not 0 <= i < folds]
     if bad:
         raise GraphseqError(f"data.test_folds: fold(s) {', '.join(map(str, bad))} out of range "
                             f"0..{folds - 1}")
+    return chosen
+
+
+def _check_vocabulary(check, *, folds: int, split_seed: int, test_folds: List[int], min_freq: int, **_) -> None:
+    # Each chosen fold's vocabulary, before the run writes a file: one of <unk> alone trains a model
+    # that sees every sentence as the same string of unknown words (accuracy 0.5).
+    chosen = _chosen_folds(test_folds, folds)
+    if min_freq <= 1:
+        return  # Every training word is kept.
+    sentences, _ = load_polarity(check.data_root, check.data_mirror)
+    words = [tokenize(s) for s in sentences]
+    all_folds = cv_folds(len(sentences), folds, split_seed)
+    for i in chosen:
+        if len(Vocabulary.of_words((words[j] for j in all_folds[i][0].tolist()), min_freq=min_freq)) <= 1:
+            raise GraphseqError(f"data.min_freq = {min_freq}: no word occurs that often in the training "
+                                f"sentences of fold {i}, so its vocabulary would hold <unk> alone; "
+                                f"lower data.min_freq")
+
+
+@stage("sentence_polarity", checks={"folds": at_least(3), "split_seed": between(0, MAX_SEED),
+                                    "test_folds": FOLD_LIST, "min_freq": at_least(1)},
+       resume_may_change=("test_folds",), precheck=_check_vocabulary)
+def sentence_polarity(ctx, *, folds: int = 10, split_seed: int = 0, test_folds: List[int] = [],
+                      min_freq: int = 1) -> None:
+    """The 10,662 snippets, lower-cased and split into words, and ``folds``
+    cross-validation folds fixed by ``split_seed`` (not the run's seed, so
+    every run and every model sees the same folds). ``test_folds`` picks
+    which folds to run (empty: all of them). Training words seen fewer
+    than ``min_freq`` times read as ``<unk>``; a ``min_freq`` that leaves a
+    chosen fold no other word is refused before the run writes a file."""
+    sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
+    all_folds = cv_folds(len(sentences), folds, split_seed)
+    chosen = _chosen_folds(test_folds, folds)
     ctx.data = SentenceFolds([tokenize(s) for s in sentences], torch.as_tensor(labels, dtype=torch.long),
                              all_folds, chosen, min_freq)
     train, val, test = all_folds[chosen[0]]

@@ -284,3 +284,16 @@ def test_validation_curves_need_a_validation_split(tmp_path, data_root, mirror):
     with pytest.raises(graphseq.GraphseqError, match="learner.evaluate = 'val': this task has no val nodes"):
         graphseq.run("active-polarity", out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True,
                      overrides={"data.limit": 100, "learner.evaluate": "val"})
+
+
+def test_a_budget_below_the_initial_labels_is_refused_before_the_run_folder_is_made(tmp_path, data_root, mirror,
+                                                                                    capsys):
+    # The loop refused it only after labels.sqlite, config.toml and log.txt were written, and that
+    # folder then blocked the corrected run ("already holds a run").
+    out = tmp_path / "run"
+    assert main(["run", "active-cora", "--out", str(out), "--quiet", "--data-root", str(data_root),
+                 "--data-mirror", str(mirror), "--set", "learner.epochs=1", "--set", 'active.compare=["random"]',
+                 "--set", "active.budget=5", "--set", "active.initial=14"]) == 2
+    assert not out.exists()
+    assert re.search(r"active\.budget \(5\) is smaller than the initial labelled set \(active\.initial = 14\)",
+                     capsys.readouterr().err)

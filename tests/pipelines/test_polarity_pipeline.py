@@ -71,6 +71,23 @@ def test_a_damaged_record_of_finished_folds_is_refused_on_resume_before_writing(
         path.write_bytes(whole[path])
 
 
+@pytest.mark.parametrize("overrides, message", [
+    # A vocabulary of <unk> alone trained to accuracy 0.5 and exit 0.
+    ({"data.min_freq": 1_000_000_000, "data.test_folds": [0]},
+     r"data\.min_freq = 1000000000: no word occurs that often in the training sentences of fold 0, so its "
+     r"vocabulary would hold <unk> alone; lower data\.min_freq"),
+    # Refused by the stage before as well; the precheck must say so too, not index a fold that is not there.
+    ({"data.test_folds": [2, 10], "data.min_freq": 2}, r"data\.test_folds: fold\(s\) 10 out of range 0\.\.9"),
+])
+def test_settings_no_fold_can_run_with_are_refused_before_the_run_folder_is_made(overrides, message, tmp_path,
+                                                                                 data_root, mirror):
+    out = tmp_path / "run"
+    with pytest.raises(GraphseqError, match=message):
+        run("polarity-bilstm", overrides={**TINY, **overrides}, out=out, data_root=data_root, data_mirror=mirror,
+            quiet=True)
+    assert not out.exists()
+
+
 def test_the_folds_file_reader_wants_every_key_its_stage_keeps(tmp_path):
     # bert-polarity and spv-polarity keep a fold by (fold, variant) and (fold, mode).
     path = tmp_path / "folds.json"
