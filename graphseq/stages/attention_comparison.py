@@ -20,6 +20,12 @@ from .node_training import fit_node_classifier
 from .registry import stage
 
 VARIANTS = ("neighbours", "full", "gat")
+# The longest random walk whose return probabilities encode a node (the
+# pipeline uses 8; random-walk encodings in the literature use a few dozen at
+# most). Each step multiplies by the graph's adjacency matrix, and the product
+# fills in as the walk grows (on Cora it is dense within a few steps), so a
+# much longer walk runs for hours for features nobody has found useful.
+MAX_WALK_LENGTH = 64
 
 
 def node_encodings(data: Data, kind: str, dim: int) -> torch.Tensor | None:
@@ -38,10 +44,33 @@ def node_encodings(data: Data, kind: str, dim: int) -> torch.Tensor | None:
     return graph.pe.to(data.edge_index.device)
 
 
-def _check_heads(check, *, variants: List[str], hidden_channels: int, heads: int, **_) -> None:
+def _laplacian_limit(num_nodes: int) -> int:
+    """The most non-trivial Laplacian eigenvectors a graph of ``num_nodes``
+    nodes gives: ``num_nodes - 1`` from the dense solver PyG uses on small
+    graphs, ``num_nodes - 2`` from scipy's ``eigsh`` (which needs ``k + 1 <
+    num_nodes``) on larger ones."""
+    return num_nodes - (1 if num_nodes < T.AddLaplacianEigenvectorPE.SPARSE_THRESHOLD else 2)
+
+
+def _check_encoding(positional_encoding: str, encoding_dim: int, num_nodes: int | None = None) -> None:
+    """Refuses an ``encoding_dim`` the encoding cannot give (or give in
+    reasonable time); ``num_nodes`` where the graph is known."""
+    if positional_encoding == "random_walk" and encoding_dim > MAX_WALK_LENGTH:
+        raise GraphseqError(f"attention_comparison: encoding_dim = {encoding_dim} is too long a random walk: "
+                            f"it must be at most {MAX_WALK_LENGTH} with positional_encoding = \"random_walk\"")
+    if positional_encoding == "laplacian" and num_nodes is not None and encoding_dim > _laplacian_limit(num_nodes):
+        raise GraphseqError(f"attention_comparison: encoding_dim = {encoding_dim} must be at most "
+                            f"{_laplacian_limit(num_nodes)} with positional_encoding = \"laplacian\" on a graph "
+                            f"of {num_nodes} nodes (its non-trivial Laplacian eigenvectors)")
+
+
+def _check_heads(check, *, variants: List[str], hidden_channels: int, heads: int,
+                 positional_encoding: str, encoding_dim: int, **_) -> None:
     if any(v != "gat" for v in variants) and hidden_channels % heads:
         raise GraphseqError(f"attention_comparison: hidden_channels = {hidden_channels} must be divisible by "
                             f"heads = {heads} (each head reads hidden_channels / heads features)")
+    if any(v != "gat" for v in variants):
+        _check_encoding(positional_encoding, encoding_dim)  # The graph's size is known only when it is loaded.
 
 
 @stage("attention_comparison", checks={
@@ -68,6 +97,7 @@ def attention_comparison(ctx, *, variants: List[str] = list(VARIANTS), hidden_ch
     num_classes = ctx.require("num_classes", "attention_comparison")
     encoding = None
     if any(v != "gat" for v in variants):
+        _check_encoding(positional_encoding, encoding_dim, data.num_nodes)
         encoding = node_encodings(data, positional_encoding, encoding_dim)
 
     for variant in variants:

@@ -15,7 +15,7 @@ from torch_geometric.data import Data
 from tqdm import tqdm
 
 from .. import distributed
-from ..checks import at_least, each, non_negative, one_of, positive
+from ..checks import Domain, at_least, each, is_integer, non_negative, one_of, positive
 from ..data.neighbors import layerwise_inference, make_sampler, neighbor_loader
 from ..errors import GraphseqError
 from ..io import save_checkpoint
@@ -29,6 +29,8 @@ def _synchronize(device: torch.device) -> None:
 
 LOADERS = ("full", "neighbor")
 INFERENCE = ("full", "layerwise", "sampled")
+# A hop's fanout: a count of in-neighbours, or -1 for all of them.
+FANOUT = Domain("a whole number >= -1", lambda v: is_integer(v) and v >= -1)
 
 
 @dataclass
@@ -226,7 +228,7 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
                               "patience": at_least(1), "stop_on": one_of(*STOPPING_RULES),
                               "loader": one_of(*LOADERS), "batch_size": at_least(1),
                               "num_workers": non_negative, "inference": one_of(*INFERENCE),
-                              "inference_batch_size": at_least(1), "num_neighbors": each(at_least(-1))},
+                              "inference_batch_size": at_least(1), "num_neighbors": each(FANOUT)},
        data_parallel={"loader": ("neighbor",)}, applies={
            **{key: {"loader": ("neighbor",)} for key in ("num_neighbors", "batch_size", "num_workers", "inference")},
            "inference_batch_size": {"loader": ("neighbor",), "inference": ("layerwise", "sampled")}})

@@ -35,6 +35,10 @@ from .registry import stage
 RULES = ("likelihood", "logistic", "nearest")
 LOGISTIC_C = (0.1, 1.0, 10.0)
 FOLDS_FILE = "folds.json"  # the figures of every finished fold and mode
+# The most noise words per target: word2vec's authors advise 5-20 on small
+# data and 2-5 on large; each target scores 1 + negative output vectors, so a
+# batch holds batch_size x (1 + negative) x dim numbers.
+MAX_NEGATIVE = 100
 MODE_LIST = Domain(f"a non-empty list of {', '.join(MODES)}",
                    lambda v: isinstance(v, list) and len(v) > 0 and all(m in MODES for m in v))
 
@@ -125,11 +129,16 @@ def _chosen_folds(run_folds: list, folds: int) -> List[int]:
     return chosen
 
 
-def _check_vocabulary(check, *, folds: int, fold_seed: int, run_folds: list, min_count: int, **_) -> None:
+def _check_vocabulary(check, *, folds: int, fold_seed: int, run_folds: list, min_count: int, window: int,
+                      **_) -> None:
     # Each chosen fold's vocabulary before folds.json is written (the words of all ten folds are
     # counted in under a second).
     sentences, _ = load_polarity(check.data_root, check.data_mirror)
     words = [words_of(s) for s in sentences]
+    reach = max(map(len, words)) - 1  # A window this wide spans the longest sentence.
+    if window > reach:
+        raise GraphseqError(f"spv.window = {window} is not allowed: it must be at most {reach}, which spans "
+                            f"the longest sentence ({reach + 1} words)")
     splits = cv_folds(len(sentences), folds, fold_seed)
     for fold in _chosen_folds(run_folds, folds):
         fold_vocabulary(words, splits[fold][0], min_count)
@@ -137,7 +146,7 @@ def _check_vocabulary(check, *, folds: int, fold_seed: int, run_folds: list, min
 
 @stage("spv_polarity", checks={"modes": MODE_LIST, "folds": at_least(3), "fold_seed": between(0, MAX_SEED),
                                "run_folds": FOLD_LIST, "dim": at_least(1), "window": at_least(1),
-                               "negative": at_least(1), "sample": non_negative, "min_count": at_least(1),
+                               "negative": between(1, MAX_NEGATIVE), "sample": non_negative, "min_count": at_least(1),
                                "epochs": at_least(1), "infer_epochs": at_least(1), "lr": positive,
                                "batch_size": at_least(1), "classify": one_of(*RULES)},
        resumes=FOLDS_FILE, resume_may_change=("run_folds",), precheck=_check_vocabulary)

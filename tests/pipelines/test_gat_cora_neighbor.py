@@ -3,7 +3,7 @@ of the real Cora, evaluated layer by layer (the same numbers as a full pass)."""
 import pytest
 import torch
 
-from graphseq import run
+from graphseq import GraphseqError, run
 from graphseq.data.planetoid import load_planetoid
 from graphseq.models import GAT
 from graphseq.stages.node_training import Sampling, accuracy, fit_node_classifier
@@ -29,3 +29,12 @@ def test_every_inference_scores_a_trained_model_alike(data_root, mirror):
     sampled = accuracy(model, data, data.val_mask, Sampling("neighbor", (10, 10), inference="sampled"))
     assert abs(sampled - full) < 0.05
     assert full > 0.6  # Twenty epochs of sampled mini-batches learn Cora.
+
+
+@pytest.mark.parametrize("fanouts", [[1.5, 2], [True, 2], [10, -2]])
+def test_a_fanout_that_is_no_whole_number_from_minus_one_is_refused_before_writing(tmp_path, data_root, mirror,
+                                                                                  fanouts):
+    with pytest.raises(GraphseqError, match=r"train.num_neighbors = .* each item a whole number >= -1"):
+        run("gat-cora-neighbor", overrides={"train.num_neighbors": fanouts, "train.max_epochs": 1},
+            out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()

@@ -34,3 +34,19 @@ def test_a_min_count_that_leaves_no_word_is_refused_before_writing(tmp_path, dat
         run("spv-polarity", overrides={"spv.run_folds": [0], "spv.modes": ["dbow"], "spv.min_count": 100000},
             out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
     assert not (tmp_path / "run").exists()
+
+
+def test_too_many_noise_words_are_refused_before_writing(tmp_path, data_root, mirror):
+    with pytest.raises(GraphseqError, match="spv.negative = 1000000000 is not allowed: "
+                                            "it must be a number from 1 to 100"):
+        run("spv-polarity", overrides={"spv.run_folds": [0], "spv.epochs": 1, "spv.negative": 1_000_000_000},
+            out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_window_wider_than_the_longest_sentence_is_refused_before_writing(tmp_path, data_root, mirror):
+    with pytest.raises(GraphseqError, match=r"spv.window = 1000000000 is not allowed: it must be at most \d+, "
+                                            r"which spans the longest sentence"):
+        run("spv-polarity", overrides={"spv.run_folds": [0], "spv.window": 1_000_000_000},
+            out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
