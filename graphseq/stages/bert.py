@@ -43,6 +43,13 @@ TOKENIZER_SHA256 = "tokenizer_sha256"
 TEXT_LIST = Domain("a list of strings", lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v))
 SHARED_TEXTS = ("shakespeare", "polarity")  # the shared texts bert_corpus reads without a folder
 DROPOUT = Domain("a number from 0 to 1, 1 excluded", lambda v: isinstance(v, (int, float)) and 0 <= v < 1)
+# The shortest example: [CLS] A [SEP] B [SEP] with a token of each sentence (pack_pair; one sentence needs 4).
+MIN_MAX_LEN = 5
+# The held-out examples are built in memory before the first step and scored at every evaluation: 50 times
+# the default 2,000 is plenty for a steady figure, and more would stall the run before it starts.
+MAX_EVAL_EXAMPLES = 100_000
+# Chosen by bert-polarity itself from its folds for each group's pretraining (_group_overrides).
+GROUP_KEYS = ("corpus.exclude_folds", "corpus.folds", "corpus.fold_seed")
 
 
 @dataclass
@@ -216,6 +223,10 @@ def bert_tokenizer(ctx, *, vocab_size: int = 8000, min_frequency: int = 2, file:
                 tokenizer = WordPieceTokenizer.train((s for doc in corpus.train for s in doc), vocab_size,
                                                      min_frequency)
                 tokenizer.save(path)
+                if tokenizer.vocab_size > vocab_size:
+                    ctx.log.warning(f"tokenizer: it holds {tokenizer.vocab_size:,} pieces, more than "
+                                    f"tokenizer.vocab_size = {vocab_size:,}, because the special tokens and "
+                                    f"every character of the corpus need a piece each")
         ctx.tokenizer_sha256 = file_sha256(path)
     ctx.tokenizer = tokenizer
     ctx.log.info(f"tokenizer: {tokenizer.vocab_size:,} WordPiece pieces, saved as {path}")
@@ -241,8 +252,8 @@ def _check_model(check, *, hidden_size: int, num_layers: int, num_heads: int, fe
 
 
 @stage("bert_model", checks={"hidden_size": at_least(1), "num_layers": at_least(1), "num_heads": at_least(1),
-                             "feedforward_size": at_least(1), "max_len": at_least(4), "dropout": DROPOUT,
-                             "activation": one_of("gelu", "relu")}, precheck=_check_model)
+                             "feedforward_size": at_least(1), "max_len": at_least(MIN_MAX_LEN),
+                             "dropout": DROPOUT, "activation": one_of("gelu", "relu")}, precheck=_check_model)
 def bert_model(ctx, *, hidden_size: int = 128, num_layers: int = 2, num_heads: int = 4,
                feedforward_size: int = 512, max_len: int = 64, dropout: float = 0.1,
                activation: str = "gelu", norm_first: bool = False) -> None:
@@ -308,8 +319,9 @@ def score_pretraining(model: BertForPretraining, batches: List[TokenGraphs], dev
 
 @stage("bert_pretrain", checks={"steps": at_least(1), "batch_size": at_least(1), "lr": positive,
                                 "warmup": between(0, 1), "weight_decay": non_negative, "clip": non_negative,
-                                "mask_rate": fraction, "eval_every": non_negative, "eval_examples": at_least(1),
-                                "checkpoint_every": non_negative, "minutes": non_negative},
+                                "mask_rate": fraction, "eval_every": non_negative,
+                                "eval_examples": between(1, MAX_EVAL_EXAMPLES), "checkpoint_every": non_negative,
+                                "minutes": non_negative},
        resumes=CHECKPOINT, resume_may_change=("minutes",), data_parallel=True,
        resume_notes={"steps": "the learning rate warms up and decays to zero over the steps the run was "
                               "started with, so more steps would be another schedule (start a new run, "
@@ -438,6 +450,13 @@ def _groups(groups: int, folds: int) -> List[List[int]]:
 
 def _group_overrides(pretrain_set: list, part: List[int], folds: int, fold_seed: int) -> List[str]:
     """The settings of the pretraining that serves the test folds ``part``."""
+    for entry in pretrain_set:
+        section, _, name = entry.split("=", 1)[0].partition(".")
+        key = f"{section.strip()}.{name.strip()}"
+        if key in GROUP_KEYS:
+            raise GraphseqError(f"pretrain.pretrain_set: {key} is not allowed; bert-polarity sets "
+                                f"{', '.join(GROUP_KEYS)} itself from its folds (set pretrain.folds and "
+                                f"pretrain.fold_seed instead)")
     return list(pretrain_set) + [f"corpus.exclude_folds={part}", f"corpus.folds={folds}",
                                  f"corpus.fold_seed={fold_seed}"]
 

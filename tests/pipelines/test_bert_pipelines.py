@@ -299,6 +299,40 @@ def test_a_tokenizer_file_of_another_size_is_said_to_replace_vocab_size(tmp_path
             in (tmp_path / "second" / "log.txt").read_text())
 
 
+def test_a_vocab_size_below_the_alphabet_is_said_to_be_exceeded(tmp_path):
+    settings = {**TINY, "tokenizer.vocab_size": 16, "pretrain.steps": 1, "corpus.held_out": 0.2,
+                "corpus.folder": str(small_corpus(tmp_path / "corpus"))}
+    run("bert-pretrain", overrides=settings, out=tmp_path / "run", quiet=True)
+    pieces = json.loads((tmp_path / "run" / "tokenizer.json").read_text())["model"]["vocab"]
+    assert len(pieces) > 16
+    assert (f"tokenizer: it holds {len(pieces):,} pieces, more than tokenizer.vocab_size = 16, because the "
+            f"special tokens and every character of the corpus need a piece each"
+            in (tmp_path / "run" / "log.txt").read_text())
+
+
+def test_a_max_len_without_room_for_a_sentence_pair_is_refused_before_writing(tmp_path, data_root, mirror):
+    # [CLS] A [SEP] B [SEP] with a token of each sentence takes 5; 4 was refused only after tokenizer.json.
+    message = r"model.max_len = 4 is not allowed: it must be a number >= 5"
+    with pytest.raises(GraphseqError, match=message):
+        run("bert-pretrain", overrides={**TINY, "model.max_len": 4, "corpus.folder": str(small_corpus(
+            tmp_path / "corpus"))}, out=tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
+    pretrain_set = [f"{k}={json.dumps(v)}" for k, v in {**TINY, "model.max_len": 4}.items()]
+    with pytest.raises(GraphseqError, match=message):
+        run("bert-polarity", overrides={"pretrain.pretrain_set": pretrain_set}, out=tmp_path / "polarity",
+            data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "polarity").exists()
+
+
+def test_more_held_out_examples_than_the_maximum_are_refused_before_writing(tmp_path):
+    # They are all built before the first step: 10**9 hung the run after it saved its tokenizer.
+    with pytest.raises(GraphseqError, match="pretrain.eval_examples = 1000000000 is not allowed: it must be "
+                                            "a number from 1 to 100000"):
+        run("bert-pretrain", overrides={**TINY, "pretrain.eval_examples": 10**9, "corpus.folder": str(
+            small_corpus(tmp_path / "corpus"))}, out=tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_pretraining_interrupted_before_its_first_checkpoint_starts_again_in_its_folder(tmp_path, monkeypatch):
     # Its tokenizer is stored, but nothing --resume could continue from.
     import graphseq.stages.bert as stages
@@ -470,6 +504,21 @@ def test_bert_polarity_checks_its_pretrainings_before_writing(tmp_path, monkeypa
     monkeypatch.delenv("GRAPHSEQ_MIRROR", raising=False)  # CI sets it; no mirror, no network: no texts
     with pytest.raises(GraphseqError, match="missing dataset file.*input.txt"):
         run("bert-polarity", out=tmp_path / "run", data_root=tmp_path / "datasets", data_mirror=None, quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("entry", ["corpus.exclude_folds=[]", "corpus.folds=5", "corpus.fold_seed = 3"])
+def test_bert_polarity_refuses_the_fold_settings_it_sets_itself_in_pretrain_set(tmp_path, data_root, mirror, entry):
+    # They were silently replaced: "corpus.exclude_folds=[]" pretrained without the group's test folds.
+    key = "corpus." + entry.split(".")[1].split("=")[0].strip()
+    pretrain_set = [f"{k}={json.dumps(v)}" for k, v in {**TINY, "pretrain.steps": 1}.items()] + [entry]
+    with pytest.raises(GraphseqError, match=rf"pretrain.pretrain_set: {key} is not allowed; bert-polarity sets "
+                                            r"corpus.exclude_folds, corpus.folds, corpus.fold_seed itself from "
+                                            r"its folds"):
+        run("bert-polarity", overrides={"pretrain.pretrain_set": pretrain_set, "finetune.run_folds": [0],
+                                        "finetune.max_steps": 1, "finetune.scratch": False,
+                                        "finetune.test": False},
+            out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
     assert not (tmp_path / "run").exists()
 
 
