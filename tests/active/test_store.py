@@ -192,15 +192,20 @@ def current_store(path):
         store.add("age", 2, "Theory", "human", pending=[3, 4])
 
 
+def edit(path, statement):
+    """Runs one SQL statement on the store at ``path``, as a person with sqlite3 would."""
+    connection = sqlite3.connect(path)
+    connection.execute(statement)
+    connection.commit()
+    connection.close()
+
+
 @pytest.mark.parametrize("table", ["pending", "round_ends", "rounds", "answers"])
 @pytest.mark.parametrize("read_only", [False, True])
 def test_a_store_that_lost_a_table_is_named_and_left_as_it_is(tmp_path, table, read_only):
     path = tmp_path / STORE_NAME
     current_store(path)
-    connection = sqlite3.connect(path)
-    connection.execute(f"DROP TABLE {table}")
-    connection.commit()
-    connection.close()
+    edit(path, f"DROP TABLE {table}")
     before = path.read_bytes()
     with pytest.raises(GraphseqError, match=f"^{path} is damaged: it lacks table {table}, which a label store "
                                             f"of version 3 has; it was left as it is$"):
@@ -212,10 +217,7 @@ def test_a_store_that_lost_a_table_is_named_and_left_as_it_is(tmp_path, table, r
 def test_a_store_that_lost_a_column_is_named_and_left_as_it_is(tmp_path, read_only):
     path = tmp_path / STORE_NAME
     current_store(path)
-    connection = sqlite3.connect(path)
-    connection.execute("ALTER TABLE answers DROP COLUMN source")
-    connection.commit()
-    connection.close()
+    edit(path, "ALTER TABLE answers DROP COLUMN source")
     before = path.read_bytes()
     with pytest.raises(GraphseqError, match=f"^{path} is damaged: it lacks column source of table answers"):
         LabelStore(path, read_only=read_only)
@@ -237,10 +239,7 @@ def test_a_store_from_before_the_version_mark_that_lost_a_table_is_named(tmp_pat
 def test_a_store_of_a_newer_version_is_refused(tmp_path):
     path = tmp_path / STORE_NAME
     current_store(path)
-    connection = sqlite3.connect(path)
-    connection.execute(f"PRAGMA user_version = {VERSION + 1}")
-    connection.commit()
-    connection.close()
+    edit(path, f"PRAGMA user_version = {VERSION + 1}")
     with pytest.raises(GraphseqError, match=f"version {VERSION + 1}, written by a newer graphseq"):
         LabelStore(path)
 

@@ -104,14 +104,18 @@ def test_corpus_refuses_an_unknown_text(tmp_path, data_root, mirror):
             data_root=data_root, data_mirror=mirror, quiet=True)
     assert not (tmp_path / "run").exists()
 
-def test_heads_that_do_not_divide_the_width_are_refused_before_writing(tmp_path, data_root, mirror):
+@pytest.mark.parametrize("setting,message", [
     # The model is built after the tokenizer is trained and saved; bert-polarity runs the same pretraining.
-    message = r"bert_model: hidden_size = 16 must be divisible by num_heads = 3 \(each head reads"
+    ({"model.num_heads": 3}, r"bert_model: hidden_size = 16 must be divisible by num_heads = 3 \(each head reads"),
+    # [CLS] A [SEP] B [SEP] with a token of each sentence takes 5; 4 was refused only after tokenizer.json.
+    ({"model.max_len": 4}, r"model.max_len = 4 is not allowed: it must be a number >= 5"),
+])
+def test_model_settings_are_refused_before_writing_in_both_pipelines(tmp_path, data_root, mirror, setting, message):
     with pytest.raises(GraphseqError, match=message):
-        run("bert-pretrain", overrides={**TINY, "model.num_heads": 3}, out=tmp_path / "run",
+        run("bert-pretrain", overrides={**TINY, **setting}, out=tmp_path / "run",
             data_root=data_root, data_mirror=mirror, quiet=True)
     assert not (tmp_path / "run").exists()
-    pretrain_set = [f"{k}={json.dumps(v)}" for k, v in {**TINY, "model.num_heads": 3}.items()]
+    pretrain_set = [f"{k}={json.dumps(v)}" for k, v in {**TINY, **setting}.items()]
     with pytest.raises(GraphseqError, match=message):
         run("bert-polarity", overrides={"pretrain.pretrain_set": pretrain_set}, out=tmp_path / "polarity",
             data_root=data_root, data_mirror=mirror, quiet=True)
@@ -308,20 +312,6 @@ def test_a_vocab_size_below_the_alphabet_is_said_to_be_exceeded(tmp_path):
     assert (f"tokenizer: it holds {len(pieces):,} pieces, more than tokenizer.vocab_size = 16, because the "
             f"special tokens and every character of the corpus need a piece each"
             in (tmp_path / "run" / "log.txt").read_text())
-
-
-def test_a_max_len_without_room_for_a_sentence_pair_is_refused_before_writing(tmp_path, data_root, mirror):
-    # [CLS] A [SEP] B [SEP] with a token of each sentence takes 5; 4 was refused only after tokenizer.json.
-    message = r"model.max_len = 4 is not allowed: it must be a number >= 5"
-    with pytest.raises(GraphseqError, match=message):
-        run("bert-pretrain", overrides={**TINY, "model.max_len": 4, "corpus.folder": str(small_corpus(
-            tmp_path / "corpus"))}, out=tmp_path / "run", quiet=True)
-    assert not (tmp_path / "run").exists()
-    pretrain_set = [f"{k}={json.dumps(v)}" for k, v in {**TINY, "model.max_len": 4}.items()]
-    with pytest.raises(GraphseqError, match=message):
-        run("bert-polarity", overrides={"pretrain.pretrain_set": pretrain_set}, out=tmp_path / "polarity",
-            data_root=data_root, data_mirror=mirror, quiet=True)
-    assert not (tmp_path / "polarity").exists()
 
 
 def test_more_held_out_examples_than_the_maximum_are_refused_before_writing(tmp_path):
