@@ -140,15 +140,20 @@ class TextStreams:
     Window ``k`` is ``(inputs, targets)``, both ``[batch_size, window]``; the
     targets are the inputs shifted one character on. With
     ``drop_last=False`` a shorter last window covers the tail of every stream.
+    ``names`` (of ``batch_size`` and ``window``) and ``text`` word the error
+    of a text too short for them.
     """
 
-    def __init__(self, ids: Tensor, batch_size: int, window: int, drop_last: bool = True):
+    def __init__(self, ids: Tensor, batch_size: int, window: int, drop_last: bool = True,
+                 names: Tuple[str, str] = ("batch_size", "window"), text: str = "a text"):
         if batch_size < 1 or window < 1:
-            raise GraphseqError(f"batch_size and window must be positive, got {batch_size} and {window}")
+            raise GraphseqError(f"{names[0]} and {names[1]} must be positive, got {batch_size} and {window}")
         length = (ids.numel() - 1) // batch_size
         if length < (window if drop_last else 1):
-            raise GraphseqError(f"a text of {ids.numel()} characters is too short for "
-                                f"{batch_size} streams read {window} characters at a time")
+            lower = f"{names[0]} or {names[1]}" if drop_last else names[0]
+            raise GraphseqError(f"{text} of {ids.numel():,} characters is too short for {names[0]} = "
+                                f"{batch_size:,} streams read {names[1]} = {window:,} characters at a time; "
+                                f"lower {lower}")
         self.window = window
         self.inputs = ids[:length * batch_size].view(batch_size, length)
         self.targets = ids[1:length * batch_size + 1].view(batch_size, length)

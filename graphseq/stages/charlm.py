@@ -156,7 +156,10 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
     a step is the same step as in one process.
     """
     model, data = ctx.require("model", "tbptt"), ctx.require("data", "tbptt")
-    streams = TextStreams(data.train, batch_size, window)
+    streams = TextStreams(data.train, batch_size, window, text="the training text (1 - val_fraction)")
+    # The validation streams, checked now rather than at the first evaluation, after training.
+    TextStreams(data.val, eval_batch_size, eval_window, drop_last=False, names=("eval_batch_size", "eval_window"),
+                text="the validation text (val_fraction)")
     rows = distributed.shard(batch_size)  # This rank's streams.
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: cosine_rate(s, steps, lr_end))

@@ -176,3 +176,19 @@ def test_sample_refuses_to_map_units_over_a_text_too_short(trained, tmp_path, ca
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
     assert not page.exists()
+
+
+@pytest.mark.parametrize("setting,message", [
+    ({"train.batch_size": 10**9}, r"the training text \(1 - val_fraction\) of .* is too short for batch_size = "
+                                  r"1,000,000,000 streams .*; lower batch_size or window"),
+    # Found before the first step, not at the first evaluation after training.
+    ({"train.eval_batch_size": 10**9}, r"the validation text \(val_fraction\) .* too short for eval_batch_size = "
+                                       r"1,000,000,000 streams .*; lower eval_batch_size$"),
+])
+def test_streams_too_many_for_the_text_name_their_setting_before_any_step(tmp_path, data_root, mirror,
+                                                                         monkeypatch, setting, message):
+    from graphseq.stages import charlm
+    monkeypatch.setattr(charlm, "train_steps", lambda *a, **k: pytest.fail("reached training"))
+    with pytest.raises(GraphseqError, match=message):
+        _run("charlm-lstm", tmp_path / "run", data_root, mirror, **setting)
+    assert not (tmp_path / "run").exists()
