@@ -70,6 +70,20 @@ def _note_ways(check, *, ways: int, **_) -> None:
     check.facts["fewshot_ways"] = ways  # for fewshot_oracle's precheck of a labels file
 
 
+def _check_episodes(splits: Dict[str, FewShotClasses], ways: int, shots: int, unlabelled: int,
+                    classes: str) -> None:
+    """Refuses, as the data is read (before a model is built for them),
+    episodes a split cannot give, naming the settings."""
+    for name, split in splits.items():
+        if ways > split.num_classes:
+            raise GraphseqError(f"ways = {ways} needs {ways} classes, but the {name} split has "
+                                f"{split.num_classes} ({classes}); lower ways, or give the split more characters")
+    per_class = min(split.per_class for split in splits.values())
+    if shots + unlabelled + 1 > per_class:
+        raise GraphseqError(f"shots = {shots} + unlabelled = {unlabelled} + 1 query need {shots + unlabelled + 1} "
+                            f"images of a class, but a class has {per_class}; lower shots or unlabelled")
+
+
 @stage("omniglot", checks={"ways": at_least(2), "shots": at_least(1), "unlabelled": at_least(0),
                            "train_characters": at_least(1), "val_characters": at_least(0),
                            "split_seed": at_least(0), "size": at_least(8)}, precheck=_note_ways)
@@ -81,10 +95,19 @@ def omniglot(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, train_c
     ``val_characters`` of them held out for validation) and the rest for
     test; with ``rotations`` each quarter turn of a character is a class."""
     images = load_omniglot(ctx.data_root, ctx.data_mirror, size=size, log=ctx.log)
-    split = omniglot_split(len(images.characters), train_characters, val_characters, split_seed)
+    characters = len(images.characters)
+    if not train_characters < characters:
+        raise GraphseqError(f"omniglot: train_characters = {train_characters} must be below the {characters:,} "
+                            f"characters found, so that some are left for test")
+    if not val_characters < train_characters:
+        raise GraphseqError(f"omniglot: val_characters = {val_characters} must be below train_characters = "
+                            f"{train_characters} (validation holds out some of the training characters)")
+    split = omniglot_split(characters, train_characters, val_characters, split_seed)
     splits = {name: images.classes(index, rotations) for name, index in split.items()}
     if val_characters == 0:
         splits.pop("val")
+    _check_episodes(splits, ways, shots, unlabelled, "with rotations, 4 classes a character" if rotations else
+                    "one class a character")
     ctx.data = FewShotData("omniglot", splits, ways, shots, unlabelled)
     ctx.log.info("omniglot: " + ", ".join(f"{name} {len(split[name])} characters = {c.num_classes} classes"
                                           for name, c in splits.items())
@@ -98,6 +121,7 @@ def miniimagenet(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, siz
     16 validation and 20 test classes of 600 images)."""
     splits = {name: load_miniimagenet(ctx.data_root, ctx.data_mirror, name, size, ctx.log)
               for name in ("train", "val", "test")}
+    _check_episodes(splits, ways, shots, unlabelled, "image classes")
     ctx.data = FewShotData("miniimagenet", splits, ways, shots, unlabelled)
     ctx.log.info("mini-ImageNet: " + ", ".join(f"{name} {c.num_classes} classes x {c.per_class}"
                                                for name, c in splits.items())

@@ -377,3 +377,24 @@ def test_miniimagenet_pipelines_on_generated_files(name, tmp_path, write_fake_mi
     summary = graphseq.run(name, out=tmp_path / "run", data_root=tmp_path / "data", quiet=True,
                            overrides=tiny(("train", "test")))
     assert summary["runs"][0]["test_episodes"] == 6
+
+
+@pytest.mark.parametrize("overrides,message", [
+    # 100,000 ways used to build a model that filled the memory before the classes were counted.
+    ({"data.ways": 100_000}, r"ways = 100000 needs 100000 classes, but the train split has 12 "
+                             r"\(with rotations, 4 classes a character\); lower ways"),
+    ({"data.shots": 15, "data.unlabelled": 5}, r"shots = 15 \+ unlabelled = 5 \+ 1 query need 21 images of a "
+                                               r"class, but a class has 20; lower shots or unlabelled"),
+    ({"data.val_characters": 5}, r"val_characters = 5 must be below train_characters = 5"),
+    ({"data.train_characters": 7}, r"train_characters = 7 must be below the 7 characters found"),
+])
+def test_episodes_the_data_cannot_give_are_refused_by_setting_before_a_model_is_built(
+        fake_omniglot, tmp_path, monkeypatch, overrides, message):
+    from graphseq.models import fewshot
+
+    monkeypatch.setattr(fewshot.FewShotGNN, "__init__", lambda *a, **k: pytest.fail("built a model"))
+    with pytest.raises(graphseq.GraphseqError, match=message):
+        graphseq.run("fewshot-omniglot-5w1s", out=tmp_path / "run", quiet=True,
+                     overrides={**tiny(("train", "test")), "data.train_characters": 5, "data.val_characters": 2,
+                                **overrides}, **fake_omniglot)
+    assert not (tmp_path / "run").exists()
