@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterable, List
 
 from ..errors import GraphseqError
-from ..io import atomic_write_text, first_sentence
+from ..io import atomic_write_text, check_file_place, first_sentence
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]  # ids 0..4, in this order
@@ -71,8 +71,9 @@ class WordPieceTokenizer:
     def load(cls, path: str | Path) -> "WordPieceTokenizer":
         """Reads a ``tokenizer.json`` written by :meth:`save` (a folder holding one also works)."""
         path = Path(path)
-        if path.is_dir():
+        if path.is_dir() and path.name != TOKENIZER_FILE:  # a run folder, say; not a folder in the file's place
             path = path / TOKENIZER_FILE
+        check_file_place(path)  # a folder there is named as such, not as missing
         if not path.is_file():
             raise GraphseqError(f"no tokenizer at {path}")
         try:

@@ -35,7 +35,7 @@ from ..data.captions import END, PAD, START, UNKNOWN
 from ..data.text import Vocabulary
 from ..errors import GraphseqError
 from ..graphs import chain, lengths_to_batch
-from ..io import first_sentence, load_checkpoint
+from ..io import check_file_place, first_sentence, load_checkpoint
 from ..nn import ChainLSTM, SelfAttentionConv
 
 # A decoder's state while it writes: tensors ``[layers, N, hidden_size]``
@@ -434,6 +434,7 @@ class Captioner(nn.Module):
 def load_captioner(run_dir: str | Path, device: torch.device | str = "cpu") -> Captioner:
     """The captioner a run kept (``run_dir/captioner.pt``), in eval mode."""
     path = Path(run_dir) / MODEL_FILE
+    check_file_place(path)  # a folder there is named as such, not as missing
     if not path.is_file():
         raise GraphseqError(f"no {MODEL_FILE} in {run_dir}; is it the --out folder of a finished "
                             f"caption-* run?")

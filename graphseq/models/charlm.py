@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from ..data.text import Vocabulary
 from ..errors import GraphseqError
 from ..graphs import chain, lengths_to_batch
-from ..io import first_sentence, load_checkpoint
+from ..io import check_file_place, first_sentence, load_checkpoint
 from ..nn.recurrent import ChainGRU, ChainLSTM, ChainONLSTM, ChainRNN
 from . import evaluating
 
@@ -111,6 +111,7 @@ def detach_state(state: Optional[State]) -> Optional[State]:
 def load_char_lm(run_dir: str | Path, device: str | torch.device = "cpu") -> Tuple[CharLM, Vocabulary]:
     """The model and vocabulary stored in a charlm run's checkpoint."""
     path = Path(run_dir) / CHECKPOINT
+    check_file_place(path)  # a folder there is named as such, not as missing
     if not path.is_file():
         seeds = sorted(Path(run_dir).glob(f"seed-*/{CHECKPOINT}"))
         hint = f"; runs of several seeds keep theirs in {seeds[0].parent}" if seeds else \

@@ -348,3 +348,19 @@ def test_caption_image_will_not_draw_over_its_image_or_into_the_run(tmp_path):
     with pytest.raises(GraphseqError, match="inside the run folder"):
         caption_image(run, image, attention=run / "attention.png")
     assert image.read_bytes() == b"not read: refused before" and list(run.iterdir()) == []
+
+
+@pytest.mark.parametrize("loader,name", [("charlm", "checkpoint.pt"), ("captioner", "captioner.pt"),
+                                         ("bert", "bert.pt"), ("tokenizer", "tokenizer.json")])
+def test_loaders_name_a_folder_in_their_files_place(tmp_path, loader, name):
+    from graphseq.data.wordpiece import WordPieceTokenizer
+    from graphseq.errors import GraphseqError
+    from graphseq.models.bert import load_pretrained
+    from graphseq.models.captioner import load_captioner
+    from graphseq.models.charlm import load_char_lm
+
+    (tmp_path / name).mkdir()
+    load = {"charlm": load_char_lm, "captioner": load_captioner, "bert": load_pretrained,
+            "tokenizer": WordPieceTokenizer.load}[loader]
+    with pytest.raises(GraphseqError, match=f"{tmp_path / name} is a folder, not a file"):
+        load(tmp_path / name if loader == "tokenizer" else tmp_path)
