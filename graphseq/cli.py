@@ -169,10 +169,8 @@ def _add_labels(commands: argparse._SubParsersAction) -> None:
 
 
 def _labels(args: argparse.Namespace) -> int:
-    from .active.store import STORE_NAME, labels_csv
-    from .io import check_file_place
+    from .active.store import labels_csv
 
-    check_file_place(Path(args.dir) / STORE_NAME)
     sys.stdout.write(labels_csv(args.dir, args.strategy))
     return 0
 
@@ -259,7 +257,7 @@ def _sample(args: argparse.Namespace) -> int:
     _check_utf8(args.prime, "--prime")
     cells = None if args.cells is None else _int_list(args.cells, "--cells")
     from . import views
-    from .io import check_file_place, check_output_file
+    from .io import check_output_file
     from .models import charlm
     from .pipeline import resolve_device
 
@@ -273,7 +271,6 @@ def _sample(args: argparse.Namespace) -> int:
         shown = "--length asks" if typed["prime"] is None else "--prime and --length ask"
         raise GraphseqError(f"{shown} for a sample of {len(args.prime) + args.length:,} characters; "
                             f"--html and --units read at most {VIEW_CHARACTERS:,}")
-    check_file_place(Path(args.dir) / charlm.CHECKPOINT)
     model, vocab = charlm.load_char_lm(args.dir, resolve_device(args.device))
     if cells is not None:  # Before anything is printed or drawn.
         views.check_cells(cells, model.config["hidden_size"], f"--cells {args.cells}: ")
@@ -388,13 +385,8 @@ def _caption(args: argparse.Namespace) -> int:
     if args.attention and args.sample > ATTENTION_CAPTIONS:
         raise GraphseqError(f"--attention draws at most {ATTENTION_CAPTIONS} captions (the figure grows with "
                             f"each), got --sample {args.sample}; ask for fewer, or leave --attention out")
-    from .io import check_file_place, check_output_file
     from .models.caption_search import caption_image
-    from .models.captioner import MODEL_FILE
 
-    if args.attention:
-        check_output_file(args.attention, ".png", "--attention", inputs=[args.image], run_dir=args.dir)
-    check_file_place(Path(args.dir) / MODEL_FILE)
     out = caption_image(args.dir, args.image, beam_size=3 if args.beam is None else args.beam,
                         samples=args.sample, temperature=temperature, seed=args.seed,
                         max_length=args.max_length, attention=args.attention, device=args.device)
@@ -421,12 +413,6 @@ def _fill_mask(args: argparse.Namespace) -> int:
     if args.top_k < 1:
         raise GraphseqError(f"--top-k must be at least 1, got {args.top_k}")
     _check_utf8(args.text, "the text")
-    from .data.wordpiece import TOKENIZER_FILE
-    from .io import check_file_place
-    from .models.bert import WEIGHTS_FILE
-
-    for name in (WEIGHTS_FILE, TOKENIZER_FILE):
-        check_file_place(Path(args.dir) / name)
     model, tokenizer = load_pretrained(args.dir, resolve_device(args.device))
     for i, candidates in enumerate(fill_mask(model, tokenizer, args.text, args.top_k), start=1):
         print(f"[MASK] {i}")

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..errors import GraphseqError
-from ..io import check_sqlite
+from ..io import check_file_place, check_sqlite
 
 STORE_NAME = "labels.sqlite"
 SOURCES = ("human", "simulated", "file", "initial")
@@ -120,6 +120,7 @@ class LabelStore:
 
     def __init__(self, path: str | Path, read_only: bool = False):
         self.path = Path(path)
+        check_file_place(self.path)
         if read_only and not self.path.exists():
             raise GraphseqError(f"no label store at {self.path} (the file does not exist)")
         if self.path.exists():
@@ -312,6 +313,7 @@ def labels_csv(run_dir: str | Path, strategy: Optional[str] = None) -> str:
     A run that compared several strategies holds one set of labels per
     strategy; name one with ``strategy``."""
     path = Path(run_dir) / STORE_NAME
+    check_file_place(path)  # a folder there is named as such, not as missing
     if not path.is_file():
         seeds = sorted(p.parent for p in Path(run_dir).glob(f"seed-*/{STORE_NAME}"))
         hint = (f"; this run has one per seed, so name its folder: {', '.join(map(str, seeds))}"

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import global_mean_pool
 
 from ..data.pretraining import IGNORE, TokenGraphs, collate, pack_pair
-from ..data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
+from ..data.wordpiece import SPECIAL_TOKENS, TOKENIZER_FILE, WordPieceTokenizer
 from ..errors import GraphseqError
 from ..io import check_file_place, first_sentence, load_checkpoint, save_checkpoint
 from ..nn.transformer import TransformerEncoderLayer
@@ -230,7 +230,8 @@ def load_pretrained(folder: str | Path, device: torch.device | str = "cpu"
     """The pretrained model and its tokenizer from a ``bert-pretrain`` run folder."""
     folder = Path(folder)
     path = folder / WEIGHTS_FILE
-    check_file_place(path)  # a folder there is named as such, not as missing
+    for place in (path, folder / TOKENIZER_FILE):
+        check_file_place(place)  # a folder there is named as such, not as missing
     if not path.is_file():
         found = sorted(p.parent.name for p in folder.glob(f"*/{WEIGHTS_FILE}")) if folder.is_dir() else []
         hint = f"; its pretraining runs are {', '.join(str(folder / f) for f in found)}" if found else ""

@@ -246,12 +246,9 @@ def test_a_checkpoint_written_before_the_tokenizer_digest_still_resumes(small_pr
     assert (out / "bert.pt").is_file()
 
 
-def test_a_folder_where_a_new_run_saves_its_tokenizer_is_refused_before_writing(small_pretraining, tmp_path,
-                                                                                monkeypatch):
-    # A run that stopped before its first checkpoint starts again in its folder and saves a new tokenizer.
+def interrupt_before_training(monkeypatch, settings, out):
+    """A bert-pretrain run into ``out`` stopped (^C) as its training would start: its tokenizer saved, no checkpoint."""
     import graphseq.stages.bert as stages
-
-    out, settings = tmp_path / "run", small_pretraining[1]
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -260,6 +257,13 @@ def test_a_folder_where_a_new_run_saves_its_tokenizer_is_refused_before_writing(
         patch.setattr(stages, "train_steps", interrupted)
         with pytest.raises(KeyboardInterrupt):
             run("bert-pretrain", overrides=settings, out=out, quiet=True)
+
+
+def test_a_folder_where_a_new_run_saves_its_tokenizer_is_refused_before_writing(small_pretraining, tmp_path,
+                                                                                monkeypatch):
+    # A run that stopped before its first checkpoint starts again in its folder and saves a new tokenizer.
+    out, settings = tmp_path / "run", small_pretraining[1]
+    interrupt_before_training(monkeypatch, settings, out)
     (out / "tokenizer.json").unlink()
     (out / "tokenizer.json").mkdir()
     (out / "tokenizer.json" / "notes.txt").write_text("mine\n")
@@ -325,19 +329,10 @@ def test_more_held_out_examples_than_the_maximum_are_refused_before_writing(tmp_
 
 def test_a_pretraining_interrupted_before_its_first_checkpoint_starts_again_in_its_folder(tmp_path, monkeypatch):
     # Its tokenizer is stored, but nothing --resume could continue from.
-    import graphseq.stages.bert as stages
-
     settings = {**TINY, "tokenizer.vocab_size": 60, "pretrain.steps": 2, "corpus.held_out": 0.2,
                 "corpus.folder": str(small_corpus(tmp_path / "corpus"))}
     out = tmp_path / "out"
-
-    def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patch:
-        patch.setattr(stages, "train_steps", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            run("bert-pretrain", overrides=settings, out=out, quiet=True)
+    interrupt_before_training(monkeypatch, settings, out)
     assert (out / "tokenizer.json").is_file() and not (out / "checkpoint.pt").exists()
     assert "the same command starts it again" in (out / "log.txt").read_text()
     with pytest.raises(GraphseqError, match="stopped before it stored anything to continue from, so start it "
