@@ -8,8 +8,10 @@ shapes set (:mod:`graphseq.data.shapes`) fills the same type from memory.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import stat
 import tempfile
 import urllib.request
 import warnings
@@ -158,7 +160,7 @@ def content_words(tokenized_captions: Sequence[Sequence[str]]) -> List[str]:
 def read_image(path: Path, size: int) -> Tensor:
     """An image file as ``float [3, size, size]`` in ``[0, 1]``: turned the
     way its EXIF orientation says (as a photo is shown), made 8-bit RGB by
-    :func:`_as_rgb`, and resized (squashed) to a square, as the captioning
+    :func:`as_rgb`, and resized (squashed) to a square, as the captioning
     encoders take it."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
@@ -168,7 +170,7 @@ def read_image(path: Path, size: int) -> Tensor:
             # one over twice that); both are refused here, before decoding.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path) as image:
-                image = _as_rgb(ImageOps.exif_transpose(image), path).resize((size, size), Image.BILINEAR)
+                image = as_rgb(ImageOps.exif_transpose(image), path).resize((size, size), Image.BILINEAR)
                 array = np.asarray(image, dtype=np.uint8).copy()
     except FileNotFoundError:
         raise GraphseqError(f"image not found: {path}") from None
@@ -181,7 +183,7 @@ def read_image(path: Path, size: int) -> Tensor:
     return torch.from_numpy(array).permute(2, 0, 1).float().div_(255.0)
 
 
-def _as_rgb(image, path: Path):
+def as_rgb(image, path: Path):
     """A Pillow image as 8-bit RGB. Transparent pixels are laid on white, as
     a viewer shows them (and as Hugging Face's ``convert_to_rgb`` does): the
     background of the generated shapes is a noisy dark grey of one data set,
@@ -254,8 +256,29 @@ def read_coco_captions(annotation_file: Path, image_folder: Path, image_size: in
     if not captions:
         raise GraphseqError(f"{annotation_file} has no captions")
     ids = sorted(i for i in files if i in captions)
-    return CaptionSet([captions[i] for i in ids], paths=[image_folder / files[i] for i in ids],
-                      image_size=image_size)
+    paths = [image_folder / files[i] for i in ids]
+    _check_images(paths, f"listed in {annotation_file}")
+    return CaptionSet([captions[i] for i in ids], paths=paths, image_size=image_size)
+
+
+def _check_images(paths: Sequence[Path], where: str) -> None:
+    """Refuses, before any is read (maybe hours into training), the first
+    image file that is missing or empty, with how many are: one ``stat``
+    each, nothing decoded."""
+    bad = []
+    for path in paths:
+        try:
+            info = path.stat()
+        except OSError:  # Gone, or a folder on the way is.
+            bad.append((path, "missing"))
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            bad.append((path, "not a file"))
+        elif info.st_size == 0:
+            bad.append((path, "empty (0 bytes)"))
+    if bad:
+        raise GraphseqError(f"{bad[0][0]} is {bad[0][1]} ({where}; {len(bad)} of its {len(paths)} captioned "
+                            f"images are missing or empty)")
 
 
 def _coco_id(annotation_file: Path, where: str, value) -> int:
@@ -299,27 +322,60 @@ def _extract(archive: Path, target: Path, keep: Callable[[str], bool]) -> None:
                 shutil.copyfileobj(source, f)
 
 
+def _fetch_and_extract(url: str, folder: Path, prefix: str, fetch: Callable[[str, Path], None]) -> Path:
+    """The members of the zip at ``url`` whose names start with ``prefix``
+    (``NAME/...``), extracted into a staging folder ``folder/.NAME.partial``
+    that is returned whole: what is moved into place from it is never half
+    written. The archive, kept beside until then, is used again by a run
+    that stopped before the end."""
+    archive = folder / Path(url).name
+    if not archive.is_file():  # _fetch leaves nothing under the name until the archive is whole.
+        fetch(url, archive)
+    staging = folder / f".{prefix.split('/')[0]}.partial"
+    shutil.rmtree(staging, ignore_errors=True)  # One a killed run left.
+    try:
+        _extract(archive, staging, lambda member: member.startswith(prefix))
+    except zipfile.BadZipFile as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        archive.unlink()
+        raise GraphseqError(f"{archive} is not a whole zip file ({error}); it was removed, "
+                            f"run again to fetch it again") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return staging
+
+
 def download_coco(folder: Path, split: str, fetch: Callable[[str, Path], None] = _fetch) -> None:
     """Fetches what ``folder`` lacks of a COCO split (``train2014``,
     ``val2014``, ``train2017``, ``val2017``): the captions file from the
     year's annotation archive (241 MB for 2014) and the split's images
-    (13 GB for train2014, 6 GB for val2014). Archives are deleted once
-    extracted."""
+    (13 GB for train2014, 6 GB for val2014). Both are extracted beside their
+    place and moved into it whole, so that a run stopped half-way leaves no
+    partial split folder; archives are deleted once extracted."""
     year = split[-4:]
     if year not in COCO_ANNOTATIONS:
         raise GraphseqError(f"unknown COCO split {split!r}; known: train2014, val2014, train2017, val2017")
     folder.mkdir(parents=True, exist_ok=True)
     annotation = folder / "annotations" / f"captions_{split}.json"
     if not annotation.is_file():
-        archive = folder / Path(COCO_ANNOTATIONS[year]).name
-        fetch(f"{COCO_URL}/{COCO_ANNOTATIONS[year]}", archive)
-        _extract(archive, folder, lambda name: name.startswith("annotations/captions_"))
-        archive.unlink()
+        url = f"{COCO_URL}/{COCO_ANNOTATIONS[year]}"
+        staging = _fetch_and_extract(url, folder, "annotations/captions_", fetch)
+        annotation.parent.mkdir(exist_ok=True)
+        for path in sorted((staging / "annotations").glob("*")):  # the year's other split too
+            if not (annotation.parent / path.name).exists():
+                os.replace(path, annotation.parent / path.name)
+        shutil.rmtree(staging, ignore_errors=True)  # none if the archive holds no captions
+        (folder / Path(url).name).unlink()
     if not (folder / split).is_dir():
-        archive = folder / f"{split}.zip"
-        fetch(f"{COCO_URL}/zips/{split}.zip", archive)
-        _extract(archive, folder, lambda name: name.startswith(f"{split}/"))
-        archive.unlink()
+        url = f"{COCO_URL}/zips/{split}.zip"
+        staging = _fetch_and_extract(url, folder, f"{split}/", fetch)
+        if not (staging / split).is_dir():
+            shutil.rmtree(staging, ignore_errors=True)
+            raise GraphseqError(f"{folder / Path(url).name} holds no {split}/ images; delete it to fetch it again")
+        os.replace(staging / split, folder / split)
+        shutil.rmtree(staging)
+        (folder / Path(url).name).unlink()
 
 
 def locate_coco(split: str, root: Path, mirror: Optional[Path] = None, download: bool = True,

@@ -21,6 +21,7 @@ import torch
 
 from ..errors import GraphseqError
 from ..io import load_checkpoint, read_utf8, save_checkpoint
+from .captions import as_rgb
 from .episodes import FewShotClasses
 
 FOLDER = "mini-imagenet"
@@ -28,7 +29,7 @@ SPLITS = ("train", "val", "test")
 # The usual ImageNet channel statistics.
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: images of more than 8 bits are no longer clipped
 
 
 def find_miniimagenet(root: Path, mirror: Optional[Path] = None) -> Path:
@@ -59,11 +60,14 @@ def read_split(path: Path) -> Dict[str, List[str]]:
             continue
         if len(row) != 2:
             raise GraphseqError(f"{path}, line {number}: expected filename,label, got {','.join(row)!r}")
-        name = row[0].strip()
+        name, label = row[0].strip(), row[1].strip()
+        for field, value in (("filename", name), ("label", label)):
+            if not value:  # A file cut right after a comma, say.
+                raise GraphseqError(f"{path}, line {number}: empty {field}")
         if name in seen:
             raise GraphseqError(f"{path}, line {number}: {name} is listed twice (first on line {seen[name]})")
         seen[name] = number
-        classes.setdefault(row[1].strip(), []).append(name)
+        classes.setdefault(label, []).append(name)
     if not classes:
         raise GraphseqError(f"{path} lists no images")
     return classes
@@ -122,7 +126,7 @@ def _decode(folder: Path, classes: Dict[str, List[str]], size: int,
                 raise GraphseqError(f"{path} is listed in the split CSV but missing")
             try:
                 with Image.open(path) as image:
-                    image = image.convert("RGB")
+                    image = as_rgb(image, path)  # 16-bit and float grey scaled, not clipped
                     if image.size != (size, size):
                         image = image.resize((size, size), Image.BILINEAR)
                     images[c, i] = np.asarray(image)

@@ -10,40 +10,72 @@ the loader and the pipeline can be exercised where the real data is absent.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import shutil
 from itertools import product
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 from torch_geometric.datasets import PPI
 
 from ..errors import GraphseqError
-from ..io import first_sentence
-from .files import locate_raw_files
+from ..io import atomic_write_text, first_sentence
+from .files import locate_raw_files, removed_if_failed
 
 SPLITS = {"train": "train", "val": "valid", "test": "test"}  # PyG's split name -> raw file prefix
 RAW_FILES = [f"{prefix}_{name}" for prefix, name in
              product(SPLITS.values(), ["feats.npy", "graph_id.npy", "graph.json", "labels.npy"])]
 
 
-def load_ppi(root: Path, mirror: Optional[Path] = None) -> Dict[str, PPI]:
+def load_ppi(root: Path, mirror: Optional[Path] = None,
+             log: Optional[logging.Logger] = None) -> Dict[str, PPI]:
     """The three splits of PPI, ``{"train": ..., "val": ..., "test": ...}``,
     each a PyG dataset of graphs with ``x`` ``[nodes, 50]`` and multi-label
     ``y`` ``[nodes, 121]``, from ``root/PPI``. Raw files are checked before
     PyG processes them; a damaged one that this call copied from the mirror
-    (or downloaded) is removed from the root again."""
+    (or downloaded) is removed from the root again. PyG's ``processed/``
+    cache beside ``raw/`` is used only as this loader built it from the raw
+    files there now; a torn or stale one is rebuilt."""
+    log = log or logging.getLogger("graphseq")
     folder = Path(root) / "PPI"
-    raw = folder / "raw"
+    raw, processed = folder / "raw", folder / "processed"
+    if processed.exists() and not processed.is_dir():  # It is deleted to rebuild the cache.
+        raise GraphseqError(f"{processed} is not a folder (PyG's cache of the PPI files goes there); "
+                            f"move it away and run again")
     fresh = {name for name in RAW_FILES if not (raw / name).exists()}
+    cached = processed.exists()  # Before a download, which processes the files as it goes.
 
     def download(raw_dir: Path) -> None:
         PPI(str(folder))  # PyG downloads and unpacks the zip into raw/.
 
-    locate_raw_files("PPI/raw", RAW_FILES, Path(root), mirror, download)
-    if not all((folder / "processed" / f"{split}.pt").is_file() for split in SPLITS):
+    def read() -> Dict[str, PPI]:
+        return {split: PPI(str(folder), split=split) for split in SPLITS}
+
+    with removed_if_failed(raw):  # A refusal leaves no empty PPI/raw behind.
+        locate_raw_files("PPI/raw", RAW_FILES, Path(root), mirror, download)
+        # The stamp names the raw files the cache was built from and the
+        # digests of what PyG wrote: a torn cache, or one of other raw files
+        # (PyG looks only at the names), is rebuilt from the raw files,
+        # checked first.
+        stamp = processed / STAMP
+        if processed.exists():
+            try:
+                kept = stamp.read_text(encoding="utf-8") == _stamp(raw, processed)
+                data = read() if kept else None
+            except Exception:  # torn
+                data = None
+            if data is not None:
+                return data
+            if cached:
+                log.info(
+                    f"{processed} is not the cache this loader built from the files in {raw}; rebuilding it")
+            shutil.rmtree(processed)
         try:
-            _check_raw(raw)
+            for warning in _check_raw(raw):
+                log.warning(warning)
         except _Damaged as error:
             path = raw / error.name
             if error.name not in fresh:
@@ -57,7 +89,34 @@ def load_ppi(root: Path, mirror: Optional[Path] = None) -> Dict[str, PPI]:
                                     f"(the copies taken into {raw} were removed)") from None
             raise GraphseqError(f"damaged PPI file {path}: {error.reason}; it was removed, "
                                 f"run again to fetch it") from None
-    return {split: PPI(str(folder), split=split) for split in SPLITS}
+    try:
+        data = read()
+    except Exception as error:  # Something the checks above do not cover.
+        shutil.rmtree(processed, ignore_errors=True)
+        raise GraphseqError(f"cannot read the PPI files in {raw}: {type(error).__name__}: "
+                            f"{first_sentence(error)}; one of them may be damaged") from None
+    atomic_write_text(stamp, _stamp(raw, processed))
+    return data
+
+
+STAMP = "graphseq-built.txt"  # As Planetoid's loader names its stamp.
+
+
+def _stamp(raw: Path, processed: Path) -> str:
+    """What ``processed/STAMP`` holds: the name, size and modification time
+    of each raw file (as ``make`` decides), then the SHA-256 of each file PyG
+    wrote from them."""
+    lines = []
+    for name in RAW_FILES:
+        stat = (raw / name).stat()
+        lines.append(f"{name} {stat.st_size} bytes, modified {stat.st_mtime_ns}")
+    for split in SPLITS:
+        digest = hashlib.sha256()
+        with open(processed / f"{split}.pt", "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        lines.append(f"{split}.pt sha256 {digest.hexdigest()}")
+    return "\n".join(lines) + "\n"
 
 
 class _Damaged(Exception):
@@ -107,10 +166,14 @@ def _ids(entries: object, keys: Sequence[str], name: str, what: str) -> np.ndarr
     return np.array(ids, dtype=np.int64).reshape(len(ids), len(keys))
 
 
-def _check_raw(raw: Path) -> None:
+def _check_raw(raw: Path) -> List[str]:
     """Checks PPI's raw files in ``raw`` as PyG's processing reads them;
-    raises ``_Damaged`` naming the first file that is not as it should be."""
+    raises ``_Damaged`` naming the first file that is not as it should be.
+    Returns warnings: the graphs whose first node has no links, whose edges
+    PyG's processing numbers from their lowest linked node (PyG's PPI is what
+    published PPI figures use, so it is kept and said)."""
     columns: Dict[str, tuple] = {}
+    warnings = []
     for prefix in SPLITS.values():
         feats, labels, ids, graph = (f"{prefix}_{n}" for n in ("feats.npy", "labels.npy", "graph_id.npy",
                                                               "graph.json"))
@@ -129,6 +192,15 @@ def _check_raw(raw: Path) -> None:
         present = np.unique(g)
         if present[-1] - present[0] + 1 != len(present):
             raise _Damaged(ids, "the graph ids are not consecutive (a graph without nodes)")
+        # PyG numbers a graph's edges from the lowest row its links name, as
+        # if the graph's rows were together and the first of them had links.
+        g = g.astype(np.int64)
+        present, first, count = np.unique(g, return_index=True, return_counts=True)
+        last = len(g) - 1 - np.unique(g[::-1], return_index=True)[1]
+        apart = np.flatnonzero(last - first + 1 != count)
+        if apart.size:
+            raise _Damaged(ids, f"the rows of graph {present[apart[0]]} are not together; PyG's PPI would "
+                                f"misnumber its edges")
         data = _load_json(raw, graph)
         if not isinstance(data, dict) or "links" not in data or "nodes" not in data:
             raise _Damaged(graph, 'expected a node-link object with "nodes" and "links"')
@@ -138,10 +210,22 @@ def _check_raw(raw: Path) -> None:
         links = _ids(data["links"], ["source", "target"], graph, "links")
         if links.size and (links.min() < 0 or links.max() >= rows):
             raise _Damaged(graph, f"a link names a node outside 0 to {rows - 1} (the rows of {feats})")
+        inside = links[g[links[:, 0]] == g[links[:, 1]]]  # PyG drops links between graphs.
+        lowest = np.full(len(present), rows)
+        np.minimum.at(lowest, np.searchsorted(present, g[inside[:, 0]]), inside.min(axis=1))
+        for graph_id, start, low in zip(present, first, lowest):
+            if low == rows:
+                raise _Damaged(graph, f"graph {graph_id} has no links between its nodes; PyG's PPI fails on "
+                                      f"such a graph")
+            if low != start:
+                warnings.append(f"{raw / graph}: the first node of graph {graph_id} (row {start}) has no links "
+                                f"in its graph; PyG's PPI numbers the graph's edges from row {low}, as "
+                                f"every PyG user gets them")
         for name, array, kind in ((feats, x, "feature"), (labels, y, "label")):
             first = columns.setdefault(kind, (name, array.shape[1]))
             if array.shape[1] != first[1]:
                 raise _Damaged(name, f"{array.shape[1]} {kind} columns, but {first[0]} has {first[1]}")
+    return warnings
 
 
 def write_ppi_raw(raw_dir: str | Path, graphs: Sequence[int] = (4, 2, 2), nodes: int = 40,

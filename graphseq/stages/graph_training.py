@@ -28,7 +28,7 @@ def ppi(ctx) -> None:
     (``{"train": ..., "val": ..., "test": ...}``), ``ctx.num_features`` and
     ``ctx.num_classes`` (the number of labels)."""
     with distributed.main_first():  # One process unpacks and processes the files.
-        data = load_ppi(ctx.data_root, ctx.data_mirror)
+        data = load_ppi(ctx.data_root, ctx.data_mirror, log=ctx.log)
     ctx.data = data
     ctx.num_features = data["train"].num_features
     ctx.num_classes = data["train"][0].y.size(1)

@@ -210,7 +210,9 @@ def test_locate_coco_reads_the_mirror_in_place(tmp_path):
         locate_coco("val2014", tmp_path / "root", tmp_path / "mirror", download=False)
 
 
-def test_download_coco_extracts_the_captions_and_the_split_only(tmp_path):
+def _served_coco(tmp_path):
+    """A fetch that serves COCO's two 2014 archives, made from generated
+    images (with a member that tries to escape), and the list of URLs it served."""
     served = tmp_path / "served"
     _write_coco(served)
     archives = {}
@@ -231,16 +233,59 @@ def test_download_coco_extracts_the_captions_and_the_split_only(tmp_path):
         fetched.append(url)
         path.write_bytes(archives[url.split("cocodataset.org/", 1)[1]].read_bytes())
 
+    return fetch, fetched
+
+
+def test_download_coco_extracts_the_captions_and_the_split_only(tmp_path):
+    fetch, fetched = _served_coco(tmp_path)
     annotation, folder = locate_coco("train2014", tmp_path / "root", None, download=True, fetch=fetch)
     assert len(fetched) == 2
     coco = tmp_path / "root" / "coco"
     assert sorted(p.name for p in (coco / "annotations").iterdir()) == ["captions_train2014.json"]
     assert not (tmp_path / "root" / "escape.txt").exists() and not (coco.parent.parent / "escape.txt").exists()
     assert len(list(folder.iterdir())) == 3 and not list(coco.glob("*.zip"))
+    assert sorted(p.name for p in coco.iterdir()) == ["annotations", "train2014"]  # no staging folder left
     assert len(read_coco_captions(annotation, folder)) == 2
     # Nothing is fetched again once it is there.
     download_coco(coco, "train2014", fetch)
     assert len(fetched) == 2
+
+
+def test_an_interrupted_extraction_is_not_taken_for_the_split(tmp_path, monkeypatch):
+    # The split folder was written in place: a run stopped half-way left a
+    # train2014/ that the next run took as complete.
+    import graphseq.data.captions as captions
+
+    fetch, fetched = _served_coco(tmp_path)
+    copy, copies = captions.shutil.copyfileobj, []
+
+    def interrupted(source, target, *args):
+        copies.append(target)
+        if len(copies) == 3:  # the captions, then the second image
+            raise KeyboardInterrupt
+        copy(source, target, *args)
+
+    monkeypatch.setattr(captions.shutil, "copyfileobj", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        locate_coco("train2014", tmp_path / "root", None, download=True, fetch=fetch)
+    coco = tmp_path / "root" / "coco"
+    assert not (coco / "train2014").exists()
+    monkeypatch.setattr(captions.shutil, "copyfileobj", copy)
+    annotation, folder = locate_coco("train2014", tmp_path / "root", None, download=True, fetch=fetch)
+    assert len(list(folder.iterdir())) == 3 and len(read_coco_captions(annotation, folder)) == 2
+    assert len(fetched) == 2  # the whole archive left by the first run was used, then deleted
+    assert sorted(p.name for p in coco.iterdir()) == ["annotations", "train2014"]
+
+
+@pytest.mark.parametrize("damage", ["missing", "empty"])
+def test_a_missing_or_empty_listed_image_is_refused_before_reading(tmp_path, damage):
+    # It was found only when first read, maybe hours into training.
+    _write_coco(tmp_path)
+    image = tmp_path / "train2014" / "COCO_train2014_000000000007.png"
+    image.unlink() if damage == "missing" else image.write_bytes(b"")
+    with pytest.raises(GraphseqError, match=rf"^{re.escape(str(image))} is {damage}.* \(listed in "
+                                            rf"\S*captions_train2014\.json; 1 of its 2 captioned images"):
+        read_coco_captions(tmp_path / "annotations" / "captions_train2014.json", tmp_path / "train2014")
 
 
 def test_a_failed_download_is_one_clear_error(tmp_path):

@@ -67,3 +67,24 @@ def test_an_image_replaced_by_one_of_the_same_size_is_decoded_again(write_fake_m
     os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     after = load_miniimagenet(tmp_path, None, "train")
     assert (after.images[0, 0] > 250).all() and not (before.images[0, 0] > 250).all()
+
+
+@pytest.mark.parametrize("row, message", [("n99999999.jpg,", "empty label"), (",n99999999", "empty filename")])
+def test_a_row_with_an_empty_field_is_refused_with_its_line(write_fake_miniimagenet, tmp_path, row, message):
+    # A file cut right after a comma made a class with an empty label, and the
+    # error blamed the class sizes.
+    folder = write_fake_miniimagenet(tmp_path, classes=(2, 2, 2), per_class=2, size=8)
+    (folder / "train.csv").write_text((folder / "train.csv").read_text() + row)
+    with pytest.raises(GraphseqError, match=rf"train\.csv, line 6: {message}$"):
+        load_miniimagenet(tmp_path, None, "train")
+
+
+def test_16_bit_grey_images_keep_their_grey_levels(write_fake_miniimagenet, tmp_path):
+    # They were clipped to white.
+    import numpy as np
+    from PIL import Image
+
+    folder = write_fake_miniimagenet(tmp_path, classes=(2, 2, 2), per_class=2, size=8)
+    first = folder / "images" / (folder / "train.csv").read_text().splitlines()[1].split(",")[0]
+    Image.fromarray(np.full((8, 8), 128 * 257, dtype=np.uint16)).save(first, format="PNG")
+    assert (load_miniimagenet(tmp_path, None, "train").images[0, 0] == 128).all()

@@ -1,5 +1,7 @@
 """PPI through PyG's loader, on small generated files in PPI's raw layout
 (no copy of the real data exists here)."""
+import logging
+
 import pytest
 import torch
 
@@ -121,4 +123,73 @@ def test_arrays_of_the_wrong_shape_or_values_are_named(tmp_path, name, damage, m
 def test_graphs_that_do_not_fit_the_features_are_named(tmp_path, damage, message):
     _edit_json(_raw(tmp_path), "valid_graph.json", damage)
     with pytest.raises(GraphseqError, match=rf"damaged PPI file \S*valid_graph\.json: .*{message}"):
+        load_ppi(tmp_path)
+
+
+def _graph_edges(graph):
+    return sorted(map(tuple, graph.edge_index.t().tolist()))
+
+
+def test_a_torn_cache_is_rebuilt_from_the_raw_files(tmp_path):
+    # Every later run was a traceback from PyG's torch.load.
+    _raw(tmp_path)
+    edges = _graph_edges(load_ppi(tmp_path)["train"][1])
+    torn = tmp_path / "PPI" / "processed" / "train.pt"
+    torn.write_bytes(torn.read_bytes()[:100])
+    assert _graph_edges(load_ppi(tmp_path)["train"][1]) == edges
+    assert len(load_ppi(tmp_path)["train"]) == 2  # and the rebuilt cache serves
+
+
+def test_a_cache_of_other_raw_files_is_rebuilt(tmp_path):
+    # It was used silently: the old features after the raw files changed.
+    write_ppi_raw(tmp_path / "PPI" / "raw", graphs=(2, 1, 1), nodes=10, features=4, labels=3)
+    assert load_ppi(tmp_path)["train"][0].x.shape[1] == 4
+    write_ppi_raw(tmp_path / "PPI" / "raw", graphs=(2, 1, 1), nodes=10, features=6, labels=3)
+    assert load_ppi(tmp_path)["train"][0].x.shape[1] == 6
+
+
+def test_a_refused_mirror_file_leaves_the_root_as_found(tmp_path):
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    root.mkdir()
+    _save(_raw(mirror), "valid_labels.npy", lambda y: y * 3)
+    with pytest.raises(GraphseqError, match="damaged PPI file .*mirror/PPI/raw/valid_labels.npy"):
+        load_ppi(root, mirror)
+    assert list(root.iterdir()) == []
+
+
+def _unlink_node(row):
+    def change(data):
+        data["links"] = [e for e in data["links"] if row not in (e["source"], e["target"])]
+    return change
+
+
+def test_a_graph_without_links_is_named(tmp_path):
+    # PyG's processing stopped with a RuntimeError traceback (min of nothing).
+    _edit_json(_raw(tmp_path), "train_graph.json", lambda d: d.update(links=[]))
+    with pytest.raises(GraphseqError, match=r"damaged PPI file \S*train_graph\.json: graph 1 has no links.*PyG"):
+        load_ppi(tmp_path)
+
+
+def test_a_first_node_without_links_is_said(tmp_path, caplog):
+    # PyG numbers a graph's edges from its lowest linked node, so a first
+    # node without links shifts every edge of its graph. PyG's numbering is
+    # what every PPI figure uses: it is kept, and said, not silent.
+    _edit_json(_raw(tmp_path), "train_graph.json", _unlink_node(0))
+    with caplog.at_level(logging.WARNING, logger="graphseq"):
+        data = load_ppi(tmp_path)
+    assert "the first node of graph 1 (row 0) has no links" in caplog.text
+    assert "train_graph.json" in caplog.text
+    assert len(data["train"]) == 2
+
+
+def _swap_ends(g):
+    g[[0, -1]] = g[[-1, 0]]
+    return g
+
+
+def test_graphs_whose_rows_are_not_together_are_named(tmp_path):
+    # PyG takes a graph's rows wherever they are but numbers its edges as if they were together.
+    _save(_raw(tmp_path), "train_graph_id.npy", _swap_ends)  # graph ids 2, 1, ..., 1, 2, ..., 2, 1
+    with pytest.raises(GraphseqError, match=r"damaged PPI file \S*train_graph_id\.npy: the rows of graph 1 "
+                                            r"are not together.*PyG"):
         load_ppi(tmp_path)
