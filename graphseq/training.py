@@ -386,8 +386,8 @@ def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer
                             f"{', '.join(missing)})")
     for key, value in meta.items():
         if checkpoint.get(key) != value:
-            raise GraphseqError(f"--resume: {path} was written with {key} = {_short(checkpoint.get(key))}, "
-                                f"but this run has {key} = {_short(value)}")
+            raise GraphseqError(f"--resume: {path} was written with {_difference(key, checkpoint.get(key), value)}; "
+                                f"the run's config.toml holds the settings it was started with")
     size = distributed.world_size()
     if checkpoint["world_size"] != size:
         raise GraphseqError(f"--resume: {path} was written by {checkpoint['world_size']} process(es); "
@@ -418,6 +418,24 @@ def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer
     set_rng_state(mine["rng"])
     if distributed.is_main():
         ctx.log.info(f"resumed from {path} at step {progress.step}")
+
+
+def _difference(key: str, was: Any, now: Any) -> str:
+    """``key = was, but this run has now``; of dicts (a model's settings),
+    only the entries that differ, so a long one does not hide them."""
+    if isinstance(was, dict) and isinstance(now, dict):
+        keys = [k for k in {**was, **now} if was.get(k, _ABSENT) != now.get(k, _ABSENT)]
+        return ", ".join(f"{key}[{k!r}] = {_short(was.get(k, _ABSENT))}, but this run has "
+                         f"{_short(now.get(k, _ABSENT))}" for k in keys)
+    return f"{key} = {_short(was)}, but this run has {key} = {_short(now)}"
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(none)"
+
+
+_ABSENT = _Absent()
 
 
 def _short(value: Any, width: int = 80) -> str:

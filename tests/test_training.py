@@ -250,6 +250,16 @@ def test_resume_refuses_a_checkpoint_of_another_model(tmp_path):
         train(tmp_path, 4, resume=True, meta={"model_config": {"hidden": 16}})
 
 
+def test_resume_names_the_settings_of_the_model_that_differ(tmp_path):
+    # Both settings were cut at 80 characters, so the two halves of the message read the same.
+    long = {f"setting_{i}": i for i in range(12)}
+    train(tmp_path, 2, meta={"model_config": {**long, "dropout": 0.1}})
+    with pytest.raises(GraphseqError, match=r"written with model_config\['dropout'\] = 0\.1, but this run has 0\.3, "
+                                            r"model_config\['layers'\] = \(none\), but this run has 2; the run's "
+                                            r"config\.toml holds"):
+        train(tmp_path, 4, resume=True, meta={"model_config": {**long, "dropout": 0.3, "layers": 2}})
+
+
 def test_a_budget_is_required(tmp_path):
     with pytest.raises(GraphseqError, match="budget"):
         train(tmp_path, 0)

@@ -250,7 +250,8 @@ def train_sentences(ctx, *, max_epochs: int = 10, patience: int = 3, batch_size:
     make_model: Callable = ctx.require("make_model", "train_sentences")
     # folds.json holds the figures of every fold finished so far (their
     # weights are in fold-<i>.pt); a resumed run keeps those and runs the rest.
-    done = {f["fold"]: f for f in (read_folds(ctx.out / FOLDS_FILE) if ctx.resume else [])
+    done = {f["fold"]: f for f in (read_folds(ctx.out / FOLDS_FILE, ("epochs", "val_accuracy")) if ctx.resume
+                                        else [])
             if (ctx.out / f"fold-{f['fold']}.pt").is_file()}
     write_json(ctx.out / FOLDS_FILE, list(done.values()))
     results = []

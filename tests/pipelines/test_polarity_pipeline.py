@@ -55,13 +55,14 @@ def test_a_damaged_record_of_finished_folds_is_refused_on_resume_before_writing(
     checkpoint, record = tmp_path / "fold-3.pt", tmp_path / "folds.json"
     whole = {path: path.read_bytes() for path in (checkpoint, record)}
     torn_checkpoint = r"fold-3\.pt is damaged or not a graphseq checkpoint"
-    other_rows = r"folds\.json is damaged \(not a list of folds with fold\); it was left as it is"
+    other_rows = r"folds\.json is damaged \(not a list of folds with fold, epochs, val_accuracy\); it was left as it is"
     for path, damaged, message in (
             (checkpoint, whole[checkpoint][:len(whole[checkpoint]) // 2], torn_checkpoint),
             (checkpoint, b"", torn_checkpoint),
             (record, whole[record][:len(whole[record]) // 2], r"folds\.json is damaged \(.+\); it was left as it is"),
             (record, b'{"fold": 3}', other_rows),
-            (record, b'[{"val_accuracy": 0.5}]', other_rows)):
+            (record, b'[{"val_accuracy": 0.5}]', other_rows),
+            (record, b'[{"fold": 3, "epochs": 1}]', other_rows)):  # was a KeyError traceback
         path.write_bytes(damaged)
         before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
         with pytest.raises(GraphseqError, match=message):
