@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Tuple, Union
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,16 @@ def one_of(*choices: Any) -> Domain:
     return Domain(f"one of {', '.join(map(str, choices))}", lambda v: v in choices)
 
 
-def each(domain: Domain) -> Domain:
-    """A non-empty list whose every item is in ``domain``."""
-    return Domain(f"a non-empty list, each item {domain.allowed}",
-                  lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(map(domain, v)))
+def each(domain: Domain, distinct: bool = False) -> Domain:
+    """A non-empty list whose every item is in ``domain``; with ``distinct``,
+    no item twice (a list of things to do, each of which a repeat would redo)."""
+    return Domain(f"a non-empty list{' of distinct items' if distinct else ''}, each item {domain.allowed}",
+                  lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(map(domain, v))
+                  and (not distinct or _distinct(v)))
+
+
+def _distinct(items: Any) -> bool:
+    return all(item not in items[:i] for i, item in enumerate(items))  # lists are not hashable
 
 
 finite = Domain("a finite number", is_number)
@@ -78,6 +84,17 @@ positive = Domain("a number > 0", lambda v: is_number(v) and v > 0)
 non_negative = Domain("a number >= 0", lambda v: is_number(v) and v >= 0)
 probability = between(0, 1)
 fraction = Domain("a number between 0 and 1, both excluded", lambda v: is_number(v) and 0 < v < 1)
+
+
+# When a key applies (see ``applies`` in :func:`graphseq.stages.stage`): the
+# values another key must hold, ``("onlstm",)``, or a domain it must be in,
+# ``positive`` or ``Domain("a list with an item other than 'gat'", ...)``.
+Condition = Union[Tuple[Any, ...], Domain]
+
+
+def holds(condition: Condition, value: Any) -> bool:
+    """Whether ``value`` meets ``condition``: one of its values, or in its domain."""
+    return condition(value) if isinstance(condition, Domain) else value in condition
 
 
 def refusal(key: str, value: Any, domain: Domain) -> str:

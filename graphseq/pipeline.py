@@ -30,7 +30,7 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Collection, Dict, List, Optional, Sequence, Set
 
 import torch
 
@@ -40,7 +40,7 @@ except ImportError:  # Windows: run folders are not locked.
     fcntl = None
 
 from . import __version__, distributed
-from .checks import is_whole_number, refusal
+from .checks import Domain, holds, is_whole_number, refusal
 from .errors import GraphseqError
 from .io import (atomic_write_bytes, atomic_write_text, check_file_place, check_stored_file, remove_temporaries,
                  write_json)
@@ -187,12 +187,15 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, name.strip(), value
 
 
-def apply_overrides(config: Dict[str, Any], overrides: Sequence[str] | Dict[str, Any] | None) -> None:
+def apply_overrides(config: Dict[str, Any], overrides: Sequence[str] | Dict[str, Any] | None
+                    ) -> Set[tuple[str, str]]:
+    """Sets each ``section.key`` of ``overrides`` in ``config``; returns the
+    keys set, as (section, key), for :func:`check_applies`."""
     if not overrides:
-        return
+        return set()
     items = (overrides.items() if isinstance(overrides, dict)
              else [(f"{s}.{k}", v) for s, k, v in map(parse_override, overrides)])
-    tables = sections(config)
+    tables, given = sections(config), set()
     for key, value in items:
         section, _, name = key.partition(".")
         if section not in tables:
@@ -204,6 +207,8 @@ def apply_overrides(config: Dict[str, Any], overrides: Sequence[str] | Dict[str,
                                 f"known keys of [{section}]: {', '.join(known)}")
         tables[section][name] = _check_type(key, value, known[name], "--set",
                                             tables[section].get(name, _REQUIRED))
+        given.add((section, name))
+    return given
 
 
 def check_domains(config: Dict[str, Any], source: str) -> None:
@@ -215,34 +220,41 @@ def check_domains(config: Dict[str, Any], source: str) -> None:
                 raise GraphseqError(f"{source}: {refusal(f'{name}.{key}', value, checks[key])}")
 
 
-def check_applies(config: Dict[str, Any], source: str,
-                  written: Optional[Dict[str, Any]] = None) -> List[tuple[str, str]]:
+def check_applies(config: Dict[str, Any], source: str, written: Optional[Dict[str, Any]] = None,
+                  overridden: Collection[tuple[str, str]] = ()) -> List[tuple[str, str]]:
     """A key set where its stage has no use for it (``chunk_size`` for an
     LSTM cell) is refused: the run would ignore it without a word.
 
-    ``written`` is the pipeline file as read, before ``--set``: the keys it
-    sets for a mode that ``--set`` switched away from (the neighbour
-    loader's settings after ``train.loader=full``) are let be, since the
-    user chose the other mode and cannot take the file's keys out. Returns
-    them, as (section, key), for the run to leave out of what it records."""
-    given = sections(written) if written is not None else {}
+    ``written`` is the pipeline file as read, and ``overridden`` the keys
+    that ``--set`` gave, as (section, key) (what :func:`apply_overrides`
+    returns). A key of the file's own, which ``--set`` did not give, is let
+    be where the file sets it for another mode than the one that runs: one
+    that ``--set`` or a run option switched away from (the neighbour
+    loader's settings after ``train.loader=full``), or any other than the
+    one a run option picks (``active.strategy``, which a person answers
+    for, when the simulated oracle runs ``active.compare``); the user chose
+    the mode and cannot take the file's keys out. Returns them, as
+    (section, key), for the run to leave out of what it records."""
+    file_tables = sections(written) if written is not None else {}
     let_be = []
     for name, table in sections(config).items():
         kind = table.get("stage", name)
-        defaults = stage_params(get_stage(kind))
-        in_file = given.get(name, {})
-        for key, conditions in stage_spec(kind).applies.items():
+        defaults, spec = stage_params(get_stage(kind)), stage_spec(kind)
+        in_file = file_tables.get(name, {})
+        for key, conditions in spec.applies.items():
             if key not in table:
                 continue
-            for on, values in conditions.items():
+            own = key in in_file and (name, key) not in overridden and in_file[key] == table[key]
+            for on, condition in conditions.items():
                 setting = table.get(on, defaults[on])
-                switched = (key in in_file and in_file[key] == table[key]
-                            and in_file.get(on, defaults[on]) != setting)
-                if setting not in values and not switched:
+                if holds(condition, setting):
+                    continue
+                if not (own and (in_file.get(on, defaults[on]) != setting or on in spec.options)):
+                    when = (f"when {name}.{on} is {condition.allowed}" if isinstance(condition, Domain)
+                            else f"with {' or '.join(map(repr, condition))}")
                     raise GraphseqError(f"{source}: {name}.{key} has no use when {name}.{on} = {setting!r}: it "
-                                        f"applies only with {' or '.join(map(repr, values))}; leave it out")
-                if setting not in values:
-                    let_be.append((name, key))
+                                        f"applies only {when}; leave it out")
+                let_be.append((name, key))
     return let_be
 
 
@@ -263,14 +275,18 @@ def precheck(config: Dict[str, Any], data_root: str | os.PathLike | None = None,
 
 def checked_config(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] | None = None
                    ) -> Dict[str, Any]:
-    """The settings of ``pipeline`` with ``overrides``, their keys, types and
-    domains checked as :func:`run` checks them; writes nothing. A stage that
+    """The settings of ``pipeline`` with ``overrides``, their keys, types,
+    domains and uses checked as :func:`run` checks them (less the file's
+    settings :func:`check_applies` lets be); writes nothing. A stage that
     runs a pipeline of its own checks it with this (and :func:`precheck`)
     before its run writes a file."""
     path = resolve_pipeline(pipeline)
     config = read_config(path)
-    apply_overrides(config, overrides)
+    written = copy.deepcopy(config)
+    given = apply_overrides(config, overrides)
     check_domains(config, config.get("pipeline") or path.stem)
+    for section, key in check_applies(config, config.get("pipeline") or path.stem, written, given):
+        config[section].pop(key, None)
     return config
 
 
@@ -613,12 +629,12 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         runs = config.get("runs", 1) if runs is None else runs
     _check_seeds(seed, runs)
     written = copy.deepcopy(config)
-    apply_overrides(config, overrides)
+    given = apply_overrides(config, overrides)
     objects = _apply_options(config, options, name)
     check_domains(config, name)
     if not resume:  # A run started before a key was found unused still continues.
         # Keys let be are not recorded: config.toml holds what runs, and runs again as a pipeline file.
-        for section, key in check_applies(config, name, written):
+        for section, key in check_applies(config, name, written, given):
             config[section].pop(key, None)
     torch_device = resolve_device(device)
     # Several processes (torchrun, --nproc-per-node): check, then join the group.

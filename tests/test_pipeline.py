@@ -14,7 +14,9 @@ from graphseq import run
 from graphseq.checks import at_least
 from graphseq.errors import GraphseqError
 from graphseq.cli import main
-from graphseq.pipeline import apply_overrides, dump_toml, parse_override, read_config, resolve_pipeline
+from graphseq.pipeline import (_apply_options, apply_overrides, available_pipelines, check_applies,
+                               check_domains, checked_config, dump_toml, parse_override, read_config,
+                               resolve_pipeline)
 from graphseq.stages import STAGES, stage
 
 FAST = {"train.max_epochs": 3}
@@ -359,6 +361,37 @@ def test_switching_the_mode_by_set_lets_the_pipeline_files_settings_for_the_othe
                 quiet=True)
     figures = lambda summary: {k: v for k, v in summary["runs"][0].items() if k != "epoch_seconds"}  # noqa: E731
     assert figures(again) == figures(metrics)
+
+
+def test_a_setting_given_by_set_is_refused_where_unused_even_at_the_files_value(tmp_path, data_root, mirror):
+    # The file says batch_size = 64 too; typed with --set, it is the user's, and would be dropped.
+    with pytest.raises(GraphseqError, match="train.batch_size has no use when train.loader = 'full'"):
+        run("gat-cora-neighbor", overrides={"train.loader": "full", "train.batch_size": 64},
+            out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
+    assert apply_overrides(read_config(resolve_pipeline("gat-cora")), ["train.lr=0.01", "model.heads=4"]) == {
+        ("train", "lr"), ("model", "heads")}
+
+
+def test_checked_config_refuses_a_setting_the_run_would_ignore_and_lets_the_files_own_be():
+    # What bert-polarity checks its pretrain_set with, before its run writes.
+    with pytest.raises(GraphseqError, match="charlm-lstm: model.chunk_size has no use when model.cell = 'lstm'"):
+        checked_config("charlm-lstm", ["model.chunk_size=4"])
+    train = checked_config("gat-cora-neighbor", ["train.loader=full"])["train"]
+    assert train["loader"] == "full" and "batch_size" not in train and "num_neighbors" not in train
+
+
+def test_every_pipeline_file_passes_its_checks_with_every_oracle():
+    for name, path in available_pipelines().items():
+        for oracle in ("simulated", "human", "file"):
+            config = read_config(path)
+            written = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+            try:
+                _apply_options(config, {"oracle": oracle}, name)
+            except GraphseqError:  # --oracle has no use in this pipeline
+                pass
+            check_domains(config, name)
+            check_applies(config, name, written)
 
 
 def test_a_run_started_with_a_setting_found_unused_later_still_resumes(charlm_run, tmp_path, data_root, mirror):

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from graphseq.checks import at_least, between, each, fraction, non_negative, one_of, positive, probability
+from graphseq.checks import (at_least, between, each, fraction, holds, non_negative, one_of, positive,
+                             probability, refusal)
 from graphseq.stages import SPECS, STAGES, stage, stage_params
 
 
@@ -16,11 +17,24 @@ from graphseq.stages import SPECS, STAGES, stage, stage_params
     (at_least(1), [1, 10**6], [0, -1, math.inf]),
     (between(0, 10), [0, 10], [-1, 11, math.nan]),
     (one_of("gat", "loss"), ["gat", "loss"], ["Gat", "", 1]),
-    (each(one_of("a", "b")), [["a"], ["b", "a"]], [[], ["c"], ["a", "c"], "a"]),
+    (each(one_of("a", "b")), [["a"], ["b", "a"], ["a", "a"]], [[], ["c"], ["a", "c"], "a"]),
+    (each(one_of("a", "b"), distinct=True), [["a"], ["b", "a"]], [["a", "a"], ["b", "a", "b"], []]),
+    (each(each(positive), distinct=True), [[[1], [2]], [[1, 2]]], [[[1], [1]]]),  # unhashable items
 ])
 def test_domain_takes_what_it_allows_and_nothing_else(domain, inside, outside):
     assert all(domain(v) for v in inside)
     assert not any(domain(v) for v in outside)
+
+
+def test_a_list_of_distinct_items_says_so():
+    assert refusal("compare.variants", ["gat", "gat"], each(one_of("gat", "full"), distinct=True)) == (
+        "compare.variants = ['gat', 'gat'] is not allowed: it must be a non-empty list of distinct items, "
+        "each item one of gat, full")
+
+
+def test_a_condition_is_values_or_a_domain():
+    assert holds(("onlstm",), "onlstm") and not holds(("onlstm",), "lstm")
+    assert holds(positive, 3) and not holds(positive, 0)
 
 
 def test_every_numeric_stage_parameter_has_a_domain():

@@ -35,7 +35,16 @@ from .registry import stage
 ORACLES = ("simulated", "human", "file")
 
 
-@stage("active_cora", checks={"name": Domain(f"one of {', '.join(NAMES)}", lambda v: v.lower() in NAMES)})
+def _note_standard_split(check, **_) -> None:
+    check.facts["standard_split"] = True  # for active.reference
+
+
+def _note_no_standard_split(check, **_) -> None:
+    check.facts["standard_split"] = False
+
+
+@stage("active_cora", checks={"name": Domain(f"one of {', '.join(NAMES)}", lambda v: v.lower() in NAMES)},
+       precheck=_note_standard_split)
 def active_cora(ctx, *, name: str = "cora"):
     """Cora (or another Planetoid graph) as a pool of papers to label."""
     ctx.task, ctx.data = cora_task(ctx.data_root, ctx.data_mirror, name)
@@ -43,7 +52,8 @@ def active_cora(ctx, *, name: str = "cora"):
                  f"test {int(ctx.data.test_mask.sum())}")
 
 
-@stage("active_polarity", checks={"neighbours": at_least(1), "limit": non_negative})
+@stage("active_polarity", checks={"neighbours": at_least(1), "limit": non_negative},
+       precheck=_note_no_standard_split)
 def active_polarity(ctx, *, neighbours: int = 10, limit: int = 0):
     """Sentence-polarity snippets as nodes of a TF-IDF k-nearest-neighbour graph."""
     ctx.task, ctx.data = polarity_task(ctx.data_root, ctx.data_mirror, neighbours, limit=limit)
@@ -84,18 +94,32 @@ def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int)
     raise GraphseqError(f"unknown oracle {kind!r}; choose one of {', '.join(ORACLES)}")
 
 
-def _check_budget(check, *, budget: int, initial: int, **_) -> None:
-    # The loop refuses it too, but only after labels.sqlite is made; here nothing is written yet.
-    if budget < initial:
+def _check_active(check, *, budget: int, initial: int, oracle: str, labels: str, reference: bool, **_) -> None:
+    # What the stage would find only after the run folder is made.
+    if budget < initial:  # The loop refuses it too, but only after labels.sqlite is made.
         raise GraphseqError(f"active.budget ({budget}) is smaller than the initial labelled set "
                             f"(active.initial = {initial}); the budget counts the initial labels too")
+    kind = check.options.get("oracle", oracle)  # An oracle object handed to graphseq.run, or a name.
+    if labels and getattr(kind, "source", kind) != "file":
+        raise GraphseqError(f"a labels file ({labels}) is answered only by oracle = \"file\" "
+                            f"(--oracle file), not {getattr(kind, 'source', kind)!r}")
+    if reference and check.facts.get("standard_split") is False:
+        raise GraphseqError("active.reference = true has no use here: this task has no standard training "
+                            "split to compare with (active-polarity holds out test sentences only); "
+                            "set it to false")
+
+
+# The simulated oracle runs every strategy of compare; a person or a file answers for strategy alone.
+BY_ORACLE = {"compare": ("simulated",), "noise": ("simulated",), "strategy": ("human", "file"),
+             "initial_from_truth": ("human", "file")}
 
 
 @stage("active_learning", checks={
-    "compare": each(one_of(*STRATEGIES)), "strategy": one_of(*STRATEGIES), "budget": at_least(1),
+    "compare": each(one_of(*STRATEGIES), distinct=True), "strategy": one_of(*STRATEGIES), "budget": at_least(1),
     "initial": at_least(1), "batch_size": at_least(1), "oracle": one_of(*ORACLES), "noise": probability,
     "labels": Domain("empty, or the path of an existing file", lambda v: not v or Path(v).is_file())},
-    options=("oracle", "labels"), resumes=STORE_NAME, resume_may_change=("budget",), precheck=_check_budget)
+    options=("oracle", "labels"), resumes=STORE_NAME, resume_may_change=("budget",), precheck=_check_active,
+    applies={key: {"oracle": oracles} for key, oracles in BY_ORACLE.items()})
 def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin", "least_confidence",
                                                   "degree", "pagerank", "age", "coreset"),
                     strategy: str = "margin", budget: int = 140, initial: int = 14, batch_size: int = 14,
@@ -108,17 +132,22 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
     (``human``) or a labels file (``file``, ``labels``) answers for
     ``strategy`` alone, and is asked about the ``initial`` random items too,
     so that every label of the run is theirs (unless ``initial_from_truth``).
-    ``budget`` counts every label, the initial ones included. ``reference``
-    also trains on the dataset's standard training split, when it has one,
-    for comparison. Metrics: ``final_accuracy_<strategy>``,
-    ``labels_<strategy>`` and the ``curves``.
+    Each of these keys applies to its oracles only (``BY_ORACLE``): one set
+    for the other oracle is refused, except a pipeline file's own, which
+    the run's ``--oracle`` lets be. ``budget`` counts every label, the
+    initial ones included, and neither may exceed the pool. ``reference``
+    also trains on the dataset's standard training split for comparison
+    (a task without one, polarity, refuses it). Metrics:
+    ``final_accuracy_<strategy>``, ``labels_<strategy>`` and the ``curves``.
     """
     task, data = ctx.require("task", "active_learning"), ctx.require("data", "active_learning")
     make_learner = ctx.require("make_learner", "active_learning")
+    size = task.pool.numel()
+    for key, value in (("initial", initial), ("budget", budget)):  # before labels.sqlite is made
+        if value > size:
+            raise GraphseqError(f"active.{key} = {value} is more than the {size} items of the pool, which the "
+                                f"run would run out of; set it to {size} at most")
     kind = ctx.options.get("oracle", oracle)  # An oracle object handed to graphseq.run, or a name.
-    if labels and kind != "file":
-        raise GraphseqError(f"a labels file ({labels}) is answered only by oracle = \"file\" "
-                            f"(--oracle file), not {getattr(kind, 'source', kind)!r}")
     the_oracle = make_oracle(kind, labels, data.y, noise, ctx.seed)
     if isinstance(the_oracle, FileOracle):
         the_oracle.check(task.class_names, task.pool)  # Every row, before the first label is stored.

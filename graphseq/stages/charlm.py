@@ -128,7 +128,8 @@ def cosine_rate(step: int, steps: int, end: float) -> float:
     "clip": positive, "steps": non_negative, "minutes": non_negative,
     "eval_every": at_least(1), "eval_chars": non_negative, "eval_batch_size": at_least(1),
     "eval_window": at_least(1), "checkpoint_every": at_least(1)},
-    resumes=CHECKPOINT, resume_may_change=("steps", "minutes"), data_parallel=True, splits=("batch_size",))
+    resumes=CHECKPOINT, resume_may_change=("steps", "minutes"), data_parallel=True, splits=("batch_size",),
+    applies={"lr_end": {"steps": positive}})
 def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
           lr_end: float = 0.1, clip: float = 5.0,
           steps: int = 10000, minutes: float = 0.0, eval_every: int = 250, eval_chars: int = 30000,
@@ -141,7 +142,8 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
     as the ``steps`` steps end (see :func:`cosine_rate`), gradients clipped
     to norm ``clip``. Stops after ``steps`` steps, or earlier after
     ``minutes`` minutes of training (0: no time limit); with ``steps = 0``
-    only ``minutes`` bounds the run and the rate stays at ``lr``. The
+    only ``minutes`` bounds the run and the rate stays at ``lr`` (``lr_end``
+    is refused there). The
     schedule spans the step budget, so a resume that sets ``steps`` anew
     moves the rest of the schedule with it. Every ``eval_every`` steps about
     ``eval_chars`` validation characters are scored (the first windows of

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
-from ..checks import Domain
+from ..checks import Condition, Domain
 from ..errors import GraphseqError
 
 STAGES: Dict[str, Callable[..., Any]] = {}
@@ -32,7 +32,7 @@ class StageSpec:
     precheck: Optional[Callable[..., None]] = None  # checks the whole pipeline and its data before a write
     resume_reads: Tuple[str, ...] = ()       # files (globs) a resumed run reads where they exist
     resume_notes: Dict[str, str] = field(default_factory=dict)  # why --resume may not change a key
-    applies: Dict[str, Dict[str, Tuple[Any, ...]]] = field(default_factory=dict)  # key -> {key: values}
+    applies: Dict[str, Dict[str, Condition]] = field(default_factory=dict)  # key -> {key: values or domain}
     splits: Tuple[str, ...] = ()             # keys whose value the processes share out (a batch size)
 
 
@@ -53,7 +53,7 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
           resumes: str = "", resume_may_change: Sequence[str] = (),
           data_parallel: bool | Dict[str, Tuple[Any, ...]] = False, precheck: Optional[Callable[..., None]] = None,
           resume_reads: Sequence[str] = (), resume_notes: Dict[str, str] | None = None,
-          applies: Dict[str, Dict[str, Tuple[Any, ...]]] | None = None, splits: Sequence[str] = ()
+          applies: Dict[str, Dict[str, Condition]] | None = None, splits: Sequence[str] = ()
           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Registers ``fn`` as the stage ``name``; a second stage of the same name is refused.
 
@@ -91,10 +91,17 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
             user may expect to (a budget), why it may not; the refusal says
             it.
         applies: keys that only some settings of other keys use, e.g.
-            ``{"chunk_size": {"cell": ("onlstm",)}}``; where several keys
-            are named, each must hold one of its values. A new run that
-            sets such a key where it has no use is refused rather than run
-            without it.
+            ``{"chunk_size": {"cell": ("onlstm",)}}``: the other key must
+            hold one of the values, or, where a :class:`~graphseq.checks.Domain`
+            stands for them, be in it (``{"lr_end": {"steps": positive}}``;
+            the refusal quotes its ``allowed``). Where several keys are
+            named, each must. A new run that sets such a key where it has
+            no use is refused rather than run without it. A key the
+            pipeline file sets (not ``--set``) is let be, and left out of
+            what runs, where ``--set`` or a run option switched the other
+            key away from the file's value, or where that key is a run
+            option of the stage (``oracle``): a file may set each mode's
+            keys, and the option picks the mode.
         splits: keys whose value the processes share out among them (a
             batch size of streams or graphs), which must divide evenly by
             their number; a launch that they do not divide is refused

@@ -297,3 +297,59 @@ def test_a_budget_below_the_initial_labels_is_refused_before_the_run_folder_is_m
     assert not out.exists()
     assert re.search(r"active\.budget \(5\) is smaller than the initial labelled set \(active\.initial = 14\)",
                      capsys.readouterr().err)
+
+
+CHECKED = ["--quiet", "--set", "learner.epochs=1"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "active.strategy=degree"],
+     "active.strategy has no use when active.oracle = 'simulated': it applies only with 'human' or 'file'"),
+    (["--oracle", "human", "--set", "active.noise=0.4"],
+     "active.noise has no use when active.oracle = 'human': it applies only with 'simulated'"),
+    (["--oracle", "human", "--set", 'active.compare=["degree"]'],
+     "active.compare has no use when active.oracle = 'human': it applies only with 'simulated'"),
+    (["--set", "active.initial_from_truth=true"],
+     "active.initial_from_truth has no use when active.oracle = 'simulated'"),
+    (["--set", 'active.compare=["random", "random"]'],
+     "active.compare = ['random', 'random'] is not allowed: it must be a non-empty list of distinct items"),
+])
+def test_a_setting_for_another_oracle_or_a_repeated_strategy_is_refused(args, message, tmp_path, data_root,
+                                                                        mirror, capsys):
+    # The file's own keys for the other oracle are let be (every --oracle runs it); a key typed is not.
+    out = tmp_path / "run"
+    assert main(["run", "active-cora", "--out", str(out), "--data-root", str(data_root),
+                 "--data-mirror", str(mirror), *CHECKED, *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_labels_file_for_another_oracle_is_refused_before_the_run_folder_is_made(tmp_path, data_root, mirror):
+    labels = tmp_path / "answers.csv"
+    labels.write_text("item,label\n5,Theory\n")
+    with pytest.raises(graphseq.GraphseqError, match=r"a labels file \(.*answers.csv\) is answered only by "
+                                                     r"oracle = \"file\" \(--oracle file\), not 'simulated'"):
+        graphseq.run("active-cora", out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True,
+                     oracle="simulated", labels=str(labels))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_reference_where_the_task_has_no_standard_split_is_refused_before_the_run_folder_is_made(
+        tmp_path, data_root, mirror):
+    with pytest.raises(graphseq.GraphseqError, match="active.reference = true has no use here: this task has no "
+                                                     "standard training split"):
+        graphseq.run("active-polarity", out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True,
+                     overrides={"data.limit": 100, "active.reference": True})
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("key, value", [("budget", 500), ("initial", 90)])
+def test_a_budget_beyond_the_pool_is_refused_before_any_label_is_stored(key, value, tmp_path, data_root, mirror):
+    # 100 sentences: 20 held out for testing, a pool of 80; the run stopped at 80 labels without a word.
+    overrides = {"data.limit": 100, "learner.epochs": 1, "active.compare": ["random"], "active.budget": 500,
+                 f"active.{key}": value}
+    with pytest.raises(graphseq.GraphseqError, match=f"active.{key} = {value} is more than the 80 items of the "
+                                                     f"pool, which the run would run out of; set it to 80 at most"):
+        graphseq.run("active-polarity", out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True,
+                     overrides=overrides)
+    assert not (tmp_path / "run").exists()

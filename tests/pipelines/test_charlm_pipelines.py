@@ -10,6 +10,7 @@ import torch
 from graphseq import GraphseqError, run, training
 from graphseq.cli import main
 from graphseq.io import load_checkpoint, save_checkpoint
+from graphseq.pipeline import checked_config
 
 # A model and budget small enough for seconds on a CPU; real data all the same.
 TINY = {"model.hidden_size": 16, "model.embedding_dim": 8, "train.batch_size": 4,
@@ -83,6 +84,18 @@ def test_the_rate_ends_at_lr_end_at_the_last_step(tmp_path, data_root, mirror):
     _run("charlm-rnn", tmp_path, data_root, mirror, **{"train.lr": 0.004, "train.lr_end": 0.25})
     rate = load_checkpoint(tmp_path / "checkpoint.pt")["optimizer"]["param_groups"][0]["lr"]
     assert rate == pytest.approx(0.004 * 0.25)
+
+
+def test_lr_end_without_a_step_budget_is_refused_and_the_files_own_is_let_be(tmp_path, data_root, mirror):
+    # With steps = 0 the rate stays at lr: lr_end was ignored without a word.
+    with pytest.raises(GraphseqError, match=re.escape(
+            "train.lr_end has no use when train.steps = 0: it applies only when train.steps is a number > 0; "
+            "leave it out")):
+        run("charlm-lstm", overrides={**TINY, "train.steps": 0, "train.minutes": 0.01, "train.lr_end": 0.05},
+            out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
+    # The file's lr_end, for its step budget, is let be when --set takes the budget away.
+    assert "lr_end" not in checked_config("charlm-lstm", ["train.steps=0", "train.minutes=1"])["train"]
 
 
 def test_resume_without_a_checkpoint_is_an_error(trained, tmp_path, data_root, mirror):

@@ -1,8 +1,11 @@
 """A smoke run of transformer-cora on the real Cora graph: all three
 variants train for two epochs and report their figures."""
+import re
+
 import pytest
 
 from graphseq import GraphseqError, run
+from graphseq.pipeline import read_config
 
 
 def test_transformer_cora_runs_all_three_variants(tmp_path, data_root, mirror):
@@ -29,9 +32,34 @@ def test_heads_that_do_not_divide_the_width_are_refused_before_writing(tmp_path,
         run("transformer-cora", overrides={"compare.heads": 3}, out=tmp_path / "run",
             data_root=data_root, data_mirror=mirror, quiet=True)
     assert not (tmp_path / "run").exists()
-    # GAT alone has its own widths: nothing to divide.
-    run("transformer-cora", overrides={"compare.heads": 3, "compare.variants": ["gat"], "compare.max_epochs": 1},
-        out=tmp_path / "gat", data_root=data_root, data_mirror=mirror, quiet=True)
+
+
+def test_gat_alone_lets_the_files_transformer_settings_be(tmp_path, data_root, mirror):
+    summary = run("transformer-cora", overrides={"compare.variants": ["gat"], "compare.max_epochs": 1},
+                  out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
+    assert summary["runs"][0]["epochs_gat"] == 1
+    recorded = read_config(tmp_path / "config.toml")["compare"]
+    assert "heads" not in recorded and "dropout" not in recorded and recorded["lr"] == 0.005
+
+
+@pytest.mark.parametrize("overrides, message", [
+    # GAT is gat-cora's model: the Transformer's settings, valid or not, were ignored without a word.
+    ({"compare.variants": ["gat"], "compare.heads": 7},
+     "compare.heads has no use when compare.variants = ['gat']: it applies only when compare.variants is "
+     "a list with \"neighbours\" or \"full\" in it; leave it out"),
+    ({"compare.variants": ["gat"], "compare.dropout": 0.0}, "compare.dropout has no use when compare.variants"),
+    ({"compare.positional_encoding": "none", "compare.encoding_dim": 16},
+     "compare.encoding_dim has no use when compare.positional_encoding = 'none': it applies only with "
+     "'random_walk' or 'laplacian'"),
+    ({"compare.variants": ["gat", "gat"]}, "compare.variants = ['gat', 'gat'] is not allowed: it must be a "
+                                           "non-empty list of distinct items"),
+])
+def test_a_setting_no_variant_uses_or_a_repeated_variant_is_refused(overrides, message, tmp_path, data_root,
+                                                                     mirror):
+    with pytest.raises(GraphseqError, match=re.escape(message)):
+        run("transformer-cora", overrides=overrides, out=tmp_path / "run", data_root=data_root,
+            data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_random_walk_longer_than_the_maximum_is_refused_before_writing(tmp_path, data_root, mirror):
