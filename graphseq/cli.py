@@ -165,13 +165,22 @@ def _add_labels(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("labels", help="print the labels an active-learning run stored, as CSV")
     p.add_argument("dir", help="the run's --out directory")
     p.add_argument("--strategy", default=None, help="which strategy's labels, when the run compared several")
+    p.add_argument("--skips", action="store_true",
+                   help="list the skipped items too, as rows with an empty label (without it, their "
+                        "number is said on stderr)")
     p.set_defaults(handler=_labels)
 
 
 def _labels(args: argparse.Namespace) -> int:
-    from .active.store import labels_csv
+    from .active.store import answers_csv, run_answers
 
-    sys.stdout.write(labels_csv(args.dir, args.strategy))
+    answers = run_answers(args.dir, args.strategy)
+    sys.stdout.write(answers_csv(answers, skips=args.skips))
+    skipped = [a.item for a in answers if a.label is None]
+    if skipped and not args.skips:  # stdout stays the labels alone, for programs to read
+        shown = ", ".join(map(str, skipped[:10])) + (", ..." if len(skipped) > 10 else "")
+        print(f"graphseq: {len(skipped)} skipped item{'s' * (len(skipped) > 1)} not listed ({shown}); "
+              f"--skips lists them with an empty label", file=sys.stderr)
     return 0
 
 

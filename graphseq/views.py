@@ -330,7 +330,9 @@ def image_blocks(image: Tensor, width: int = 20, ink_is_dark: bool = True,
 
 def terminal_width(least: int = 40) -> int:
     """The terminal's width in columns (``COLUMNS`` if set; 80 where it
-    cannot be read, as when the output is a pipe), at least ``least``."""
+    cannot be read, as when the output is a pipe), at least ``least``: on a
+    narrower terminal lines are laid out for ``least`` columns, and the
+    terminal folds them (text cut any narrower would be hard to read)."""
     return max(least, shutil.get_terminal_size((80, 24)).columns)
 
 

@@ -466,3 +466,20 @@ def test_a_label_store_another_process_writes_is_said_to_be_locked(tmp_path, cap
     assert err == (f"graphseq: error: {tmp_path / STORE_NAME} is locked by another process, which is writing to it "
                    f"(perhaps a run); try again when it has ended; it was left as it is\n")
     assert main(["labels", str(tmp_path)]) == 0
+
+
+def test_labels_says_how_many_items_were_skipped_and_lists_them_with_skips(tmp_path, capsys):
+    from graphseq.active.store import STORE_NAME, LabelStore
+
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        store.add("random", 1, "Theory", "initial")
+        store.add("random", 4, None, "human")
+        store.add("random", 6, None, "human")
+    assert main(["labels", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert [line.rsplit(",", 1)[0] for line in out.splitlines()] == ["item,label,source", "1,Theory,initial"]
+    assert err == "graphseq: 2 skipped items not listed (4, 6); --skips lists them with an empty label\n"
+    assert main(["labels", str(tmp_path), "--skips"]) == 0
+    out, err = capsys.readouterr()
+    assert [line.rsplit(",", 1)[0] for line in out.splitlines()[1:]] == ["1,Theory,initial", "4,,human", "6,,human"]
+    assert err == ""

@@ -22,7 +22,9 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..errors import GraphseqError
+from ..views import terminal_width
 from .oracles import QUIT, SKIP, UNDO, Question, Reply
+from .prompt import fit
 from .store import LabelStore
 from .strategies import get_strategy, random_sampling
 
@@ -226,14 +228,19 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                 store.set_pending(strategy, queue)
             while queue:
                 item = queue[0]
-                which = f"round {len(store.rounds(strategy))}" if labelled else "random first round"
+                # The rounds a model chose start after the first point of the curve; before it, the
+                # round is random (it may hold answers already: the first round's start).
+                done = len(store.rounds(strategy))
+                which = f"round {done}" if done else "random first round"
                 question = Question(item, names, task.describe(item, probabilities, labelled),
                                     f"{strategy}: {len(labelled)} of {budget} labels, {which}")
                 reply = oracle.ask(question)
                 if reply is QUIT:
                     stopped = True
-                    oracle.tell(f"stopped with {len(labelled)} labels stored in {store.path}"
-                                + (f"; continue with: {resume_hint}" if resume_hint else ""))
+                    # Wrapped to the width, but the command on a line of its own, whole, to copy.
+                    said = fit(f"stopped with {len(labelled)} labels stored in {store.path}",
+                               getattr(oracle, "width", None) or terminal_width())
+                    oracle.tell("\n".join(said + ([f"continue with: {resume_hint}"] if resume_hint else [])))
                     break
                 if reply is UNDO:
                     undone = store.undo(strategy, requeue=True)

@@ -43,6 +43,28 @@ class Question:
     progress: str = ""                                # "entropy: 23 of 140 labels, round 3"
 
 
+def quoted(text: str, most: int = 40) -> str:
+    """``text`` in quotes as Python writes it, its first ``most`` characters
+    where it is longer (a pasted page shown whole helps no one)."""
+    return repr(text) if len(text) <= most else f"{text[:most]!r}..."
+
+
+def item_ranges(items: Tensor, shown: int = 3) -> str:
+    """Items as runs of consecutive numbers, ``"0-139, 640-1707"``: the
+    first ``shown`` runs and the last, with how many items there are."""
+    items = sorted(set(items.tolist()))
+    runs: List[List[int]] = []
+    for item in items:
+        if runs and item == runs[-1][1] + 1:
+            runs[-1][1] = item
+        else:
+            runs.append([item, item])
+    text = [f"{a}-{b}" if b > a else str(a) for a, b in runs]
+    if len(text) > shown + 1:
+        text = text[:shown] + ["...", text[-1]]
+    return f"{len(items):,} item{'s' * (len(items) != 1)}: {', '.join(text) or 'none'}"
+
+
 def parse_class(text: str, class_names: Sequence[str]) -> int:
     """A class index from its number or its name (case-insensitive; a unique
     prefix is enough). Raises ValueError with a message a person can act on."""
@@ -59,8 +81,8 @@ def parse_class(text: str, class_names: Sequence[str]) -> int:
     if len(matches) == 1:
         return matches[0]
     if matches:
-        raise ValueError(f"{text!r} could be {' or '.join(class_names[i] for i in matches)}; type more letters")
-    raise ValueError(f"{text!r} is no class; the classes are {', '.join(class_names)}")
+        raise ValueError(f"{quoted(text)} could be {' or '.join(class_names[i] for i in matches)}; type more letters")
+    raise ValueError(f"{quoted(text)} is no class; the classes are {', '.join(class_names)}")
 
 
 class SimulatedOracle:
@@ -124,7 +146,7 @@ class FileOracle:
 
     The whole file is read and checked when the oracle is made (UTF-8, with
     or without a byte-order mark; two columns; whole-number items; no item
-    twice; at least one row), and against the task by :meth:`check` (items
+    twice; no stray quote; at least one row), and against the task by :meth:`check` (items
     in the pool, labels among the classes), so that every problem is found
     before the first label is stored. Errors list the first few problems.
     """
@@ -147,21 +169,33 @@ class FileOracle:
             raise GraphseqError(f"{self.path}, line {line}: not UTF-8 text (byte 0x{raw[error.start]:02x}); "
                                 f"save the file as UTF-8") from None
         problems = []
-        reader = csv.reader(io.StringIO(text, newline=""))
+        # Strict: a stray quote is an error, not a field that swallows the rows after it.
+        reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+        start = 1  # the line the row being read starts on
         try:
-            for number, row in enumerate(reader, start=1):
-                self._read_row(number, row, problems)
+            for row in reader:
+                self._read_row(start, reader.line_num, row, problems)
+                start = reader.line_num + 1
         except csv.Error as error:  # a field over csv's size limit, a stray quote, ...
-            raise GraphseqError(f"{self.path}, line {reader.line_num}: {error}") from None
+            why = str(error)
+            if why == "unexpected end of data":
+                why = 'a quote (") opens a field that no quote closes; remove the stray quote'
+            elif "expected after" in why:
+                why = f'{why}: a quote (") may only enclose a whole field; remove the stray quote'
+            raise GraphseqError(f"{self.path}, line {start}: {why}") from None
         self._raise(problems)
         if not self.rows:
             raise GraphseqError(f"{self.path} holds no answers; expected rows item,label")
 
-    def _read_row(self, number: int, row: List[str], problems: List[str]) -> None:
+    def _read_row(self, number: int, end: int, row: List[str], problems: List[str]) -> None:
+        """Reads the row on lines ``number`` to ``end`` (a quoted field may hold line breaks)."""
         cells = [cell.strip() for cell in row]
         if not any(cells) or (number == 1 and [c.lower() for c in cells] == ["item", "label"]):
             return
-        if len(cells) != 2 or not is_whole_number(cells[0]) or not cells[1]:
+        if end > number:
+            problems.append(f"line {number}: a quoted field runs on to line {end}; an item and its label "
+                            f"belong on one line (a stray quote?)")
+        elif len(cells) != 2 or not is_whole_number(cells[0]) or not cells[1]:
             problems.append(f"line {number}: expected item,label with a whole-number item, "
                             f"got {','.join(row)[:80]!r}")
         elif int(cells[0]) in self.rows:
@@ -171,26 +205,28 @@ class FileOracle:
             self.rows[int(cells[0])] = cells[1]
             self.lines[int(cells[0])] = number
 
-    def _raise(self, problems: List[str]) -> None:
+    def _raise(self, problems: List[str], note: str = "") -> None:
         if problems:
             more = f" (and {len(problems) - self.SHOWN} more)" if len(problems) > self.SHOWN else ""
             raise GraphseqError(f"{self.path}: {len(problems)} problem{'s' * (len(problems) > 1)}: "
-                                + "; ".join(problems[:self.SHOWN]) + more)
+                                + "; ".join(problems[:self.SHOWN]) + more + (f"; {note}" if note else ""))
 
     def check(self, class_names: Sequence[str], pool: Tensor) -> None:
-        """Every item may be asked about, and every label names a class."""
+        """Every item may be asked about, and every label names a class:
+        both checked on every row."""
         allowed = set(pool.tolist())
-        problems = []
+        problems, outside = [], False
         for item, label in self.rows.items():
             if item not in allowed:
+                outside = True
                 problems.append(f"line {self.lines[item]}: item {item} is not among the items "
                                 f"that may be labelled")
-                continue
             try:
                 parse_class(label, class_names)
             except ValueError as problem:
                 problems.append(f"line {self.lines[item]}: {problem}")
-        self._raise(problems)
+        self._raise(problems, f"the items that may be labelled are the pool of this task "
+                              f"({item_ranges(pool)})" if outside else "")
 
     def ask(self, question: Question) -> Reply:
         if question.item not in self.rows:

@@ -6,8 +6,10 @@ tests, a pipe in scripts); it never calls ``input()``.
 Answers: a class name (a unique prefix is enough, any case) or number;
 ``?`` help, ``s`` skip, ``u`` undo the last answer, ``q`` save and quit.
 Anything else is asked again and stores nothing. The end of the input
-counts as ``q``. Every line of a question and of the help fits the
-terminal's width: a longer one is wrapped at words, keeping its indent.
+counts as ``q``, and so does a last line without its line end (a stream
+cut off there could name another class by a prefix of the answer). Every
+line of a question and of the help fits the terminal's width: a longer one
+is wrapped at words, keeping its indent.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import textwrap
 from typing import Optional, TextIO, Union
 
 from ..views import terminal_width
-from .oracles import QUIT, SKIP, UNDO, Question, Reply, parse_class
+from .oracles import QUIT, SKIP, UNDO, Question, Reply, parse_class, quoted
 
 COMMANDS = {"s": SKIP, "skip": SKIP, "u": UNDO, "undo": UNDO, "q": QUIT, "quit": QUIT}
 
@@ -68,14 +70,18 @@ class HumanOracle:
 
     def classes(self, class_names, then: str = "") -> str:
         """The classes by number and name, on as many lines as the width
-        asks, no entry split; ``then`` after the last."""
+        asks, no entry split; ``then`` after the last, or on a line of its
+        own where it is longer than a row of classes may be."""
+        width = self._width()
         entries = [name if name == str(i) else f"{i} {name}" for i, name in enumerate(class_names)]
+        last = [then] if then and len(" " * 9 + then) <= width else []
         rows: list[list[str]] = [[]]
-        for entry in entries + ([then] if then else []):
-            if rows[-1] and len("classes: " + "  ".join(rows[-1] + [entry])) > self._width():
+        for entry in entries + last:
+            if rows[-1] and len("classes: " + "  ".join(rows[-1] + [entry])) > width:
                 rows.append([])
             rows[-1].append(entry)
-        return "\n".join(("classes: " if k == 0 else " " * 9) + "  ".join(row) for k, row in enumerate(rows))
+        lines = [("classes: " if k == 0 else " " * 9) + "  ".join(row) for k, row in enumerate(rows)]
+        return "\n".join(lines + (fit(then, width) if then and not last else []))
 
     def ask(self, question: Question) -> Reply:
         if self.closed:
@@ -96,15 +102,19 @@ class HumanOracle:
             except KeyboardInterrupt:
                 self._write()  # The terminal echoed ^C without a newline.
                 raise
-            if not line:  # The end of the input: save and stop, like q.
+            if not line.endswith("\n"):  # The end of the input: save and stop, like q.
+                # A last line without its line end was cut off (a unique prefix of it could
+                # name the wrong class): it is no answer.
                 self._write()
-                self._write("(end of input: your answers are saved)")
+                self._write("(end of input: your answers are saved" +
+                            (f"; the last line, {quoted(line)}, has no line end and was not taken as an "
+                             f"answer)" if line else ")"))
                 self.closed = True
                 return QUIT
             if not self.input.isatty():
                 # No terminal echoes piped answers; echoing them makes the
-                # transcript read like a session.
-                self._write(line.rstrip("\n"))
+                # transcript read like a session (a long line cut to the width).
+                self._write(clip(line.rstrip("\n"), self._width() - len("label> ")))
             try:
                 reply = parse_reply(line, question.class_names)
             except ValueError as problem:
@@ -139,6 +149,7 @@ def fit(line: str, width: int) -> list[str]:
                          break_on_hyphens=False) or [line]
 
 
-def wrap(text: str, width: int = 78, indent: str = "  ") -> list[str]:
-    """A long text as indented lines a terminal shows whole."""
-    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent) or [indent]
+def clip(line: str, width: int) -> str:
+    """``line`` cut to ``width`` columns (at least 10), ending in ``...`` where it was cut."""
+    width = max(width, 10)
+    return line if len(line) <= width else line[:width - 3] + "..."

@@ -307,11 +307,10 @@ class LabelStore:
             "SELECT labels, accuracy FROM rounds WHERE strategy = ? ORDER BY labels", (strategy,))]
 
 
-def labels_csv(run_dir: str | Path, strategy: Optional[str] = None) -> str:
-    """The labels stored in a run directory as CSV, header ``item,label,source,time``.
-
-    A run that compared several strategies holds one set of labels per
-    strategy; name one with ``strategy``."""
+def run_answers(run_dir: str | Path, strategy: Optional[str] = None) -> List[Answer]:
+    """The answers stored in a run directory, skips included (label None),
+    in the order given. A run that compared several strategies holds one
+    set of answers per strategy; name one with ``strategy``."""
     path = Path(run_dir) / STORE_NAME
     check_file_place(path)  # a folder there is named as such, not as missing
     if not path.is_file():
@@ -328,9 +327,25 @@ def labels_csv(run_dir: str | Path, strategy: Optional[str] = None) -> str:
         if strategy is not None and strategy not in known:
             raise GraphseqError(f"{path} holds no labels of strategy {strategy!r}; "
                                 f"it holds: {', '.join(known) or '(none)'}")
-        text = io.StringIO()
-        writer = csv.writer(text, lineterminator="\n")
-        writer.writerow(["item", "label", "source", "time"])
-        for answer in store.answers(strategy):
+        return store.answers(strategy, skips=True)
+
+
+def answers_csv(answers: List[Answer], skips: bool = False) -> str:
+    """Answers as CSV, header ``item,label,source,time``; a skip (with
+    ``skips``; else it is left out) has an empty label."""
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(["item", "label", "source", "time"])
+    for answer in answers:
+        if answer.label is not None or skips:
             writer.writerow([answer.item, answer.label, answer.source, answer.time])
     return text.getvalue()
+
+
+def labels_csv(run_dir: str | Path, strategy: Optional[str] = None, skips: bool = False) -> str:
+    """The labels stored in a run directory as CSV, header ``item,label,source,time``;
+    with ``skips``, the skipped items too, with an empty label.
+
+    A run that compared several strategies holds one set of labels per
+    strategy; name one with ``strategy``."""
+    return answers_csv(run_answers(run_dir, strategy), skips)

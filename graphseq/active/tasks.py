@@ -24,7 +24,6 @@ from ..data.text import tfidf
 from ..errors import GraphseqError
 from ..graphs import knn
 from .loop import Task
-from .prompt import wrap
 
 # Cora's classes in Planetoid's label order. Planetoid ships indices only;
 # the names follow from the class sizes, which are all different (351 Theory,
@@ -110,7 +109,8 @@ def polarity_task(root: Path, mirror: Optional[Path] = None, neighbours: int = 1
     graph_neighbours = adjacency_lists(edge_index, num_items)
 
     def describe(item: int, probabilities: Tensor, labelled: Mapping[int, int]) -> List[str]:
-        return (wrap(f'"{sentences[item]}"')
+        # One line: the oracle wraps it to the terminal (a line wrapped here too comes out ragged).
+        return ([f'  "{" ".join(sentences[item].split())}"']
                 + neighbour_summary(item, graph_neighbours, labelled, POLARITY_CLASSES, "similar sentences")
                 + ([f"  model: {top_predictions(probabilities[item].cpu(), POLARITY_CLASSES)}"]
                    if probabilities is not None else []))

@@ -129,6 +129,27 @@ def test_a_person_answers_the_initial_items_too(tmp_path):
     assert outcome.curve == [[2, 2 / 8]]  # the first model, after the initial items
 
 
+def test_every_question_of_the_random_first_round_is_labelled_as_that_round(tmp_path):
+    output = io.StringIO()
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        run(store, HumanOracle(io.StringIO("t\nr\nc\nq\n"), output), initial=[4, 1])
+    progress = [line for line in output.getvalue().splitlines() if line.startswith("[entropy")]
+    assert progress == ["[entropy: 0 of 6 labels, random first round] item 4",
+                        "[entropy: 1 of 6 labels, random first round] item 1",
+                        "[entropy: 2 of 6 labels, round 1] item 3", "[entropy: 3 of 6 labels, round 1] item 7"]
+
+
+def test_the_stop_message_fits_the_width_and_keeps_the_command_whole(tmp_path):
+    output = io.StringIO()
+    with LabelStore(tmp_path / "a-folder-with-a-rather-long-name" / STORE_NAME) as store:
+        run(store, HumanOracle(io.StringIO("q\n"), output, width=40))
+    lines = output.getvalue().splitlines()
+    assert lines[-1] == f"continue with: {HINT}"  # longer than 40 columns, but whole, to copy
+    said = lines[lines.index("label> q") + 1:-1]
+    assert " ".join(said) == f"stopped with 1 labels stored in {store.path}"
+    assert all(len(line) <= 40 for line in said if " " in line)  # a long path alone may be wider
+
+
 def test_undo_reaches_back_into_the_previous_round(tmp_path):
     with LabelStore(tmp_path / STORE_NAME) as store:
         run(store, HumanOracle(io.StringIO("t\nr\nu\nc\nq\n"), io.StringIO()))

@@ -52,6 +52,38 @@ def test_human_oracle_treats_the_end_of_input_as_quit_and_stays_closed():
     assert "end of input" in output.getvalue()
 
 
+def test_human_oracle_takes_a_last_line_without_its_line_end_for_the_end_of_input():
+    # A stream cut off after "2" of "2x..." must not store class 2 (nor a unique prefix's class).
+    output = io.StringIO()
+    oracle = HumanOracle(io.StringIO("ru\n2"), output)
+    assert oracle.ask(question()) == 3
+    assert oracle.ask(question()) is QUIT
+    assert oracle.ask(question()) is QUIT
+    assert "(end of input: your answers are saved; the last line, '2', has no line end and was not taken " \
+           "as an answer)" in " ".join(output.getvalue().split())
+
+
+def test_human_oracle_shortens_a_long_garbage_answer():
+    output = io.StringIO()
+    oracle = HumanOracle(io.StringIO("x" * 150 + "\nq\n"), output, width=60)
+    assert oracle.ask(question()) is QUIT
+    lines = output.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 60
+    assert "label> " + "x" * 50 + "..." in lines
+    assert any(line.startswith(f"  {'x' * 40!r}... is no class;") for line in lines)
+    with pytest.raises(ValueError, match=r"^'x{40}'\.\.\. is no class"):
+        parse_class("x" * 150, CLASSES)
+
+
+@pytest.mark.parametrize("width", [40, 41, 60, 200])
+def test_human_oracle_never_splits_the_commands_entry_of_the_classes_line(width):
+    output = io.StringIO()
+    assert HumanOracle(io.StringIO("q\n"), output, width=width).ask(question()) is QUIT
+    lines = output.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert any(line.strip().endswith("(? help, s skip, u undo, q quit)") for line in lines)
+
+
 def test_simulated_oracle_answers_the_truth_without_noise():
     truth = torch.tensor([0, 1, 2, 3, 0, 1])
     oracle = SimulatedOracle(truth)
@@ -108,6 +140,19 @@ def test_file_oracle_refuses_a_bad_file_whole_in_one_line(tmp_path, content, pro
     assert path.read_bytes() == content
 
 
+@pytest.mark.parametrize("content, problem", [
+    ('item,label\n1176,"Theory\n5,gen\n', 'line 2: a quote (") opens a field that no quote closes'),
+    ('item,label\n5,gen\n6,"The"ory\n', "line 3: ',' expected after '\"'"),
+    ('item,label\n1176,"Theory\n5,gen"\n7,ru\n', "1 problem: line 2: a quoted field runs on to line 3"),
+])
+def test_file_oracle_refuses_a_stray_quote_naming_its_line(tmp_path, content, problem):
+    path = tmp_path / "labels.csv"
+    path.write_text(content)
+    with pytest.raises(GraphseqError) as error:
+        FileOracle(path)
+    assert problem in str(error.value) and str(path) in str(error.value)
+
+
 def test_file_oracle_reads_a_byte_order_mark_and_windows_line_ends(tmp_path):
     path = tmp_path / "labels.csv"
     path.write_bytes("\ufeffitem,label\r\n5,gen\r\n7,Theory\r\n".encode("utf-8"))
@@ -124,6 +169,18 @@ def test_file_oracle_check_names_unknown_items_and_labels(tmp_path):
     message = str(error.value)
     assert "2 problems" in message and "line 3: item 9 is not among the items" in message
     assert "line 4: 'banana' is no class" in message
+    assert message.endswith("the items that may be labelled are the pool of this task (8 items: 0-7)")
+
+
+def test_file_oracle_check_reads_the_label_of_a_row_whose_item_is_refused_too(tmp_path):
+    path = tmp_path / "labels.csv"
+    path.write_text("item,label\n5,gen\n9,banana\n")
+    with pytest.raises(GraphseqError) as error:
+        FileOracle(path).check(CLASSES, torch.tensor([0, 1, 2, 5, 6, 7, 10, 12, 14, 20]))
+    message = str(error.value)
+    assert "2 problems: line 3: item 9 is not among the items that may be labelled; " \
+           "line 3: 'banana' is no class" in message
+    assert message.endswith("(10 items: 0-2, 5-7, 10, ..., 20)")
 
 
 def test_simulated_noise_with_one_class_is_refused():

@@ -1,3 +1,5 @@
+import csv
+import io
 import os
 import shutil
 import signal
@@ -57,6 +59,16 @@ def test_labels_csv_has_the_header_and_the_labels_without_skips(tmp_path):
     lines = labels_csv(tmp_path).splitlines()
     assert lines[0] == "item,label,source,time"
     assert [line.rsplit(",", 1)[0] for line in lines[1:]] == ["1,Theory,initial", "2,Rule_Learning,human"]
+
+
+def test_labels_csv_lists_the_skipped_items_with_an_empty_label_when_asked(tmp_path):
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        store.add("age", 1, "Theory", "initial")
+        store.add("age", 4, None, "human")
+        store.add("age", 2, "Rule_Learning", "human")
+    rows = list(csv.reader(io.StringIO(labels_csv(tmp_path, skips=True))))
+    assert [row[:3] for row in rows] == [["item", "label", "source"], ["1", "Theory", "initial"],
+                                         ["4", "", "human"], ["2", "Rule_Learning", "human"]]
 
 
 def test_labels_csv_asks_which_strategy_when_there_are_several(tmp_path):

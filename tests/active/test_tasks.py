@@ -38,3 +38,27 @@ def test_too_few_sentences_for_a_vocabulary_are_refused_in_one_line(monkeypatch)
                                                                       [0, 1, 0, 1, 0]))
     with pytest.raises(GraphseqError, match="polarity_task: 5 sentences are too few for a vocabulary"):
         tasks.polarity_task(None, neighbours=2)
+
+
+def test_a_sentence_is_one_line_that_the_prompt_wraps_to_the_terminal(monkeypatch):
+    import io
+
+    from graphseq.active.oracles import QUIT, Question
+    from graphseq.active.prompt import HumanOracle
+
+    long = " ".join(["a  film", *WORDS] * 8)  # 150 characters, a double space among them
+    sentences = [f"{long} {WORDS[i % 6]}" for i in range(10)]
+    monkeypatch.setattr(tasks, "load_polarity", lambda root, mirror: (sentences, [i % 2 for i in range(10)]))
+    task, _ = tasks.polarity_task(None, neighbours=2)
+    item = int(task.pool[0])
+    details = task.describe(item, None, {})
+    assert details[0] == '  "' + " ".join(sentences[item].split()) + '"'
+    output = io.StringIO()
+    assert HumanOracle(io.StringIO("q\n"), output, width=50).ask(Question(item, ["negative", "positive"],
+                                                                         details)) is QUIT
+    lines = output.getvalue().splitlines()
+    shown = lines[lines.index(f"item {item}") + 1:]
+    shown = shown[:next(k for k, line in enumerate(shown) if line.startswith("  degree"))]
+    # Wrapped once, at 50 columns: every line but the last is full up to the next word.
+    assert all(len(line) <= 50 and len(line) + 1 + len(after.split()[0]) > 50
+               for line, after in zip(shown, shown[1:]))
