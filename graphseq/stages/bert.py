@@ -132,9 +132,10 @@ def _check_corpus(check, *, folder: str, texts: list, exclude_folds: list, folds
     _split_corpus(documents, held_out)
 
 
-@stage("bert_corpus", checks={"texts": each(one_of(*SHARED_TEXTS)), "exclude_folds": FOLD_LIST,
+@stage("bert_corpus", checks={"texts": each(one_of(*SHARED_TEXTS), distinct=True), "exclude_folds": FOLD_LIST,
                               "folds": at_least(3), "fold_seed": between(0, MAX_SEED), "held_out": fraction},
-       precheck=_check_corpus)
+       precheck=_check_corpus,
+       applies={key: {"folder": ("",)} for key in ("texts", "exclude_folds", "folds", "fold_seed")})
 def bert_corpus(ctx, *, folder: str = "", texts: list = list(SHARED_TEXTS), exclude_folds: list = [],
                 folds: int = 10, fold_seed: int = 0, held_out: float = 0.05) -> None:
     """The pretraining documents: every ``*.txt`` of ``folder`` (one document
@@ -185,11 +186,12 @@ def check_tokenizer(folder: Path, record: str, weights: str, fix: str, prefix: s
 
 
 @stage("bert_tokenizer", checks={"vocab_size": at_least(16), "min_frequency": at_least(1)},
-       resume_reads=(TOKENIZER_FILE,))
+       resume_reads=(TOKENIZER_FILE,),
+       applies={"vocab_size": {"file": ("",)}, "min_frequency": {"file": ("",)}})
 def bert_tokenizer(ctx, *, vocab_size: int = 8000, min_frequency: int = 2, file: str = "") -> None:
     """A WordPiece vocabulary of at most ``vocab_size`` pieces trained on the
     training documents (or the tokenizer ``file``, a ``tokenizer.json`` of
-    another run), saved as ``tokenizer.json`` and read back on ``--resume``:
+    another run, whose pieces are used as they are), saved as ``tokenizer.json`` and read back on ``--resume``:
     the trainer breaks ties between equally frequent merges in an order that
     varies between processes, so a new training may differ in a few pieces.
     A resume is refused when the file is missing or is not the one the
@@ -215,9 +217,6 @@ def bert_tokenizer(ctx, *, vocab_size: int = 8000, min_frequency: int = 2, file:
                 tokenizer = WordPieceTokenizer.load(path)
             elif file:
                 tokenizer = WordPieceTokenizer.load(file)
-                if tokenizer.vocab_size != vocab_size:
-                    ctx.log.warning(f"tokenizer: {file} has {tokenizer.vocab_size:,} pieces; they are used, not "
-                                    f"tokenizer.vocab_size = {vocab_size:,}")
                 tokenizer.save(path)
             else:
                 tokenizer = WordPieceTokenizer.train((s for doc in corpus.train for s in doc), vocab_size,
@@ -494,7 +493,8 @@ def _check_pretrained_groups(check, *, runs: list, groups: int, folds: int, fold
 
 @stage("bert_pretrained_groups", checks={"runs": TEXT_LIST, "groups": at_least(1), "folds": at_least(3),
                                          "fold_seed": between(0, MAX_SEED), "pretrain_set": TEXT_LIST},
-       resumes=PLAN_FILE, precheck=_check_pretrained_groups)
+       resumes=PLAN_FILE, precheck=_check_pretrained_groups,
+       applies={"groups": {"runs": ([],)}, "pretrain_set": {"runs": ([],)}})
 def bert_pretrained_groups(ctx, *, runs: list = [], groups: int = 2, folds: int = 10, fold_seed: int = 0,
                            pretrain_set: list = []) -> None:
     """The pretrained model each test fold fine-tunes from, written to
@@ -609,7 +609,8 @@ def _check_finetune(check, *, run_folds: list, **_) -> None:
                                 "lr": positive, "scratch_lr": non_negative, "pool": one_of(*POOLS),
                                 "warmup": between(0, 1), "weight_decay": non_negative, "clip": non_negative,
                                 "evals_per_epoch": at_least(1), "max_steps": non_negative},
-       resume_may_change=("run_folds",), resume_reads=(FOLDS_FILE,), precheck=_check_finetune)
+       resume_may_change=("run_folds",), resume_reads=(FOLDS_FILE,), precheck=_check_finetune,
+       applies={"scratch_lr": {"scratch": (True,)}})
 def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int = 32, lr: float = 1e-3,
                   scratch_lr: float = 0.0, pool: str = "cls", pretrained_pooler: bool = False, warmup: float = 0.1,
                   weight_decay: float = 0.01, clip: float = 1.0, amp: bool = True, evals_per_epoch: int = 2,

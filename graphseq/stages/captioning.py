@@ -28,7 +28,7 @@ from ..models.captioner import DECODERS, MODEL_FILE, Captioner, ConvEncoder
 from ..seeding import MAX_SEED
 from ..training import CHECKPOINT, train_steps
 from ..views import draw_attention
-from .registry import stage
+from .registry import stage, stage_params
 
 ENCODER_CHECKPOINT = "encoder_checkpoint.pt"
 # The encoder halves an image three times, so its side is a multiple of 8.
@@ -36,6 +36,7 @@ IMAGE_SIZE = Domain("a multiple of 8, at least 16", lambda v: is_number(v) and v
 CHANNELS = Domain("a list of 4 whole numbers >= 1 (the encoder's four convolutions)",
                   lambda v: isinstance(v, list) and len(v) == 4
                   and all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in v))
+SCORES_TEST = Domain("a list that holds 'test'", lambda v: "test" in v)  # the splits the figure is drawn from
 BLEU_WEIGHTS = [(1.0, 0, 0, 0), (0.5, 0.5, 0, 0), (1 / 3, 1 / 3, 1 / 3, 0), (0.25, 0.25, 0.25, 0.25)]
 
 
@@ -64,9 +65,15 @@ def _step_generator(seed: int, step: int) -> torch.Generator:
 # Data
 # --------------------------------------------------------------------------- #
 
+def _note_splits(check, *, val: int, test: int, **_) -> None:
+    # For the prechecks of the training (its validation images) and the evaluation (its test figure).
+    check.facts["caption_val"], check.facts["caption_test"] = val, test > 0
+
+
 @stage("shapes_captions", checks={
     "seed": between(0, MAX_SEED), "train": at_least(1), "val": at_least(1), "test": non_negative,
-    "test_unseen": non_negative, "image_size": IMAGE_SIZE, "max_objects": between(1, MAX_OBJECTS)})
+    "test_unseen": non_negative, "image_size": IMAGE_SIZE, "max_objects": between(1, MAX_OBJECTS)},
+    precheck=_note_splits)
 def shapes_captions(ctx, *, seed: int = 0, train: int = 8000, val: int = 500, test: int = 1000,
                     test_unseen: int = 1000, image_size: int = 64, max_objects: int = 3) -> None:
     """The generated shapes set (:mod:`graphseq.data.shapes`): ``train``,
@@ -84,7 +91,8 @@ def shapes_captions(ctx, *, seed: int = 0, train: int = 8000, val: int = 500, te
 
 @stage("coco_captions", checks={
     "train_split": one_of(*COCO_SPLITS), "eval_split": one_of(*COCO_SPLITS), "val": at_least(1),
-    "test": non_negative, "max_train": non_negative, "image_size": IMAGE_SIZE, "min_count": at_least(1)})
+    "test": non_negative, "max_train": non_negative, "image_size": IMAGE_SIZE, "min_count": at_least(1)},
+    precheck=_note_splits)
 def coco_captions(ctx, *, train_split: str = "train2014", eval_split: str = "val2014",
                   val: int = 5000, test: int = 5000, max_train: int = 0, image_size: int = 128,
                   min_count: int = 5, download: bool = True) -> None:
@@ -94,17 +102,19 @@ def coco_captions(ctx, *, train_split: str = "train2014", eval_split: str = "val
     ``max_train`` images by id, 0: all); validation and test are the first
     ``val`` and the next ``test`` images of ``eval_split`` by id (the sizes
     of Karpathy's split). Words seen fewer than ``min_count`` times in
-    training become ``<unk>``."""
+    training become ``<unk>``. With ``test = 0`` there is no test split."""
     train_set = read_coco_captions(*locate_coco(train_split, ctx.data_root, ctx.data_mirror, download),
                                    image_size=image_size)
     held_out = read_coco_captions(*locate_coco(eval_split, ctx.data_root, ctx.data_mirror, download),
                                   image_size=image_size)
     if max_train > 0:
         train_set = train_set.subset(range(min(max_train, len(train_set))))
-    if len(held_out) < val + 1:
-        raise GraphseqError(f"COCO {eval_split} has {len(held_out)} images, fewer than val={val} + 1")
-    splits = {"train": train_set, "val": held_out.subset(range(val)),
-              "test": held_out.subset(range(val, min(val + test, len(held_out))))}
+    if len(held_out) < val + max(test, 1):
+        raise GraphseqError(f"COCO {eval_split} has {len(held_out)} images, fewer than val={val} + "
+                            + (f"test={test}; lower data.val or data.test" if test else "1"))
+    splits = {"train": train_set, "val": held_out.subset(range(val))}
+    if test > 0:  # An empty split would score nothing (BLEU of no captions is no number).
+        splits["test"] = held_out.subset(range(val, val + test))
     vocab = caption_vocabulary((t for caps in train_set.tokens for t in caps), min_count)
     ctx.data = CaptionData(splits, vocab, image_size)
     ctx.log.info("COCO: " + ", ".join(f"{n} {len(s)}" for n, s in splits.items())
@@ -154,7 +164,8 @@ def attribute_scores(model: AttributeClassifier, data: CaptionSet, targets: Tens
 
 @stage("caption_encoder", checks={
     "channels": CHANNELS, "pretrain_steps": non_negative, "batch_size": at_least(1), "lr": positive,
-    "max_attributes": at_least(1), "eval_every": at_least(1)}, resumes=ENCODER_CHECKPOINT)
+    "max_attributes": at_least(1), "eval_every": at_least(1)}, resumes=ENCODER_CHECKPOINT,
+    applies={key: {"from_run": ("",)} for key in ("pretrain_steps", "batch_size", "lr", "eval_every")})
 def caption_encoder(ctx, *, channels: list = [16, 32, 64, 128], pretrain_steps: int = 1500,
                     batch_size: int = 64, lr: float = 0.002, max_attributes: int = 1000,
                     eval_every: int = 250, from_run: str = "") -> None:
@@ -169,7 +180,8 @@ def caption_encoder(ctx, *, channels: list = [16, 32, 64, 128], pretrain_steps: 
     validation F1 are kept. Writes ``encoder_checkpoint.pt`` (resumable) and
     ``encoder_curves.png``. With ``from_run`` (the ``--out`` folder of an
     earlier captioning run of the same data) its pretrained encoder is
-    copied instead, so that several decoders share one pretraining."""
+    copied instead, so that several decoders share one pretraining (the
+    pretraining's keys then have no use)."""
     data: CaptionData = ctx.require("data", "caption_encoder")
     encoder = ConvEncoder(channels)
     train, val = data.splits["train"], data.splits["val"]
@@ -239,6 +251,7 @@ def _copy_encoder(ctx, encoder: ConvEncoder, run_dir: Path, names: List[str]) ->
 
 def _check_heads(check, *, decoder: str, hidden_size: int, heads: int, **_) -> None:
     # Before the encoder's pretraining writes its checkpoint.
+    check.facts["caption_decoder"] = decoder  # for evaluate_captions' precheck of its attention figure
     if decoder == "attention" and hidden_size % heads:
         raise GraphseqError(f"model.heads = {heads} must divide model.hidden_size = {hidden_size}")
 
@@ -347,11 +360,18 @@ class FeatureCache:
         return self.model.encode(self.data.load_images(rows).to(self.device))
 
 
+def _check_eval_images(check, *, eval_images: int, **_) -> None:
+    val = check.facts.get("caption_val")
+    if val is not None and eval_images > val:
+        raise GraphseqError(f"train_captioner.eval_images = {eval_images} is more than the {val} validation "
+                            f"images (data.val = {val}); lower it to {val} or less, or raise data.val")
+
+
 @stage("train_captioner", checks={
     "steps": at_least(1), "batch_size": at_least(1), "lr": positive, "final_lr_fraction": probability,
     "clip": non_negative, "encoder_lr": positive, "eval_every": at_least(1), "eval_images": at_least(1),
     "max_length": between(1, MAX_CAPTION_WORDS), "checkpoint_every": at_least(1)}, resume_may_change=("steps",),
-    resume_reads=(CHECKPOINT,))
+    resume_reads=(CHECKPOINT,), precheck=_check_eval_images, applies={"encoder_lr": {"finetune_encoder": (True,)}})
 def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float = 0.002,
                     final_lr_fraction: float = 0.1, clip: float = 5.0, finetune_encoder: bool = False,
                     encoder_lr: float = 0.0002, eval_every: int = 500, eval_images: int = 500,
@@ -362,9 +382,9 @@ def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float =
     ``final_lr_fraction * lr``; gradients clipped to norm ``clip``. The
     encoder stays frozen, or with ``finetune_encoder`` learns at
     ``encoder_lr``. Every ``eval_every`` steps the first ``eval_images``
-    validation images are captioned greedily; the weights with the best
-    validation BLEU-4 are kept and written to ``captioner.pt`` for
-    ``graphseq caption``. ``checkpoint.pt`` (every ``checkpoint_every``
+    validation images (no more than there are) are captioned greedily;
+    the weights with the best validation BLEU-4 are kept and written to
+    ``captioner.pt`` for ``graphseq caption``. ``checkpoint.pt`` (every ``checkpoint_every``
     steps) lets ``--resume`` continue a run; a resume that raises ``steps``
     lays the rest of the cosine over the new budget, so it is not the run
     that budget would have been from the start (unless
@@ -414,9 +434,23 @@ def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float =
 # Evaluation
 # --------------------------------------------------------------------------- #
 
+def _check_evaluation(check, *, figure_images: int, **_) -> None:
+    # The precheck sees the settings with their defaults: a value other than the default was set.
+    if figure_images == stage_params(evaluate_captions)["figure_images"]:
+        return
+    decoder = check.facts.get("caption_decoder", "attention")
+    if decoder != "attention":
+        raise GraphseqError(f"evaluate_captions.figure_images = {figure_images} has no use when model.decoder = "
+                            f"{decoder!r}: the attention figure applies only with 'attention'; leave it out")
+    if not check.facts.get("caption_test", True):
+        raise GraphseqError(f"evaluate_captions.figure_images = {figure_images} has no use when data.test = 0: "
+                            f"the figure is of test images, so it applies only with data.test > 0; leave it out")
+
+
 @stage("evaluate_captions", checks={
-    "splits": each(one_of(*SPLITS)), "beam_size": at_least(1), "max_length": between(1, MAX_CAPTION_WORDS),
-    "batch_size": at_least(1), "figure_images": non_negative})
+    "splits": each(one_of(*SPLITS), distinct=True), "beam_size": at_least(1),
+    "max_length": between(1, MAX_CAPTION_WORDS), "batch_size": at_least(1), "figure_images": non_negative},
+    precheck=_check_evaluation, applies={"figure_images": {"splits": SCORES_TEST}})
 def evaluate_captions(ctx, *, splits: list = ["val", "test", "test_unseen"], beam_size: int = 3,
                       max_length: int = 20, batch_size: int = 100, figure_images: int = 4) -> None:
     """Captions every image of each split (those the data has) greedily and

@@ -27,7 +27,7 @@ from tqdm import tqdm
 from .. import distributed
 from ..checks import Domain, at_least, each, non_negative, one_of, positive, probability
 from ..data.episodes import EpisodeSampler, FewShotClasses
-from ..data.miniimagenet import load_miniimagenet
+from ..data.miniimagenet import SPLITS as MINIIMAGENET_SPLITS, find_miniimagenet, load_miniimagenet, read_split
 from ..data.omniglot import load_omniglot, omniglot_split
 from ..errors import GraphseqError
 from ..active.oracles import QUIT, SKIP, UNDO, FileOracle, Question
@@ -37,7 +37,7 @@ from ..models.fewshot import EMBEDDINGS, QUERY_MODES, UNKNOWN_LABELS, FewShotCon
 from ..training import CHECKPOINT, train_steps
 from ..views import image_blocks, side_by_side, terminal_width
 from .active import ORACLES, make_oracle
-from .registry import stage
+from .registry import stage, stage_params
 
 # A training's name suffixes its files and figures: letters, digits, underscores.
 NAME = Domain("empty, or letters, digits and underscores", lambda v: v == "" or v.replace("_", "").isalnum())
@@ -66,8 +66,9 @@ class FewShotData:
                               0 if labelled_only else self.unlabelled)
 
 
-def _note_ways(check, *, ways: int, **_) -> None:
+def _note_ways(check, *, ways: int, val_characters: int = 1, **_) -> None:
     check.facts["fewshot_ways"] = ways  # for fewshot_oracle's precheck of a labels file
+    check.facts["fewshot_validation"] = val_characters > 0  # for train_episodes' precheck of its eval_* keys
 
 
 def _check_episodes(splits: Dict[str, FewShotClasses], ways: int, shots: int, unlabelled: int,
@@ -114,8 +115,26 @@ def omniglot(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, train_c
                  + f"; {ways}-way {shots}-shot" + (f", {unlabelled} unlabelled per class" if unlabelled else ""))
 
 
+def _check_miniimagenet(check, *, ways: int, shots: int, unlabelled: int, **_) -> None:
+    """The classes and images each split's CSV lists, against the episodes,
+    before a run writes and before any image is decoded and cached."""
+    _note_ways(check, ways=ways)
+    folder = find_miniimagenet(check.data_root, check.data_mirror)
+    for name in MINIIMAGENET_SPLITS:
+        path = folder / f"{name}.csv"
+        classes = read_split(path)
+        if ways > len(classes):
+            raise GraphseqError(f"ways = {ways} needs {ways} classes, but the {name} split has {len(classes)} "
+                                f"({path}); lower ways")
+        per_class = min(len(files) for files in classes.values())
+        if shots + unlabelled + 1 > per_class:
+            raise GraphseqError(f"shots = {shots} + unlabelled = {unlabelled} + 1 query need "
+                                f"{shots + unlabelled + 1} images of a class, but a class of the {name} split "
+                                f"has {per_class} ({path}); lower shots or unlabelled")
+
+
 @stage("miniimagenet", checks={"ways": at_least(2), "shots": at_least(1), "unlabelled": at_least(0),
-                               "size": at_least(8)}, precheck=_note_ways)
+                               "size": at_least(8)}, precheck=_check_miniimagenet)
 def miniimagenet(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, size: int = 84) -> None:
     """Mini-ImageNet episodes from the Ravi & Larochelle splits (64 training,
     16 validation and 20 test classes of 600 images)."""
@@ -219,10 +238,22 @@ def wilson_interval(correct: int, total: int, z: float = 1.959964) -> Tuple[floa
     return centre - half, centre + half
 
 
-def _note_training(check, *, name: str, init: str = "", **_) -> None:
+def _note_training(check, *, name: str, init: str = "", query: str = "learned", **settings) -> None:
     # For fewshot_oracle's precheck: each training's name, and whether the model it trains (the
     # latest one built) has a query head.
-    check.facts.setdefault("fewshot_trainings", {})[name] = check.facts.get("fewshot_active", False)
+    active = check.facts.get("fewshot_active", False)
+    check.facts.setdefault("fewshot_trainings", {})[name] = active
+    if "fewshot_active" in check.facts and not active and query != "learned":
+        raise GraphseqError(f"train_episodes.query = {query!r} has no use when model.active = false: the query "
+                            f"applies only to an active model (model.active = true); leave it out")
+    if not check.facts.get("fewshot_validation", True):
+        # The precheck sees the settings with their defaults: a value other than the default was set.
+        defaults = stage_params(train_episodes)
+        for key in ("eval_every", "eval_episodes", "eval_batch_size"):
+            if settings.get(key, defaults[key]) != defaults[key]:
+                raise GraphseqError(f"train_episodes.{key} = {settings[key]!r} has no use when "
+                                    f"data.val_characters = 0: it applies only with validation characters "
+                                    f"(data.val_characters > 0); leave it out")
     if init:
         _init_weights(Path(init))  # a damaged file is refused before the run folder is written
 
@@ -365,9 +396,15 @@ def _initialise(model: FewShotModel, path: Path, log) -> None:
              + (f"; {len(fresh)} fresh (other shapes) in {', '.join(modules)}" if fresh else ""))
 
 
+def _check_queries(check, *, queries: List[str], **_) -> None:
+    if "fewshot_active" in check.facts and not check.facts["fewshot_active"] and list(queries) != ["learned"]:
+        raise GraphseqError(f"test_episodes.queries = {list(queries)!r} has no use when model.active = false: "
+                            f"the queries apply only to an active model (model.active = true); leave it out")
+
+
 @stage("test_episodes", checks={"episodes": at_least(1), "batch_size": at_least(1),
-                                 "queries": each(one_of(*QUERY_MODES)), "name": NAME},
-        resume_may_change=("episodes", "batch_size"), resume_reads=("test*.json",))
+                                 "queries": each(one_of(*QUERY_MODES), distinct=True), "name": NAME},
+        resume_may_change=("episodes", "batch_size"), resume_reads=("test*.json",), precheck=_check_queries)
 def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled_only: bool = False,
                   queries: List[str] = ("learned",), name: str = "") -> None:
     """Tests the model on ``episodes`` episodes of the test classes (the same
@@ -566,7 +603,10 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
                                   "noise": probability, "query": one_of(*QUERY_MODES), "training": NAME,
                                   "picture_width": at_least(8)},
         options=("oracle", "labels"), resume_may_change=("episodes", "oracle", "labels", "noise"),
-        resume_reads=(STORE_NAME, ORACLE_RECORD), precheck=_check_oracle)
+        resume_reads=(STORE_NAME, ORACLE_RECORD), precheck=_check_oracle,
+        applies={"episodes": {"oracle": ORACLES}, "query": {"oracle": ORACLES}, "training": {"oracle": ORACLES},
+                 "noise": {"oracle": ("simulated",)}, "labels": {"oracle": ("file",)},
+                 "picture_width": {"oracle": ("human",)}})
 def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "", noise: float = 0.0,
                    query: str = "learned", training: str = "", picture_width: int = 20) -> None:
     """An active model asks, in each of ``episodes`` test episodes, for the
@@ -577,7 +617,9 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
     drawn with block characters, ``picture_width`` columns each, and the
     text is wrapped to the terminal's width), ``file`` (``--labels F.csv``
     of ``episode,class`` rows) or ``simulated`` (the true labels, flipped
-    with probability ``noise``); none (the default) skips the stage. The
+    with probability ``noise``); none (the default) skips the stage, and its
+    other keys have no use then (nor ``noise``, ``labels`` and
+    ``picture_width`` with another oracle than their own). The
     model is that of the training named ``training`` (the pipeline's
     unnamed one by default). Every answer goes into ``labels.sqlite`` at
     once (``graphseq labels DIR`` lists them; item = the episode's number

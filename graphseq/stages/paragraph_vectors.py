@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Sequence
 import torch
 from tqdm import tqdm
 
-from ..checks import Domain, at_least, between, non_negative, one_of, positive
+from ..checks import at_least, between, each, non_negative, one_of, positive
 from ..data.polarity import CLASS_NAMES, cv_folds, load_polarity
 from ..errors import GraphseqError
 from ..io import atomic_write_text, write_json, write_png
@@ -39,8 +39,7 @@ FOLDS_FILE = "folds.json"  # the figures of every finished fold and mode
 # data and 2-5 on large; each target scores 1 + negative output vectors, so a
 # batch holds batch_size x (1 + negative) x dim numbers.
 MAX_NEGATIVE = 100
-MODE_LIST = Domain(f"a non-empty list of {', '.join(MODES)}",
-                   lambda v: isinstance(v, list) and len(v) > 0 and all(m in MODES for m in v))
+MODE_LIST = each(one_of(*MODES), distinct=True)  # a mode twice would be trained and scored twice
 
 
 def words_of(sentence: str) -> List[str]:

@@ -5,7 +5,9 @@ fill-mask``."""
 import hashlib
 import json
 import logging
+import re
 import shutil
+import tomllib
 import types
 
 import pytest
@@ -140,6 +142,7 @@ def test_resumed_pretraining_equals_straight_pretraining(tmp_path):
                 "corpus.held_out": 0.2, "corpus.folder": str(small_corpus(tmp_path / "corpus"))}
     run("bert-pretrain", overrides=straight, out=tmp_path / "straight", **common)
     # Tokenizer training may break ties differently in another run: read the same pieces.
+    del straight["tokenizer.vocab_size"]  # (a tokenizer file has its own)
     straight["tokenizer.file"] = str(tmp_path / "straight" / "tokenizer.json")
     run("bert-pretrain", overrides={**straight, "pretrain.minutes": 1e-9}, out=tmp_path / "resumed", **common)
     first = load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")
@@ -296,15 +299,58 @@ def test_every_process_reads_the_tokenizer_rank_zero_trained(tmp_path):
     assert json.loads((tmp_path / "vocab-1.json").read_text()) == saved
 
 
-def test_a_tokenizer_file_of_another_size_is_said_to_replace_vocab_size(tmp_path):
+def test_a_tokenizer_file_is_used_as_it_is_and_a_vocab_size_beside_it_is_refused(tmp_path):
     settings = {**TINY, "tokenizer.vocab_size": 60, "pretrain.steps": 1, "corpus.held_out": 0.2,
                 "corpus.folder": str(small_corpus(tmp_path / "corpus"))}
     run("bert-pretrain", overrides=settings, out=tmp_path / "first", quiet=True)
-    pieces = json.loads((tmp_path / "first" / "tokenizer.json").read_text())["model"]["vocab"]
-    run("bert-pretrain", overrides={**settings, "tokenizer.file": str(tmp_path / "first" / "tokenizer.json"),
-                                    "tokenizer.vocab_size": 500}, out=tmp_path / "second", quiet=True)
-    assert (f"tokenizer.json has {len(pieces):,} pieces; they are used, not tokenizer.vocab_size = 500"
-            in (tmp_path / "second" / "log.txt").read_text())
+    file = str(tmp_path / "first" / "tokenizer.json")
+    del settings["tokenizer.vocab_size"]
+    # A vocab_size was ignored: the file's pieces were used.
+    for key, value in (("vocab_size", 500), ("min_frequency", 3)):
+        with pytest.raises(GraphseqError, match=re.escape(f"tokenizer.{key} has no use when tokenizer.file = "
+                                                          f"{file!r}: it applies only with ''")):
+            run("bert-pretrain", overrides={**settings, "tokenizer.file": file, f"tokenizer.{key}": value},
+                out=tmp_path / "second", quiet=True)
+        assert not (tmp_path / "second").exists()
+    run("bert-pretrain", overrides={**settings, "tokenizer.file": file}, out=tmp_path / "second", quiet=True)
+    pieces = [json.loads((tmp_path / run_out / "tokenizer.json").read_text())["model"]["vocab"]
+              for run_out in ("first", "second")]
+    assert pieces[0] == pieces[1]
+
+
+@pytest.mark.parametrize("name,overrides,message", [
+    # A corpus folder is read as it is: the shared texts and their folds were ignored.
+    ("bert-pretrain", {"corpus.folder": "{folder}", "corpus.texts": ["polarity"]},
+     "corpus.texts has no use when corpus.folder = '{folder}': it applies only with ''"),
+    ("bert-pretrain", {"corpus.folder": "{folder}", "corpus.fold_seed": 3},
+     "corpus.fold_seed has no use when corpus.folder = '{folder}'"),
+    ("bert-pretrain", {"corpus.texts": ["polarity", "polarity"]},
+     "corpus.texts = ['polarity', 'polarity'] is not allowed: it must be a non-empty list of distinct items"),
+    # Finished runs are used as they are: the groups and the pretraining settings were ignored, unchecked.
+    ("bert-polarity", {"pretrain.runs": ["{folder}"], "pretrain.groups": 3},
+     "pretrain.groups has no use when pretrain.runs = ['{folder}']: it applies only with []"),
+    ("bert-polarity", {"pretrain.runs": ["{folder}"], "pretrain.pretrain_set": ["pretrain.steps=-1"]},
+     "pretrain.pretrain_set has no use when pretrain.runs = ['{folder}']"),
+    ("bert-polarity", {"finetune.scratch": False, "finetune.scratch_lr": 0.01},
+     "finetune.scratch_lr has no use when finetune.scratch = False: it applies only with True"),
+])
+def test_settings_the_run_would_ignore_are_refused_before_writing(tmp_path, name, overrides, message):
+    folder = str(tmp_path / "corpus")
+    with pytest.raises(GraphseqError, match=re.escape(message.replace("{folder}", folder))):
+        run(name, overrides={k: json.loads(json.dumps(v).replace("{folder}", folder)) for k, v in overrides.items()},
+            out=tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_pipelines_own_shared_texts_let_a_corpus_folder_be_set(tmp_path):
+    # bert-pretrain's file sets texts, folds and fold_seed for its shared texts, which --set corpus.folder replaces.
+    summary = run("bert-pretrain", overrides={**TINY, "tokenizer.vocab_size": 60, "pretrain.steps": 1,
+                                              "corpus.held_out": 0.2,
+                                              "corpus.folder": str(small_corpus(tmp_path / "corpus"))},
+                  out=tmp_path / "run", quiet=True)
+    assert summary["runs"][0]["steps"] == 1
+    recorded = tomllib.loads((tmp_path / "run" / "config.toml").read_text())["corpus"]
+    assert not {"texts", "exclude_folds", "folds", "fold_seed"} & set(recorded)  # not what ran: left out
 
 
 def test_a_vocab_size_below_the_alphabet_is_said_to_be_exceeded(tmp_path):

@@ -3,6 +3,7 @@ caption-coco on small files in COCO's layout), resuming, and ``graphseq
 caption`` on an image file."""
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -16,19 +17,23 @@ from graphseq.models.captioner import load_captioner
 
 # Data, model and budget small enough for seconds on a CPU.
 TINY = {"data.train": 64, "data.val": 12, "data.test": 12, "data.test_unseen": 12,
-        "encoder.channels": [4, 8, 8, 16], "encoder.pretrain_steps": 4, "encoder.eval_every": 2,
-        "encoder.batch_size": 8, "model.embedding_dim": 8, "model.hidden_size": 16,
+        "encoder.channels": [4, 8, 8, 16], "model.embedding_dim": 8, "model.hidden_size": 16,
         "train.steps": 4, "train.eval_every": 2, "train.eval_images": 6, "train.batch_size": 8,
         "train.checkpoint_every": 2, "train.max_length": 8, "evaluate.beam_size": 2,
-        "evaluate.max_length": 8, "evaluate.figure_images": 2,
+        "evaluate.max_length": 8,
         # A constant rate (the cosine schedule depends on the whole budget, so
         # a resumed run with a larger one would differ) and some dropout, so
         # that resuming must restore its random state.
         "train.final_lr_fraction": 1.0, "model.dropout": 0.3}
 
 
+# The encoder's pretraining, which an encoder copied from another run (encoder.from_run) does without.
+PRETRAIN = {"encoder.pretrain_steps": 4, "encoder.eval_every": 2, "encoder.batch_size": 8}
+
+
 def _run(name, out, resume=False, **overrides):
-    return run(name, overrides={**TINY, **overrides}, out=out, quiet=True, resume=resume)["runs"][0]
+    pretrain = {} if overrides.get("encoder.from_run") else PRETRAIN
+    return run(name, overrides={**TINY, **pretrain, **overrides}, out=out, quiet=True, resume=resume)["runs"][0]
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +99,31 @@ def test_heads_that_do_not_divide_the_width_are_refused_before_writing(tmp_path)
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("name,overrides,message", [
+    # A copied encoder is not pretrained: the pretraining's keys were ignored.
+    ("caption-shapes-input", {"encoder.from_run": "elsewhere", "encoder.pretrain_steps": 4},
+     "encoder.pretrain_steps has no use when encoder.from_run = 'elsewhere': it applies only with ''"),
+    ("caption-shapes-init", {"train.encoder_lr": 0.01},
+     "train.encoder_lr has no use when train.finetune_encoder = False: it applies only with True"),
+    ("caption-shapes-init", {"evaluate.figure_images": 2},
+     "evaluate_captions.figure_images = 2 has no use when model.decoder = 'init'"),
+    ("caption-shapes-attention", {"evaluate.figure_images": 2, "evaluate.splits": ["val"]},
+     "evaluate.figure_images has no use when evaluate.splits = ['val']: it applies only when evaluate.splits is "
+     "a list that holds 'test'"),
+    ("caption-shapes-attention", {"evaluate.figure_images": 2, "data.test": 0},
+     "evaluate_captions.figure_images = 2 has no use when data.test = 0"),
+    # It was cut to the 12 validation images without a word.
+    ("caption-shapes-attention", {"train.eval_images": 13},
+     "train_captioner.eval_images = 13 is more than the 12 validation images (data.val = 12)"),
+    ("caption-shapes-attention", {"evaluate.splits": ["val", "val"]},
+     "evaluate.splits = ['val', 'val'] is not allowed: it must be a non-empty list of distinct items"),
+])
+def test_settings_the_run_would_ignore_are_refused_before_writing(tmp_path, name, overrides, message):
+    with pytest.raises(GraphseqError, match=re.escape(message)):
+        _run(name, tmp_path / "run", **overrides)
+    assert not (tmp_path / "run").exists()
+
+
 def test_resume_continues_from_the_checkpoint(init_run, tmp_path):
     straight_out, straight = init_run
     _run("caption-shapes-init", tmp_path, **{"train.steps": 2})
@@ -156,6 +186,29 @@ def test_caption_coco_runs_on_files_in_cocos_layout(tmp_path):
     # Asked for, but COCO has no unseen pairs: said, not silently dropped.
     assert "test_unseen: the data has no such split" in (tmp_path / "out" / "log.txt").read_text()
     assert "test_unseen_beam_bleu4" not in figures
+
+
+def test_caption_coco_refuses_a_test_split_larger_than_held_out_and_drops_an_empty_one(tmp_path):
+    mirror = tmp_path / "mirror"
+    _write_coco(mirror / "coco", "train2014", 24, 0)
+    _write_coco(mirror / "coco", "val2014", 8, 100)
+    overrides = {"data.val": 4, "data.image_size": 32, "data.min_count": 1, "data.download": False,
+                 "encoder.channels": [4, 8, 8, 16], "encoder.pretrain_steps": 1, "encoder.eval_every": 1,
+                 "encoder.batch_size": 4, "model.embedding_dim": 8, "model.hidden_size": 16, "train.steps": 1,
+                 "train.eval_every": 1, "train.eval_images": 4, "train.batch_size": 4, "evaluate.max_length": 6,
+                 "train.max_length": 6}
+    # It used to be cut to the 4 images left without a word.
+    with pytest.raises(GraphseqError, match=r"COCO val2014 has 8 images, fewer than val=4 \+ test=5"):
+        run("caption-coco", overrides={**overrides, "data.test": 5}, out=tmp_path / "out",
+            data_root=tmp_path / "root", data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "out").exists()
+    # An empty test split used to be scored: a bare NaN in metrics.json, which is no JSON.
+    figures = run("caption-coco", overrides={**overrides, "data.test": 0}, out=tmp_path / "out",
+                  data_root=tmp_path / "root", data_mirror=mirror, quiet=True)["runs"][0]
+    assert not any(key.startswith("test_") for key in figures)
+    json.loads((tmp_path / "out" / "metrics.json").read_text(),
+               parse_constant=lambda constant: pytest.fail(f"metrics.json holds {constant}"))
+    assert "test: the data has no such split" in (tmp_path / "out" / "log.txt").read_text()
 
 
 def test_caption_coco_without_coco_offline_says_where_it_looked(tmp_path):

@@ -121,7 +121,7 @@ def test_semi_supervised_compares_with_and_without_unlabelled_nodes(tmp_path, da
 
 
 ACTIVE = tiny(("train", "test"), ("train_random_trained", "test_random_trained"))
-ACTIVE["oracle.episodes"] = 5
+ASKED = {**ACTIVE, "oracle.episodes": 5}  # with an oracle: the oracle's keys apply only then
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +139,7 @@ def resumed(active_run, tmp_path, data_root, mirror, **options):
     out = tmp_path / "run"
     shutil.copytree(active_run[0], out)
     summary = graphseq.run("fewshot-omniglot-active", out=out, data_root=data_root, data_mirror=mirror,
-                           quiet=True, overrides=ACTIVE, resume=True, **options)
+                           quiet=True, overrides=ASKED, resume=True, **options)
     return out, summary["runs"][0]
 
 
@@ -166,7 +166,7 @@ def test_resume_with_a_damaged_answer_store_changes_no_file(active_run, tmp_path
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     with pytest.raises(graphseq.GraphseqError, match=f"{store} is damaged or not an SQLite database"):
         graphseq.run("fewshot-omniglot-active", out=out, data_root=data_root, data_mirror=mirror, quiet=True,
-                     overrides=ACTIVE, resume=True, oracle="simulated")
+                     overrides=ASKED, resume=True, oracle="simulated")
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # it used to test again first
 
 
@@ -211,12 +211,34 @@ def test_an_oracle_that_could_not_ask_is_refused_before_the_training(tmp_path, d
         ({"oracle": "file"}, {}, r"--oracle file needs --labels"),
         ({"oracle": "file", "labels": str(answers)}, {}, r"line 3: no class number 7; the numbers are 0 to 4"),
         ({"oracle": "simulated"}, {"oracle.training": "nosuch"}, r"training = 'nosuch': no earlier training"),
-        ({"oracle": "simulated"}, {"model.active": False}, r"needs an active model"),
+        ({"oracle": "simulated"}, {"model.active": False, "test.queries": ["learned"]}, r"needs an active model"),
     ]:
         with pytest.raises(graphseq.GraphseqError, match=message):
             graphseq.run("fewshot-omniglot-active", out=tmp_path / "refused", data_root=data_root,
-                         data_mirror=mirror, quiet=True, overrides={**ACTIVE, **overrides}, **options)
+                         data_mirror=mirror, quiet=True, overrides={**ASKED, **overrides}, **options)
         assert not (tmp_path / "refused").exists()
+
+
+@pytest.mark.parametrize("options,overrides,message", [
+    # --labels was silently ignored by the simulated (and the human) oracle.
+    ({"oracle": "simulated", "labels": "answers.csv"}, {},
+     "oracle.labels has no use when oracle.oracle = 'simulated': it applies only with 'file'"),
+    ({}, {"oracle.noise": 0.1}, "oracle.noise has no use when oracle.oracle = '': it applies only with 'simulated'"),
+    ({"oracle": "human"}, {"oracle.noise": 0.1},
+     "oracle.noise has no use when oracle.oracle = 'human': it applies only with 'simulated'"),
+    ({"oracle": "simulated"}, {"oracle.picture_width": 30},
+     "oracle.picture_width has no use when oracle.oracle = 'simulated': it applies only with 'human'"),
+    ({}, {"oracle.episodes": 3}, "oracle.episodes has no use when oracle.oracle = '': it applies only with "
+                                 "'simulated' or 'human' or 'file'"),
+    ({}, {"oracle.training": "random_trained"}, "oracle.training has no use when oracle.oracle = ''"),
+])
+def test_oracle_settings_the_run_would_ignore_are_refused(tmp_path, monkeypatch, options, overrides, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "answers.csv").write_text("item,label\n0,1\n")
+    with pytest.raises(graphseq.GraphseqError, match=re.escape(message)):
+        graphseq.run("fewshot-omniglot-active", out=tmp_path / "refused", quiet=True,
+                     overrides={**ACTIVE, **overrides}, **options)
+    assert not (tmp_path / "refused").exists()
 
 
 def run_human(out, data_root, mirror, answers):
@@ -225,7 +247,7 @@ def run_human(out, data_root, mirror, answers):
     command = [sys.executable, "-m", "graphseq.cli", "run", "fewshot-omniglot-active", "--oracle", "human",
                "--resume", "--quiet", "--out", str(out), "--data-root", str(data_root),
                "--data-mirror", str(mirror)]
-    command += [f"--set={key}={value}" for key, value in ACTIVE.items()]
+    command += [f"--set={key}={value}" for key, value in ASKED.items()]
     process = subprocess.run(command, input=answers, capture_output=True, text=True, timeout=1800)
     assert process.returncode == 0, process.stderr
     return process.stdout
@@ -273,7 +295,7 @@ def test_human_oracle_through_a_pipe_stores_exactly_the_accepted_answers(active_
 
 # On generated Omniglot (7 characters: 3 for training, 2 for validation, 2 = 8
 # classes with the rotations for test), trained in seconds.
-FAKE_ACTIVE = {**ACTIVE, "data.train_characters": 5, "data.val_characters": 2, "oracle.episodes": 3}
+FAKE_ACTIVE = {**ASKED, "data.train_characters": 5, "data.val_characters": 2, "oracle.episodes": 3}
 
 
 @pytest.fixture(scope="module")
@@ -398,3 +420,47 @@ def test_episodes_the_data_cannot_give_are_refused_by_setting_before_a_model_is_
                      overrides={**tiny(("train", "test")), "data.train_characters": 5, "data.val_characters": 2,
                                 **overrides}, **fake_omniglot)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name,overrides,message", [
+    # A model without a query head trains and tests with none: the query settings were ignored.
+    ("fewshot-omniglot-5w1s", {"train.query": "random"},
+     "train_episodes.query = 'random' has no use when model.active = false"),
+    ("fewshot-omniglot-5w1s", {"test.queries": ["random"]},
+     "test_episodes.queries = ['random'] has no use when model.active = false"),
+    ("fewshot-omniglot-active", {"test.queries": ["learned", "learned"]},
+     "test.queries = ['learned', 'learned'] is not allowed: it must be a non-empty list of distinct items"),
+    # Without validation characters there are no validation episodes to score.
+    ("fewshot-omniglot-5w1s", {"data.val_characters": 0},
+     "train_episodes.eval_every = 2 has no use when data.val_characters = 0"),
+])
+def test_settings_the_training_would_ignore_are_refused_before_writing(fake_omniglot, tmp_path, name, overrides,
+                                                                      message):
+    settings = ACTIVE if name.endswith("active") else tiny(("train", "test"))
+    with pytest.raises(graphseq.GraphseqError, match=re.escape(message)):
+        graphseq.run(name, out=tmp_path / "run", quiet=True, overrides={**settings, **overrides}, **fake_omniglot)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_training_without_validation_runs_with_the_pipelines_own_eval_settings(fake_omniglot, tmp_path):
+    overrides = {key: value for key, value in tiny(("train", "test")).items() if ".eval_" not in key}
+    summary = graphseq.run("fewshot-omniglot-5w1s", out=tmp_path / "run", quiet=True, **fake_omniglot,
+                           overrides={**overrides, "data.train_characters": 5, "data.val_characters": 0})
+    assert summary["runs"][0]["steps"] == 2 and "val_accuracy" not in summary["runs"][0]
+
+
+@pytest.mark.parametrize("overrides,split,message", [
+    ({"data.shots": 5}, "train", r"shots = 5 \+ unlabelled = 0 \+ 1 query need 6 images of a class, but a class of "
+                                 r"the train split has 3 \(.*train\.csv\); lower shots or unlabelled"),
+    ({"data.ways": 6}, "val", r"ways = 6 needs 6 classes, but the val split has 5 \(.*val\.csv\); lower ways"),
+])
+def test_miniimagenet_episodes_its_csvs_cannot_give_are_refused_before_decoding(
+        tmp_path, write_fake_miniimagenet, monkeypatch, overrides, split, message):
+    from graphseq.data import miniimagenet
+
+    write_fake_miniimagenet(tmp_path / "data", classes=(6, 5, 5), per_class=3)
+    monkeypatch.setattr(miniimagenet, "_decode", lambda *a, **k: pytest.fail("decoded the images"))
+    with pytest.raises(graphseq.GraphseqError, match=message):
+        graphseq.run("fewshot-miniimagenet-5w1s", out=tmp_path / "run", data_root=tmp_path / "data", quiet=True,
+                     overrides={**tiny(("train", "test")), **overrides})
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data" / "mini-imagenet" / "processed").exists()

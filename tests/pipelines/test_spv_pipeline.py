@@ -1,5 +1,6 @@
 """A smoke run of spv-polarity on one fold of the real sentences."""
 import json
+import re
 
 import pytest
 
@@ -49,4 +50,12 @@ def test_a_window_wider_than_the_longest_sentence_is_refused_before_writing(tmp_
                                             r"which spans the longest sentence"):
         run("spv-polarity", overrides={"spv.run_folds": [0], "spv.window": 1_000_000_000},
             out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_mode_named_twice_is_refused_before_writing(tmp_path):
+    # Each mode of the list was trained and scored again, over the same keys.
+    with pytest.raises(GraphseqError, match=re.escape("spv.modes = ['dm', 'dm'] is not allowed: it must be a "
+                                                      "non-empty list of distinct items")):
+        run("spv-polarity", overrides={"spv.modes": ["dm", "dm"]}, out=tmp_path / "run", quiet=True)
     assert not (tmp_path / "run").exists()
