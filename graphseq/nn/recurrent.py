@@ -22,6 +22,7 @@ step multiplies only the frontier's messages by ``W_hh``.
 from __future__ import annotations
 
 import math
+import operator
 import warnings
 from typing import List, NamedTuple, Optional, Tuple, Union
 
@@ -115,12 +116,14 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
     ``torch.compile(fullgraph=True)``, where the number and sizes of the steps
     must be known on the host before tracing.
 
-    ``num_graphs`` (a whole number >= 1, at least the graphs ``batch``
+    ``num_nodes`` is a whole number >= 0 (a Python, numpy or 0-d tensor
+    integer). ``num_graphs`` (a whole number >= 1, at least the graphs ``batch``
     names) makes room for graphs without nodes at the end of a batch; a
     layer passes the graphs of its initial state, and itself as ``layer``,
     the name its errors carry.
     """
     name = checks.layer_name(layer)
+    num_nodes = _whole_number(name, "num_nodes", num_nodes)
     # A layer's num_graphs is its initial state's; a caller's own is an argument.
     from_layer = isinstance(layer, torch.nn.Module)
     if num_graphs is not None and not from_layer:
@@ -220,6 +223,19 @@ def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] =
                          tuple(edge_ids), *given, _versions(*given))
 
 
+def _whole_number(name: str, label: str, value) -> int:
+    """``value`` as an int if it is a whole number >= 0 (anything
+    :func:`operator.index` takes but a bool), else a :class:`ValueError`."""
+    try:
+        whole = None if isinstance(value, bool) or \
+            isinstance(value, Tensor) and value.dtype == torch.bool else operator.index(value)
+    except (TypeError, RuntimeError):
+        whole = None
+    if whole is None or whole < 0:
+        raise ValueError(f"{name} needs {label} to be a whole number >= 0, got {value!r}")
+    return whole
+
+
 def _same(kept: Optional[Tensor], given: Optional[Tensor], num_nodes: int) -> bool:
     """Whether two ``edge_index`` (or ``batch``: None is one graph) are the same."""
     if kept is given:
@@ -230,6 +246,18 @@ def _same(kept: Optional[Tensor], given: Optional[Tensor], num_nodes: int) -> bo
     else:
         kept, given = kept.as_subclass(Tensor), given.as_subclass(Tensor)
     return kept.shape == given.shape and torch.equal(kept.to(given.device, given.dtype), given)
+
+
+def _same_edges(kept: Optional[Tensor], given: Tensor, num_nodes: int) -> bool:
+    """Whether two ``edge_index`` hold the same edges in any column order
+    (to word the refusal of a schedule; never on the path of one taken)."""
+    if kept is None or kept.shape != given.shape:
+        return False
+
+    def edges(edge_index: Tensor) -> Tensor:  # one sortable key per edge
+        source, target = edge_index.as_subclass(Tensor).to(given.device, torch.long)
+        return torch.sort(source * num_nodes + target).values
+    return torch.equal(edges(kept), edges(given))
 
 
 class ChainRecurrence(MessagePassing):
@@ -396,6 +424,7 @@ class ChainRecurrence(MessagePassing):
             raise ValueError(f"{type(self).__name__} expects x of dtype {self.weight_ih_l0.dtype}, like its "
                              f"weights, got {x.dtype}; convert x (x.to({self.weight_ih_l0.dtype})) or the "
                              f"layer (layer.to({x.dtype}))")
+        self._check_device(x=x, edge_index=edge_index, batch=batch)
         given_graphs = self._graphs_in_state(state, batch)
         if schedule is None:
             schedule = chain_schedule(edge_index, x.size(0), batch, given_graphs, self)
@@ -425,6 +454,19 @@ class ChainRecurrence(MessagePassing):
         if c_0 is None:
             return layer_input, h_n, extras
         return layer_input, (h_n, torch.stack(c_n)), extras
+
+    def _check_device(self, **tensors: Optional[Tensor]) -> None:
+        """Each tensor of ``tensors`` must be on the weights' device, said as
+        torch.nn.LSTM says it, not deep inside an index or a matrix product
+        (what is not a tensor is left to the type checks)."""
+        device = self.weight_ih_l0.device
+        for label, tensor in tensors.items():
+            if label == "batch" and isinstance(tensor, Tensor) and tensor.device.type == "cpu":
+                continue  # read on the host only: a CPU batch serves weights anywhere, as it always has
+            if isinstance(tensor, Tensor) and tensor.device != device:
+                raise ValueError(f"{type(self).__name__} expects {label} on {device}, like its weights, got "
+                                 f"{tensor.device}; move {label} ({label}.to({str(device)!r})) or the layer "
+                                 f"(layer.to({str(tensor.device)!r}))")
 
     def _run_direction(self, x: Tensor, schedule: ChainSchedule, layer: int, direction: int,
                        h_0: Tensor, c_0: Optional[Tensor]):
@@ -534,7 +576,11 @@ class ChainRecurrence(MessagePassing):
         ``W_ih x_i + b``, ``state`` ``[B, state_size]`` the messages from the
         predecessors, ``weights`` what :meth:`cell_weights` gives. Returns the
         new state ``[B, state_size]`` and a per-node extra (or None)."""
-        raise NotImplementedError
+        name = type(self).__name__
+        raise NotImplementedError(
+            f"{name} has no cell(): ChainRecurrence is the engine the recurrent layers share, not a layer "
+            f"itself; subclass it with a cell() (the update rule of one step), or use ChainRNN, ChainLSTM, "
+            f"ChainGRU or ChainONLSTM")
 
     def message(self, state_j: Tensor) -> Tensor:
         return state_j  # [num_edges, state_size]
@@ -588,6 +634,13 @@ class ChainRecurrence(MessagePassing):
         if not isinstance(schedule, ChainSchedule):
             raise TypeError(f"{name} expects schedule from graphseq.nn.chain_schedule, "
                             f"got {type(schedule).__name__}")
+        # The checks chain_schedule makes, but for the very tensors the schedule
+        # was made from (checked then; edits are caught below): no host read on
+        # the path of a reused schedule.
+        if edge_index is not schedule.edge_index or edge_index is None:
+            checks.check_edge_index(self, edge_index, x.size(0))
+        if batch is not schedule.batch:
+            checks.check_batch(self, batch, x.size(0))
         if schedule.orders[0].device != x.device:
             raise ValueError(f"{name}: the schedule is on {schedule.orders[0].device}, but x is on {x.device}; "
                              f"move it with schedule.to(x.device)")
@@ -608,7 +661,11 @@ class ChainRecurrence(MessagePassing):
             if kept is given and version is not None and checks.version(given) != version:
                 raise ValueError(f"{name}: {label} was edited in place after its schedule was made; "
                                  f"make one with chain_schedule for the chains it holds now")
-        if not (_same(schedule.edge_index, edge_index, x.size(0)) and _same(schedule.batch, batch, x.size(0))):
+        same_batch = _same(schedule.batch, batch, x.size(0))
+        if not (same_batch and _same(schedule.edge_index, edge_index, x.size(0))):
+            if same_batch and _same_edges(schedule.edge_index, edge_index, x.size(0)):
+                raise ValueError(f"{name}: the schedule was made for the same edges in another order (edge "
+                                 f"ids differ); make a schedule for this edge_index with chain_schedule")
             raise ValueError(f"{name}: the schedule was made for other chains than edge_index and batch "
                              f"(the same sizes, other edges); make one with chain_schedule for these")
 
@@ -641,6 +698,7 @@ class ChainRecurrence(MessagePassing):
                 raise ValueError(f"{name} expects {label} to be a tensor, got {type(tensor).__name__}")
             if tensor is not None and tensor.dtype != x.dtype and not torch.is_autocast_enabled(x.device.type):
                 raise ValueError(f"{name} expects {label} of dtype {x.dtype}, like x, got {tensor.dtype}")
+            self._check_device(**{label: tensor})
             if tensor is not None and list(tensor.shape) != shape:
                 raise ValueError(f"{name} expects {label} of shape {shape} "
                                  f"[num_layers * num_directions, num_graphs, "

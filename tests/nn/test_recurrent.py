@@ -1,10 +1,13 @@
+import re
+
+import numpy as np
 import pytest
 import torch
 from torch.autograd import gradcheck, gradgradcheck
 from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence
 
 from graphseq.graphs import chain, lengths_to_batch, reverse
-from graphseq.nn import ChainGRU, ChainLSTM, ChainONLSTM, ChainRNN
+from graphseq.nn import ChainGRU, ChainLSTM, ChainONLSTM, ChainRecurrence, ChainRNN
 from graphseq.nn.recurrent import chain_schedule, cumax
 
 # Variable lengths, a length-1 sequence among them, not sorted.
@@ -446,6 +449,38 @@ def test_a_given_schedule_gives_the_same_results_and_is_checked():
     assert torch.equal(layer(x, chain(7), torch.zeros(7, dtype=torch.long), schedule=one)[0], layer(x, chain(7))[0])
 
 
+def test_a_given_schedule_checks_edge_index_and_batch_as_without_one():
+    """With a schedule too, what is not an edge_index or a batch is named
+    (not an AttributeError from deep inside the reuse check)."""
+    layer = ChainLSTM(3, 4)
+    x, edge_index, batch = torch.randn(7, 3), chain([3, 4]), lengths_to_batch([3, 4])
+    schedule = chain_schedule(edge_index, 7, batch)
+    for given, match in ((edge_index.tolist(), "ChainLSTM expects edge_index to be a tensor, got list"),
+                         (None, "ChainLSTM expects edge_index to be a tensor, got NoneType")):
+        with pytest.raises(TypeError, match=match):
+            layer(x, given, batch, schedule=schedule)
+    with pytest.raises(TypeError, match="ChainLSTM expects batch to be a tensor, got list"):
+        layer(x, edge_index, batch.tolist(), schedule=schedule)
+    with pytest.raises(ValueError, match=r"ChainLSTM expects edge_index of shape \[2, num_edges\], got \[5, 2\]"):
+        layer(x, edge_index.t(), batch, schedule=schedule)
+    with pytest.raises(ValueError, match=r"ChainLSTM expects batch of shape \[7\]"):
+        layer(x, edge_index, batch[:6], schedule=schedule)
+
+
+def test_a_schedule_for_the_same_edges_in_another_order_says_so():
+    """The edge ids a schedule hands to hooks and explainers are those of
+    the edge_index it was made for, so the same edges reordered are refused,
+    by what differs."""
+    layer = ChainGRU(3, 4)
+    x, edge_index, batch = torch.randn(7, 3), chain([3, 4]), lengths_to_batch([3, 4])
+    schedule = chain_schedule(edge_index, 7, batch)
+    with pytest.raises(ValueError, match=r"ChainGRU: the schedule was made for the same edges in another order "
+                                         r"\(edge ids differ\); make a schedule for this edge_index"):
+        layer(x, edge_index[:, [3, 0, 2, 1, 4]], batch, schedule=schedule)
+    with pytest.raises(ValueError, match="the schedule was made for other chains"):  # same edges, other graphs
+        layer(x, edge_index[:, [3, 0, 2, 1, 4]], lengths_to_batch([2, 5]), schedule=schedule)
+
+
 def test_a_schedule_refuses_its_chains_edited_in_place():
     """The schedule keeps the caller's tensors, not copies: an in-place edit
     would give the old chains' numbers silently."""
@@ -489,11 +524,43 @@ def test_too_few_graphs_are_named_by_what_gave_their_number():
     assert chain_schedule(edge_index, 3, batch, num_graphs=4).num_graphs == 4
 
 
+def test_chain_schedule_takes_whole_numbers_of_nodes_only():
+    """num_nodes may be any integer (numpy's, a 0-d tensor) >= 0; a float,
+    a bool or a negative count is named, not met as an unpacking error."""
+    edge_index, batch = chain([1, 2]), lengths_to_batch([1, 2])
+    for good in (np.int64(3), torch.tensor(3)):
+        assert chain_schedule(edge_index, good, batch).num_nodes == 3
+    assert chain_schedule(torch.empty(2, 0, dtype=torch.long), 0).sizes == []
+    for bad in (3.0, True, -1, torch.tensor(3.0)):
+        with pytest.raises(ValueError, match=r"ChainRecurrence needs num_nodes to be a whole number >= 0, "
+                                             rf"got {re.escape(repr(bad))}$"):
+            chain_schedule(edge_index, bad, batch)
+
+
 def test_lists_where_tensors_belong_are_named():
     with pytest.raises(TypeError, match="ChainLSTM expects edge_index to be a tensor, got list"):
         ChainLSTM(3, 4)(torch.randn(5, 3), chain(5).tolist())
     with pytest.raises(TypeError, match="ChainGRU expects batch to be a tensor, got list"):
         ChainGRU(3, 4)(torch.randn(5, 3), chain(5), [0] * 5)
+
+
+@pytest.mark.parametrize("argument", ["x", "edge_index", "batch", "h_0", "c_0"])
+def test_inputs_on_another_device_than_the_weights_are_named(argument):
+    """As torch.nn.LSTM names the device, not an error inside a gather or
+    the host copy of edge_index (meta stands in for another device)."""
+    inputs = dict(x=torch.randn(5, 3), edge_index=chain(5), batch=torch.zeros(5, dtype=torch.long),
+                  h_0=torch.zeros(1, 1, 4), c_0=torch.zeros(1, 1, 4))
+    inputs[argument] = inputs[argument].to("meta")
+    with pytest.raises(ValueError, match=rf"ChainLSTM expects {argument} on cpu, like its weights, got meta; "
+                                         rf"move {argument} \({argument}\.to\('cpu'\)\)"):
+        ChainLSTM(3, 4)(inputs["x"], inputs["edge_index"], inputs["batch"], (inputs["h_0"], inputs["c_0"]))
+
+
+def test_the_shared_engine_called_as_a_layer_says_what_to_use():
+    with pytest.raises(NotImplementedError, match="ChainRecurrence is the engine the recurrent layers share.*"
+                                                  "subclass it with a cell\\(\\).*or use ChainRNN, ChainLSTM, "
+                                                  "ChainGRU or ChainONLSTM"):
+        ChainRecurrence(3, 4)(torch.randn(3, 3), chain(3))
 
 
 def test_dropout_with_one_layer_warns_as_torch_does():
