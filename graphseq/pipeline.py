@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import inspect
 import io
 import json
@@ -42,8 +43,8 @@ except ImportError:  # Windows: run folders are not locked.
 from . import __version__, distributed
 from .checks import Domain, holds, is_whole_number, refusal
 from .errors import GraphseqError
-from .io import (atomic_write_bytes, atomic_write_text, check_file_place, check_stored_file, remove_temporaries,
-                 write_json)
+from .io import (atomic_write_bytes, atomic_write_text, check_file_place, check_stored_file, read_utf8,
+                 remove_temporaries, write_json)
 from .seeding import MAX_SEED, seed_everything
 from .stages import Precheck, get_stage, stage_params, stage_spec
 
@@ -81,7 +82,7 @@ def available_pipelines() -> Dict[str, Path]:
 
 def resolve_pipeline(name_or_path: str | os.PathLike) -> Path:
     text = str(name_or_path)
-    if text.endswith(".toml") or os.sep in text:
+    if names_a_file(text):
         path = Path(text)
         if not path.is_file():
             raise GraphseqError(f"pipeline file not found: {path}")
@@ -90,6 +91,12 @@ def resolve_pipeline(name_or_path: str | os.PathLike) -> Path:
     if text not in known:
         raise GraphseqError(f"unknown pipeline {text!r}; known pipelines: {', '.join(known) or '(none)'}")
     return known[text]
+
+
+def names_a_file(name_or_path: str | os.PathLike) -> bool:
+    """Whether a pipeline argument is a file's path (``x.toml``, ``dir/x``), not a pipeline's name."""
+    text = str(name_or_path)
+    return text.endswith(".toml") or os.sep in text
 
 
 def read_config(path: Path) -> Dict[str, Any]:
@@ -259,11 +266,13 @@ def check_applies(config: Dict[str, Any], source: str, written: Optional[Dict[st
 
 
 def precheck(config: Dict[str, Any], data_root: str | os.PathLike | None = None,
-             data_mirror: str | os.PathLike | None = None, options: Optional[Dict[str, Any]] = None) -> None:
+             data_mirror: str | os.PathLike | None = None, options: Optional[Dict[str, Any]] = None,
+             resumed: Sequence[Path] = ()) -> None:
     """Each stage's precheck (see :func:`~graphseq.stages.registry.stage`),
     in the pipeline's order: what only the whole pipeline or its data can
-    tell, checked before the run writes anything."""
-    check = Precheck(*data_places(data_root, data_mirror), dict(options or {}))
+    tell, checked before the run writes anything; ``resumed``, the folders
+    a ``--resume`` continues, for what they hold."""
+    check = Precheck(*data_places(data_root, data_mirror), dict(options or {}), resumed=tuple(resumed))
     for name, table in sections(config).items():
         kind = table.get("stage", name)
         if stage_spec(kind).precheck is None:
@@ -532,25 +541,79 @@ def _read_on_resume(folder: Path, config: Dict[str, Any]) -> List[Path]:
 def _differences(started: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
     """Settings of ``now`` that differ from the run as ``started``, except
     those the stages let a resumed run change, each with its stage's note
-    of why it may not change where it has one."""
+    of why it may not change where it has one. A key one of them does not
+    record has its stage's default; a budget the stages let change may
+    only grow (:data:`BUDGETS`)."""
     found = []
     for name, table in sections(now).items():
-        spec = stage_spec(table.get("stage", name))
+        kind = table.get("stage", name)
+        spec, defaults = stage_spec(kind), stage_params(get_stage(kind))
         before = started.get(name, {})
-        for key in sorted(set(table) | set(before)):
-            if key not in spec.resume_may_change and table.get(key) != before.get(key):
+        for key in sorted((set(table) | set(before)) - {"stage"}):
+            new, old = (_listed(t.get(key, defaults.get(key))) for t in (table, before))
+            if key not in spec.resume_may_change and new != old:
                 note = f": {spec.resume_notes[key]}" if key in spec.resume_notes else ""
-                found.append(f"{name}.{key} = {table.get(key)!r} (the run has {before.get(key)!r}){note}")
-            elif key == "steps" and _shorter(table.get(key), before.get(key)):
-                found.append(f"{name}.{key} = {table.get(key)!r} (the run has {before.get(key)!r}): a resumed "
-                             f"run may take a longer budget, not a shorter one")
+                found.append(f"{name}.{key} = {new!r} (the run has {old!r}){note}")
+            elif key in spec.resume_may_change and _shorter(key, new, old):
+                none = ", no limit" if BUDGETS[key] and old == 0 else ""
+                found.append(f"{name}.{key} = {new!r} (the run has {old!r}{none}): a resumed run may take a "
+                             f"longer budget, not a shorter one")
     return found
 
 
-def _shorter(new: Any, old: Any) -> bool:
-    """Whether step budget ``new`` is shorter than ``old`` (0: none in steps)."""
-    numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (new, old))
-    return numbers and 0 < new < old
+# The budgets a stage may let a resumed run change, which may only grow;
+# True where 0 means no limit (the longest). Other keys a stage lets change
+# change freely: an oracle, the folds to run, a test's batch size, and the
+# episodes of a test or an oracle (the stage refuses fewer than it answered).
+BUDGETS = {"steps": True, "minutes": True, "budget": False}
+
+
+def _listed(value: Any) -> Any:
+    """A stage's default list (a tuple in its signature) as TOML reads one."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _shorter(key: str, new: Any, old: Any) -> bool:
+    """Whether ``new`` is a shorter budget ``key`` than ``old``."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (new, old))
+    if key not in BUDGETS or not numbers:
+        return False
+    if BUDGETS[key]:
+        return (old == 0 and new != 0) or 0 < new < old
+    return new < old
+
+
+def _changed_budgets(started: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
+    """The budgets a resumed run lengthens, as ``name.key = new (was old)``."""
+    changed = []
+    for name, table in sections(now).items():
+        kind = table.get("stage", name)
+        spec, defaults = stage_spec(kind), stage_params(get_stage(kind))
+        for key in (k for k in spec.resume_may_change if k in BUDGETS):
+            new, old = table.get(key, defaults.get(key)), started.get(name, {}).get(key, defaults.get(key))
+            if new != old:
+                changed.append(f"{name}.{key} = {new!r} (was {old!r})")
+    return changed
+
+
+# config.toml begins with this comment and the SHA-256 of the rest: a
+# resumed run refuses the file edited by hand, which would contradict its
+# stored state (another lr, a shorter budget) without a word.
+STAMP = "# graphseq wrote this file; --resume refuses it edited (sha256 "
+
+
+def _stamped(text: str) -> str:
+    return f"{STAMP}{hashlib.sha256(text.encode()).hexdigest()}); change a budget with --set\n{text}"
+
+
+def _check_stamp(recorded: Path) -> None:
+    """Refuses a run's config.toml edited since the runner wrote it; one
+    written before files were stamped is taken as it is."""
+    first, _, rest = read_utf8(recorded).partition("\n")
+    if first.startswith(STAMP) and _stamped(rest) != f"{first}\n{rest}":
+        raise GraphseqError(f"--resume: {recorded} was edited after the run wrote it; undo the edit (a resumed "
+                            f"run continues with the settings it was started with) and give what may change, "
+                            f"a longer budget, with --set")
 
 
 def _started_config(out: Path, name: str, pipeline_path: Path) -> Dict[str, Any]:
@@ -560,6 +623,7 @@ def _started_config(out: Path, name: str, pipeline_path: Path) -> Dict[str, Any]
     if not recorded.is_file():
         raise GraphseqError(f"--resume: {out} holds no earlier run (no config.toml)")
     started = read_config(recorded)
+    _check_stamp(recorded)
     started_name = started.get("pipeline", "")
     if started_name != name:
         raise GraphseqError(f"--resume: {out} holds a run of pipeline {started_name or '(unknown)'!r}, "
@@ -568,8 +632,26 @@ def _started_config(out: Path, name: str, pipeline_path: Path) -> Dict[str, Any]
     return started
 
 
+def resume_command(pipeline: str | os.PathLike, out: Path) -> str:
+    """What a person types to continue the run in ``out``. A run started
+    from a pipeline file continues from its own config.toml: the file may
+    not hold the settings given with --set, which a resume compares it with."""
+    given = out / "config.toml" if names_a_file(pipeline) else pipeline
+    return f"graphseq run {shlex.quote(str(given))} --resume --out {shlex.quote(str(out))}"
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
+
+
 def _seed_dir(out: Path, seed: int, runs: int) -> Path:
     return out if runs == 1 else out / f"seed-{seed}"
+
+
+def _seed_started(folder: Path, config: Dict[str, Any]) -> bool:
+    """Whether a seed's folder holds a file to continue from: one interrupted
+    before its first (a folder, a tokenizer) starts afresh on --resume."""
+    return any((folder / file).is_file() for file in resumable_files(config))
 
 
 def _plain(value: Any) -> Any:
@@ -596,8 +678,17 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
     Extra keyword ``options`` are run options that a stage of the pipeline
     declares (``oracle="human"``, ``labels="answers.csv"``); one that none
     declares is refused. ``resume=True`` continues the run in ``out`` with
-    the settings it was started with: a different pipeline, seed, option or
-    ``overrides`` value is refused, except the budgets a stage lets grow.
+    the settings it was started with, which its ``config.toml`` records: a
+    different pipeline, seed, option or ``overrides`` value is refused,
+    except what a stage lets change (a budget, which may only grow: see
+    :data:`BUDGETS`); a key config.toml does not record is at its stage's
+    default. ``pipeline`` names the pipeline; given as a file other than
+    ``out/config.toml`` (``other-run/config.toml``), the file's settings
+    are asked for as ``overrides`` are, and compared in the same way
+    (``out/config.toml`` itself, or a pipeline's name, asks for nothing).
+    A run started from a file is therefore continued with ``graphseq run
+    OUT/config.toml --resume``, which is what an interrupted run says to
+    type. A config.toml edited by hand since the run wrote it is refused.
     Everything is checked before anything is written, so a refused call
     changes no file. ``threads`` sets torch's number of CPU threads.
     """
@@ -612,12 +703,24 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         options["labels"] = str(Path(options["labels"]).resolve())  # Found again from any folder.
     out = Path(out) if out is not None else Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
+    from_file: Dict[str, Any] = {}  # a pipeline file's settings a resumed run is asked for
     if resume:
         if not resumable_files(config):
             raise GraphseqError(f"--resume has no use in pipeline {name}: none of its stages "
                                 f"continues from a file; run it again instead")
         started = _started_config(out, name, path)
+        if names_a_file(pipeline) and not _same_path(path, out / "config.toml"):
+            from_file = copy.deepcopy(config)  # Another file than the run's own asks for its settings, as --set does.
         config = copy.deepcopy(started)  # The overrides may change it; started stays.
+        for option in ("seed", "runs"):
+            if option in from_file and from_file[option] != started.get(option, from_file[option]):
+                raise GraphseqError(f"--resume: {path} has {option} = {from_file[option]}, the run's "
+                                    f"{option} = {started[option]}; resume with {out / 'config.toml'}")
+        for section, table in sections(from_file).items():
+            if section not in config:
+                raise GraphseqError(f"--resume: {path} has a table [{section}], which the run in {out} has not; "
+                                    f"resume with {out / 'config.toml'}")
+            config[section].update({k: v for k, v in table.items() if k != "stage"})
         seed = started.get("seed", 0) if seed is None else seed
         runs = started.get("runs", 1) if runs is None else runs
         for option, asked in (("seed", seed), ("runs", runs)):
@@ -628,6 +731,7 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         seed = config.get("seed", 0) if seed is None else seed
         runs = config.get("runs", 1) if runs is None else runs
     _check_seeds(seed, runs)
+    changed: List[str] = []  # the budgets a resumed run lengthens
     written = copy.deepcopy(config)
     given = apply_overrides(config, overrides)
     objects = _apply_options(config, options, name)
@@ -636,6 +740,10 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         # Keys let be are not recorded: config.toml holds what runs, and runs again as a pipeline file.
         for section, key in check_applies(config, name, written, given):
             config[section].pop(key, None)
+    elif from_file:  # The file's keys for another mode were let be when the run started from it.
+        for section, key in check_applies(config, name, from_file, given):
+            if key not in started[section]:
+                config[section].pop(key, None)
     torch_device = resolve_device(device)
     # Several processes (torchrun, --nproc-per-node): check, then join the group.
     torch_device = distributed.join(name, config, torch_device, options)
@@ -644,15 +752,15 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         check_file_place(out / "config.toml")
     if resume:
         files = resumable_files(config)
-        differ = _differences(started, config)
+        differ, changed = _differences(started, config), _changed_budgets(started, config)
         if differ:
             raise GraphseqError(f"--resume: the run in {out} was started with other settings: "
                                 + "; ".join(differ))
         _check_file_places(out, config, seed, runs, "--resume: ")
         for run_seed in range(seed, seed + runs):
             folder = _seed_dir(out, run_seed, runs)
-            if runs > 1 and not folder.is_dir():
-                continue  # This seed had not started; it starts afresh.
+            if runs > 1 and not _seed_started(folder, config):
+                continue  # This seed had stored nothing to continue from; it starts afresh.
             for file in files:
                 if not (folder / file).is_file():
                     advice = ("it stopped before it stored anything to continue from, so start it again without "
@@ -680,7 +788,8 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
     if not resume:
         _check_file_places(out, config, seed, runs)
 
-    precheck(config, data_root, data_mirror, objects)
+    resumed = [folder for folder in (_seed_dir(out, s, runs) for s in range(seed, seed + runs)) if folder.is_dir()]
+    precheck(config, data_root, data_mirror, objects, resumed if resume else ())
     distributed.barrier()  # Every process has checked before rank 0 writes.
     # Checked: from here on the run writes.
     if threads is not None:
@@ -697,16 +806,15 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         if distributed.is_main():
             remove_temporaries(out)  # what a run killed while writing left (the folder is locked)
         if distributed.is_main() and (
-                not resume or dump_toml(config) != (out / "config.toml").read_text(encoding="utf-8")):
-            atomic_write_text(out / "config.toml", dump_toml(config))
+                not resume or _stamped(dump_toml(config)) != (out / "config.toml").read_text(encoding="utf-8")):
+            atomic_write_text(out / "config.toml", _stamped(dump_toml(config)))
         log = _logger(out, quiet)
         return _run_seeds(config, name, out, seed, runs, torch_device, resume, quiet, log, objects,
-                          data_root, data_mirror, pipeline)
+                          data_root, data_mirror, pipeline, changed)
     except BaseException as error:
         if isinstance(error, KeyboardInterrupt) and log is not None and resumable_files(config):
             if continues_from(out, config):
-                log.info(f"interrupted; continue with: graphseq run {shlex.quote(str(pipeline))} --resume "
-                         f"--out {shlex.quote(str(out))}")
+                log.info(f"interrupted; continue with: {resume_command(pipeline, out)}")
             elif stage_stored(out, before):
                 log.info(f"interrupted before anything was stored to continue from; the same command "
                          f"starts it again in {shlex.quote(str(out))}")
@@ -727,21 +835,25 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
 def _run_seeds(config: Dict[str, Any], name: str, out: Path, seed: int, runs: int,
                device: torch.device, resume: bool, quiet: bool, log: logging.Logger,
                objects: Dict[str, Any], data_root: Any, data_mirror: Any,
-               pipeline: str | os.PathLike) -> Dict[str, Any]:
+               pipeline: str | os.PathLike, changed: Sequence[str] = ()) -> Dict[str, Any]:
     root, mirror = data_places(data_root, data_mirror)
     log.info(f"pipeline {name} on {device}, seeds {seed}..{seed + runs - 1}, out {out}"
              + (" (resumed)" if resume else ""))
-    resume_command = f"graphseq run {pipeline} --resume --out {out}"
+    if changed:  # config.toml holds the new value, as if the run had been started with it
+        log.info(f"resumed with {', '.join(changed)}; config.toml now records it, so graphseq run "
+                 f"{out / 'config.toml'} would go straight to it, which need not repeat this resumed run "
+                 f"(whose schedule was set for the first budget, then stretched)")
+    command = resume_command(pipeline, out)
     results = []
     # Quiet: what stages and libraries print to stderr (PyG's "Processing...",
     # warnings) goes to log.txt instead of the console.
     with contextlib.redirect_stderr(_LogStream(log)) if quiet else contextlib.nullcontext():
         for run_seed in range(seed, seed + runs):
             metrics, stopped = _run_seed(config, out, run_seed, runs, device, resume, quiet, log,
-                                         objects, root, mirror, name, resume_command)
+                                         objects, root, mirror, name, command)
             results.append(metrics)
             if stopped:
-                log.info(f"stopped at seed {run_seed}; continue with: {resume_command}")
+                log.info(f"stopped at seed {run_seed}; continue with: {command}")
                 break
 
     summary = {"pipeline": name, "runs": results, **summarize(results)}
@@ -760,7 +872,7 @@ def _run_seed(config: Dict[str, Any], out: Path, run_seed: int, runs: int, devic
     """Runs the stages once, for one seed; returns its figures and whether its
     oracle asked to stop."""
     run_out = _seed_dir(out, run_seed, runs)
-    seed_resume = resume and run_out.is_dir()
+    seed_resume = resume and (runs == 1 or _seed_started(run_out, config))
     run_out.mkdir(parents=True, exist_ok=True)
     seed_everything(run_seed)
     ctx = Context(pipeline=name, out=run_out, device=device, seed=run_seed,

@@ -2,6 +2,7 @@
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import sys
@@ -166,6 +167,11 @@ REFUSED_RESUMES = [
     ({"overrides": {"train.lr": 0.1}}, "train.lr = 0.1 (the run has 0.002)"),
     ({"overrides": {"train.steps": 1}}, "train.steps = 1 (the run has 2): a resumed run may take a longer budget, "
                                         "not a shorter one"),
+    # Every budget a resumed run may change may only grow; 0 minutes is no limit, the longest.
+    ({"overrides": {"train.minutes": 1.0}}, "train.minutes = 1.0 (the run has 0.0, no limit): a resumed run may take "
+                                            "a longer budget, not a shorter one"),
+    # A key config.toml does not record has its default.
+    ({"overrides": {"train.eval_window": 128}}, "train.eval_window = 128 (the run has 256)"),
     ({"seed": 4}, "--seed 4 differs from the run's seed = 3"),
     ({"runs": 2}, "--runs 2 differs from the run's runs = 1"),
     ({"oracle": "human"}, "--oracle has no use"),
@@ -211,6 +217,53 @@ def test_resume_may_lengthen_the_budget_and_records_it(charlm_run, tmp_path, dat
                   data_root=data_root, data_mirror=mirror, quiet=True)
     assert summary["runs"][0]["steps"] == 4 and summary["runs"][0]["seed"] == 3
     assert tomllib.loads((out / "config.toml").read_text())["train"]["steps"] == 4
+    # config.toml now says 4 steps; run as a pipeline file it would not take this run's stretched schedule.
+    assert "resumed with train.steps = 4 (was 2); config.toml now records it, so graphseq run " \
+        f"{out / 'config.toml'} would go straight to it" in (out / "log.txt").read_text()
+    from graphseq.pipeline import _check_stamp
+    _check_stamp(out / "config.toml")  # the runner's own rewrite is no edit
+
+
+def test_a_resume_may_set_a_key_to_its_default_that_the_run_did_not_record(charlm_run, tmp_path, data_root,
+                                                                          mirror):
+    out = tmp_path / "run"
+    shutil.copytree(charlm_run, out)
+    assert "eval_window" not in read_config(out / "config.toml")["train"]
+    summary = run("charlm-lstm", overrides={"train.eval_window": 256}, out=out, resume=True,
+                  data_root=data_root, data_mirror=mirror, quiet=True)
+    assert summary["runs"][0]["steps"] == 2
+
+
+@pytest.mark.parametrize("edit", [("lr = 0.002", "lr = 0.1"), ("steps = 2", "steps = 1"), ("seed = 3", "seed = 4")])
+def test_a_config_edited_by_hand_is_refused_on_resume_and_left_as_it_is(edit, charlm_run, tmp_path, data_root,
+                                                                       mirror, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(charlm_run, out)
+    config = out / "config.toml"
+    assert edit[0] in config.read_text()
+    config.write_text(config.read_text().replace(edit[0], edit[1]))
+    before = folder_hash(out)
+    assert main(["run", "charlm-lstm", "--resume", "--out", str(out), "--data-root", str(data_root),
+                 "--data-mirror", str(mirror), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"graphseq: error: --resume: {config} was edited after the run wrote it; undo the edit (a "
+                   f"resumed run continues with the settings it was started with) and give what may change, a "
+                   f"longer budget, with --set\n")
+    assert folder_hash(out) == before
+
+
+def test_a_pipeline_file_given_on_resume_is_compared_with_the_run(charlm_run, tmp_path, data_root, mirror):
+    """The file's settings are asked for as --set's are; the run's own config.toml continues it as it is."""
+    recorded = (charlm_run / "config.toml").read_text()
+    other = tmp_path / "other.toml"
+    before = folder_hash(charlm_run)
+    for old, new, message in [("lr = 0.002", "lr = 0.1", "train.lr = 0.1 (the run has 0.002)"),
+                              ("steps = 2", "steps = 1", "train.steps = 1 (the run has 2): a resumed run may take"),
+                              ("seed = 3", "seed = 4", f"{other} has seed = 4, the run's seed = 3")]:
+        other.write_text(recorded.replace(old, new))
+        with pytest.raises(GraphseqError, match=re.escape(message)):
+            run(other, out=charlm_run, resume=True, data_root=data_root, data_mirror=mirror, quiet=True)
+    assert folder_hash(charlm_run) == before
 
 
 def test_a_new_run_into_a_run_folder_is_refused(charlm_run, data_root, mirror):
@@ -397,7 +450,7 @@ def test_every_pipeline_file_passes_its_checks_with_every_oracle():
 def test_a_run_started_with_a_setting_found_unused_later_still_resumes(charlm_run, tmp_path, data_root, mirror):
     out = tmp_path / "run"
     shutil.copytree(charlm_run, out)
-    config = (out / "config.toml").read_text()
+    config = (out / "config.toml").read_text().partition("\n")[2]  # written before config.toml was stamped
     (out / "config.toml").write_text(config.replace('cell = "lstm"\n', 'cell = "lstm"\nchunk_size = 8\n'))
     assert "chunk_size = 8" in (out / "config.toml").read_text()
     summary = run("charlm-lstm", out=out, resume=True, data_root=data_root, data_mirror=mirror, quiet=True)
@@ -507,11 +560,41 @@ def test_an_interrupted_run_logs_how_to_continue_it_when_there_is_something_to_c
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         run(pipeline, out=out, quiet=True)
-    assert f"interrupted; continue with: graphseq run '{pipeline}' --resume --out {out}" in \
+    # The run's own config.toml, not the file: the file need not hold what --set gave.
+    assert f"interrupted; continue with: graphseq run {out / 'config.toml'} --resume --out {out}" in \
         (out / "log.txt").read_text()
     with pytest.raises(KeyboardInterrupt):  # nothing stored: no run to continue, and no folder left
         run(pipeline, out=tmp_path / "empty", overrides={"work.stored": False}, quiet=True)
     assert not (tmp_path / "empty").exists()
+
+
+INTERRUPTED = []  # the seeds in which the user presses Ctrl-C
+
+
+@stage("test_interrupted_in_a_seed", resumes="state.txt")
+def interrupted_in_a_seed(ctx):
+    """Writes a file of its own (a tokenizer), then stores its state, unless Ctrl-C comes first."""
+    (ctx.out / "tokens.txt").write_text("made before the state")
+    if ctx.seed in INTERRUPTED:
+        raise KeyboardInterrupt
+    ctx.metrics["resumed"] = int(ctx.resume)
+    (ctx.out / "state.txt").write_text("done")
+
+
+def test_runs_interrupted_before_a_later_seed_stored_its_state_resume_with_that_seed_afresh(tmp_path):
+    pipeline = tmp_path / "seeds.toml"
+    pipeline.write_text('[work]\nstage = "test_interrupted_in_a_seed"\n')
+    out = tmp_path / "run"
+    INTERRUPTED[:] = [6]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run(pipeline, seed=5, runs=3, out=out, quiet=True)
+    finally:
+        INTERRUPTED.clear()
+    assert (out / "seed-6" / "tokens.txt").is_file() and not (out / "seed-6" / "state.txt").exists()
+    assert f"continue with: graphseq run {out / 'config.toml'} --resume --out {out}" in (out / "log.txt").read_text()
+    summary = run(out / "config.toml", out=out, resume=True, quiet=True)
+    assert [(r["seed"], r["resumed"]) for r in summary["runs"]] == [(5, 1), (6, 0), (7, 0)]
 
 
 @stage("test_refused_on_resume", resumes="state.txt")

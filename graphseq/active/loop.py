@@ -11,6 +11,7 @@ the learning curve.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import operator
 from collections import Counter
@@ -123,7 +124,7 @@ def _check_task(task: Task, initial: Mapping[int, int] | Sequence[int]) -> Dict[
 
 def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelStore, *,
                     strategy: str, initial: Mapping[int, int] | Sequence[int], budget: int,
-                    batch_size: int, generator: Optional[torch.Generator] = None, resume: bool = False,
+                    batch_size: int, seed: Optional[int] = None, resume: bool = False,
                     progress: bool = False, log: Optional[logging.Logger] = None,
                     resume_hint: str = "") -> Outcome:
     """Runs the loop for one strategy until the budget is spent, the pool is
@@ -144,8 +145,15 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
     back the last answer of a finished round opens that round again: its
     point leaves the curve, and the questions chosen after it are dropped and
     chosen again when it ends, by a model of the answers kept, as in a run
-    that never had the undone answer. ``resume_hint`` is what the oracle is
-    told to type to continue.
+    that never had the undone answer. A choice that draws at random (random
+    sampling, AGE's clustering) draws from a generator made for it from
+    ``seed``, the strategy and the number of answers stored then
+    (:func:`round_generator`), so a resumed run, or a round chosen again
+    after an undo, draws what a run never interrupted draws; without
+    ``seed``, from torch's global generator. A resumed run whose ``budget``
+    is below the labels stored (and the questions left of a round cut
+    short) is refused. ``resume_hint`` is what the oracle is told to type
+    to continue.
     """
     log = log or logging.getLogger("graphseq")
     select = get_strategy(strategy)
@@ -185,15 +193,16 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
         labelled[answer.item] = index_of[answer.label]
     skipped = set(store.skipped(strategy))
     queue = store.pending(strategy)  # The questions left of a round cut short.
+    if len(labelled) + len(queue) > budget:  # a resumed run given a smaller budget
+        raise GraphseqError(f"the budget ({budget}) is smaller than the {len(labelled)} labels stored in {store.path}"
+                            + (f" and the {len(queue)} questions left of the round cut short" if queue else "")
+                            + f"; resume with a budget of {len(labelled) + len(queue)} or more")
     if resume:
         log.info(f"{strategy}: resumed with {len(labelled)} labels, {len(skipped)} skipped items"
                  + (f" and {len(queue)} questions left of the last round" if queue else ""))
 
     pool = oracle.restrict(task.pool)
     stopped = False
-    # The generator's state before each choice, by the number of answers then:
-    # a round chosen again after an undo is drawn as it was the first time.
-    drawn: Dict[int, Tensor] = {}
     bar = tqdm(total=budget, initial=len(labelled), desc=strategy, disable=not progress, leave=False)
     try:
         while True:
@@ -214,8 +223,8 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                 if len(labelled) >= budget or candidates.numel() == 0:
                     break
                 k = min(batch_size, budget - len(labelled))
-                if generator is not None:
-                    drawn[len(store.answers(strategy, skips=True))] = generator.get_state()
+                generator = (None if seed is None else
+                             round_generator(seed, strategy, len(store.answers(strategy, skips=True))))
                 if labelled:
                     round = len(store.rounds(strategy)) - 1  # rounds chosen by the strategy before
                     chosen = select(probabilities, candidates.to(probabilities.device), k,
@@ -252,12 +261,6 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                     queue = store.pending(strategy)
                     oracle.tell(f"  undone: item {undone.item} " +
                                 (f"= {undone.label}" if undone.label is not None else "(skipped)"))
-                    if undone.reopened:
-                        later = [n for n in drawn if n > len(store.answers(strategy, skips=True))]
-                        if later:
-                            generator.set_state(drawn[min(later)])
-                        for n in later:
-                            del drawn[n]
                     if undone.item in trained:  # Train again: no model may know the undone answer.
                         break
                     continue
@@ -275,3 +278,11 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
     finally:
         bar.close()
     return Outcome(store.rounds(strategy), len(labelled), stopped)
+
+
+def round_generator(seed: int, strategy: str, answers: int) -> torch.Generator:
+    """The generator a round chosen after ``answers`` answers (skips
+    included) draws from: the same for the same seed, strategy and count,
+    whether the run was interrupted, resumed or undone in between."""
+    digest = hashlib.sha256(f"{seed}/{strategy}/{answers}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)

@@ -166,7 +166,7 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
         for name in names:
             outcome = run_loop(task, make_learner(), the_oracle, store, strategy=name, initial=first,
                                budget=budget, batch_size=batch_size,
-                               generator=torch.Generator().manual_seed(ctx.seed + 1), resume=ctx.resume,
+                               seed=ctx.seed + 1, resume=ctx.resume,
                                progress=not ctx.quiet and the_oracle.source != "human", log=ctx.log,
                                resume_hint=ctx.resume_command)
             curves[name] = outcome.curve

@@ -41,12 +41,15 @@ class Precheck:
     """What a stage's precheck may look at: where the data lives, the run
     options handed in as objects (an oracle, through the Python API), and
     the ``facts`` that the prechecks of the pipeline's earlier stages left
-    for later ones (say, the folds a pretraining stage provides)."""
+    for later ones (say, the folds a pretraining stage provides), and the
+    run's folders (one a seed) that ``--resume`` continues, to read what
+    they hold, never to write."""
 
     data_root: Path
     data_mirror: Optional[Path]
     options: Dict[str, Any] = field(default_factory=dict)
     facts: Dict[str, Any] = field(default_factory=dict)
+    resumed: Tuple[Path, ...] = ()
 
 
 def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequence[str] = (),

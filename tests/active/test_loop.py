@@ -119,6 +119,33 @@ def test_a_resumed_run_asks_and_plots_what_an_uninterrupted_one_does(tmp_path):
     assert resumed == straight
 
 
+@pytest.mark.parametrize("script", ["t\nq\n", "t\nr\nq\n", "t\nr\nc\nq\n"])
+def test_a_resumed_random_run_draws_what_an_uninterrupted_one_draws(tmp_path, script):
+    # Each round's draw comes from the seed and the answers stored, not from a generator made afresh on resume.
+    answers = "t\nr\nc\nt\nr\n"
+    results = []
+    for name, scripts in (("straight", [answers]), ("split", [script, answers[len(script) - 2:]])):
+        with LabelStore(tmp_path / f"{name}.sqlite") as store:
+            for i, text in enumerate(scripts):
+                outcome = active_learning(task(), FractionLearner(), HumanOracle(io.StringIO(text), io.StringIO()),
+                                          store, strategy="random", initial={0: 0}, budget=6, batch_size=2,
+                                          seed=7, resume=i > 0)
+            results.append(([(a.item, a.label) for a in store.answers("random")], outcome.curve))
+    assert results[0] == results[1] and len(results[0][0]) == 6
+
+
+def test_a_resume_with_a_budget_below_the_labels_stored_is_refused(tmp_path):
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        run(store, HumanOracle(io.StringIO("t\nr\nc\nq\n"), io.StringIO()))  # 4 labels, 1 question left
+    before = (tmp_path / STORE_NAME).read_bytes()
+    for budget in (3, 4):
+        with LabelStore(tmp_path / STORE_NAME) as store, pytest.raises(
+                GraphseqError, match=rf"the budget \({budget}\) is smaller than the 4 labels stored in .* and the 1 "
+                                     r"questions left of the round cut short; resume with a budget of 5 or more"):
+            run(store, HumanOracle(io.StringIO("t\n"), io.StringIO()), resume=True, budget=budget)
+    assert (tmp_path / STORE_NAME).read_bytes() == before
+
+
 def test_a_person_answers_the_initial_items_too(tmp_path):
     output = io.StringIO()
     with LabelStore(tmp_path / STORE_NAME) as store:
@@ -285,7 +312,7 @@ def test_undo_into_a_finished_round_gives_the_curve_and_questions_of_the_kept_an
         with LabelStore(tmp_path / f"{name}.sqlite") as store:
             outcome = active_learning(task(), learner, HumanOracle(io.StringIO(script), io.StringIO()), store,
                                       strategy=strategy, initial={0: 0}, budget=6, batch_size=2,
-                                      generator=torch.Generator().manual_seed(0))
+                                      seed=0)
             answers = [(a.item, a.label) for a in store.answers(strategy)]
             results.append((outcome.curve, answers, store.pending(strategy), learner.fitted[-1]))
     assert results[0] == results[1]

@@ -14,6 +14,7 @@ import time
 import pytest
 
 import graphseq
+from graphseq.active.oracles import QUIT
 from graphseq.active.tasks import CORA_CLASSES
 from graphseq.active.store import STORE_NAME, LabelStore
 from graphseq.cli import main
@@ -265,6 +266,48 @@ def test_quit_in_the_first_seed_stops_the_run_and_its_hint_resumes_it(tmp_path, 
         assert len(capsys.readouterr().out.splitlines()) == 1 + 8
     assert main(["labels", str(out)]) == 2
     assert f"{out / 'seed-0'}, {out / 'seed-1'}" in capsys.readouterr().err
+
+
+class Scripted:
+    """A person who answers item i with class i % 7, and quits after ``until`` answers."""
+
+    source = "human"
+
+    def __init__(self, until=None):
+        self.until, self.given = until, 0
+
+    def ask(self, question):
+        if self.given == self.until:
+            return QUIT
+        self.given += 1
+        return question.item % 7
+
+    def tell(self, text):
+        pass
+
+    def restrict(self, pool):
+        return pool
+
+
+def test_a_resumed_random_run_asks_and_plots_what_an_uninterrupted_one_does(tmp_path, data_root, mirror):
+    common = {"data_root": data_root, "data_mirror": mirror, "quiet": True}
+    overrides = {"learner.epochs": 3, "active.initial": 2, "active.batch_size": 2, "active.budget": 8,
+                 "active.strategy": "random", "active.reference": False}
+    straight = graphseq.run("active-cora", oracle=Scripted(), out=tmp_path / "straight", overrides=overrides,
+                            **common)["runs"][0]
+    out = tmp_path / "split"
+    graphseq.run("active-cora", oracle=Scripted(until=3), out=out, overrides=overrides, **common)
+    # A smaller budget than the run's is refused before anything is written (it would be exceeded).
+    before = folder_hash(out)
+    with pytest.raises(graphseq.GraphseqError, match=r"active.budget = 2 \(the run has 8\): a resumed run may take "
+                                                     r"a longer budget, not a shorter one"):
+        graphseq.run("active-cora", oracle=Scripted(), out=out, resume=True, overrides={"active.budget": 2},
+                     **common)
+    assert folder_hash(out) == before
+    resumed = graphseq.run("active-cora", oracle=Scripted(), out=out, resume=True, **common)["runs"][0]
+    with LabelStore(tmp_path / "straight" / STORE_NAME) as first, LabelStore(out / STORE_NAME) as second:
+        assert [a.item for a in second.answers("random")] == [a.item for a in first.answers("random")]
+    assert resumed["curves"] == straight["curves"] and [n for n, _ in resumed["curves"]["random"]] == [2, 4, 6, 8]
 
 
 def test_learning_curves_can_measure_the_validation_nodes(tmp_path, data_root, mirror):
