@@ -21,6 +21,7 @@ from typing import Optional, TextIO, Union
 from ..views import terminal_width
 from .oracles import QUIT, SKIP, UNDO, Question, Reply, parse_class, quoted
 
+NO_BREAK = "\u00a0"  # textwrap breaks lines at ASCII spaces only
 COMMANDS = {"s": SKIP, "skip": SKIP, "u": UNDO, "undo": UNDO, "q": QUIT, "quit": QUIT}
 
 HELP = """\
@@ -90,8 +91,10 @@ class HumanOracle:
             self._write(self.classes(question.class_names, "(? help, s skip, u undo, q quit)"))
             self.shown_classes = True
         self._write()
-        self._write(f"[{question.progress}] item {question.item}" if question.progress
-                    else f"item {question.item}")
+        # "item N" is never split by the wrap: a no-break space joins them until the line is fitted.
+        header = f"[{question.progress}] item{NO_BREAK}{question.item}" if question.progress \
+            else f"item {question.item}"
+        self._write("\n".join(fit(header, self._width())).replace(NO_BREAK, " "), fitted=False)
         for line in question.details:
             self._write(line)
         while True:

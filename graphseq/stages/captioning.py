@@ -360,11 +360,32 @@ class FeatureCache:
         return self.model.encode(self.data.load_images(rows).to(self.device))
 
 
+# What a run holds once the decoder's training has started (beside its checkpoint): the
+# training's products and the evaluation's.
+TRAINED = (MODEL_FILE, "curves.png", "captions_*.json", "attention.png")
+
+
+def _check_decoder_started(folder: Path) -> None:
+    """Refuses to resume a run that lost the decoder's checkpoint after its
+    training had started: it would train the decoder again from scratch
+    and overwrite what the run holds, as if it had never started."""
+    if (folder / CHECKPOINT).is_file():
+        return
+    found = sorted(path.name for pattern in TRAINED for path in folder.glob(pattern))
+    if found:
+        raise GraphseqError(f"--resume: {folder / CHECKPOINT} is missing, but the decoder's training had started "
+                            f"({', '.join(found)} {'are' if len(found) > 1 else 'is'} there), so the run cannot "
+                            f"continue where it stopped; put {CHECKPOINT} back, or start a new run with another "
+                            f"--out")
+
+
 def _check_eval_images(check, *, eval_images: int, **_) -> None:
     val = check.facts.get("caption_val")
     if val is not None and eval_images > val:
         raise GraphseqError(f"train_captioner.eval_images = {eval_images} is more than the {val} validation "
                             f"images (data.val = {val}); lower it to {val} or less, or raise data.val")
+    for folder in check.resumed:  # the run's folders that --resume continues
+        _check_decoder_started(folder)
 
 
 @stage("train_captioner", checks={
@@ -385,7 +406,8 @@ def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float =
     validation images (no more than there are) are captioned greedily;
     the weights with the best validation BLEU-4 are kept and written to
     ``captioner.pt`` for ``graphseq caption``. ``checkpoint.pt`` (every ``checkpoint_every``
-    steps) lets ``--resume`` continue a run; a resume that raises ``steps``
+    steps) lets ``--resume`` continue a run (one that lost it after the
+    training had started is refused, rather than trained afresh); a resume that raises ``steps``
     lays the rest of the cosine over the new budget, so it is not the run
     that budget would have been from the start (unless
     ``final_lr_fraction = 1``)."""
@@ -417,7 +439,10 @@ def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float =
     ctx.log.info(f"training the {model.config['decoder']} decoder for {steps} steps of {batch_size} "
                  f"captions, encoder {'fine-tuned' if finetune_encoder else 'frozen'}")
     # A run stopped before the decoder's first checkpoint (while pretraining,
-    # say) resumes the earlier stages and starts the decoder afresh.
+    # say) resumes the earlier stages and starts the decoder afresh; one that
+    # lost the checkpoint later is refused (by the precheck, before a write).
+    if ctx.resume:
+        _check_decoder_started(ctx.out)
     started = (ctx.out / CHECKPOINT).is_file()
     result = train_steps(replace(ctx, resume=ctx.resume and started), model, optimizer, loss_fn,
                          steps=steps, scheduler=scheduler, clip=clip, evaluate=evaluate,

@@ -15,7 +15,7 @@ import math
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -265,7 +265,8 @@ def _note_training(check, *, name: str, init: str = "", query: str = "learned", 
                                   "checkpoint_every": at_least(0), "name": NAME, "init": EXISTING_FILE,
                                   "per_support": at_least(1)},
         resumes=CHECKPOINT, resume_may_change=("steps",), resume_reads=("checkpoint-*.pt",),
-        precheck=_note_training)
+        precheck=_note_training,
+        applies={"eval_every": {"eval_episodes": positive}, "eval_batch_size": {"eval_episodes": positive}})
 def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float = 1e-3,
                    halve_every: int = 10000, weight_decay: float = 0.0, labelled_only: bool = False,
                    query: str = "learned", eval_every: int = 2000, eval_episodes: int = 2000,
@@ -275,7 +276,9 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     steps with Adam at ``lr``, halved every ``halve_every`` steps (the
     authors' schedule). Every ``eval_every`` steps (and at the end) the
     accuracy on ``eval_episodes`` validation episodes (the same ones each
-    time) is estimated, and the weights with the best one are kept.
+    time) is estimated, and the weights with the best one are kept;
+    ``eval_episodes = 0`` estimates none (``eval_every`` and
+    ``eval_batch_size`` then have no use).
 
     ``labelled_only`` trains without the unlabelled images (the baseline of
     the semi-supervised comparison); ``query`` is how an active model picks
@@ -567,10 +570,13 @@ def _describe_episode(batch, episode: int, asked: int, before: torch.Tensor, way
     guess = int(probabilities.argmax())
     lines = _wrapped("The labelled images of each class:", width)
     lines += side_by_side(pictures, captions, width=width)
-    lines += [""] + _wrapped("The model asks about the image on the left; the right one is the query it must "
-                             "classify:", width)
-    lines += side_by_side([image_blocks(batch.x[asked], picture_width), image_blocks(batch.x[query], picture_width)],
-                          ["which class is this?", "query"], width=width)
+    pair = side_by_side([image_blocks(batch.x[asked], picture_width), image_blocks(batch.x[query], picture_width)],
+                        ["which class is this?", "query"], width=width)
+    # Its first line holds the captions of the first row: both where the two fit beside each other.
+    first, second = ("image on the left", "the right one") if "query" in pair[0] else \
+        ("upper image", "the lower one")
+    lines += [""] + _wrapped(f"The model asks about the {first}; {second} is the query it must classify:", width)
+    lines += pair
     lines += _wrapped(f"The model's answer for the query without your label: class {guess} "
                       f"(probability {float(probabilities[guess]):.2f})", width)
     return lines
@@ -586,11 +592,38 @@ def _check_training(training: str, trainings: Dict[str, bool]) -> None:
         raise GraphseqError("fewshot_oracle needs an active model (model.active = true)")
 
 
-def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: str, **_) -> None:
+def _stored_answers(path: Path, strategy: str, episodes: int, ways: Optional[int]) -> Dict[int, str]:
+    """The class each episode was answered with in the label store ``path``
+    (opened to read), refused where a run of ``episodes`` episodes (and
+    ``ways`` classes, where known) cannot hold an answer: a resumed run keeps
+    every answer. Episodes are counted from 1, as the questions count them."""
+    with LabelStore(path, read_only=True) as store:
+        stored = {answer.item: answer.label for answer in store.answers(strategy)}
+    last = max(stored, default=-1)
+    if last >= episodes:
+        raise GraphseqError(f"fewshot_oracle.episodes = {episodes}, but {path} holds an answer for episode "
+                            f"{last + 1} (item {last} in 'graphseq labels'), and a resumed run keeps every "
+                            f"answer; set fewshot_oracle.episodes to at least {last + 1}")
+    for item, label in stored.items():
+        if item < 0 or (ways is not None and label not in [str(way) for way in range(ways)]):
+            classes = f"classes 0-{ways - 1}" if ways is not None else "classes from 0"
+            raise GraphseqError(f"{path}: item {item} has the answer {label!r}, which this run cannot hold "
+                                f"(items from 0, {classes}); it was left as it is")
+    return stored
+
+
+def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: str, query: str = "learned",
+                  **_) -> None:
     """What would stop the oracle after the training: the training it names,
-    an active model, and ``--oracle file``'s labels file, every row."""
-    if not oracle or "oracle" in check.options:
-        return  # No oracle: the stage is skipped. An oracle object answers as it is.
+    an active model, ``--oracle file``'s labels file, every row, and, on
+    ``--resume``, stored answers the run cannot hold."""
+    if not oracle and "oracle" not in check.options:
+        return  # No oracle: the stage is skipped.
+    for folder in check.resumed:  # the run's folders that --resume continues
+        if (folder / STORE_NAME).is_file():
+            _stored_answers(folder / STORE_NAME, query, episodes, check.facts.get("fewshot_ways"))
+    if "oracle" in check.options:
+        return  # An oracle object answers as it is.
     if "fewshot_trainings" in check.facts:  # Else the stage itself says what it needs.
         _check_training(training, check.facts["fewshot_trainings"])
     if oracle == "file":
@@ -662,13 +695,8 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
 
     path, record = ctx.out / STORE_NAME, ctx.out / ORACLE_RECORD
     stored = {}
-    if ctx.resume and path.is_file():  # Checked before anything is written.
-        with LabelStore(path, read_only=True) as store:
-            for answer in store.answers(strategy):
-                if answer.label not in names or not 0 <= answer.item < episodes:
-                    raise GraphseqError(f"{path}: episode {answer.item} has the answer {answer.label!r}, which "
-                                        f"this run cannot hold ({episodes} episodes, classes 0-{data.ways - 1})")
-                stored[answer.item] = answer.label
+    if ctx.resume and path.is_file():  # Checked before anything is written (and before the run, by the precheck).
+        stored = _stored_answers(path, strategy, episodes, data.ways)
         _check_asked(record, stored, images, strategy, training)
     with LabelStore(path) as store:
         if not ctx.resume:

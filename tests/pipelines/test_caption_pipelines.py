@@ -138,7 +138,18 @@ def test_resume_continues_from_the_checkpoint(init_run, tmp_path):
 
 def test_a_run_stopped_before_the_decoders_first_checkpoint_resumes(tmp_path):
     _run("caption-shapes-init", tmp_path, **{"train.steps": 2})
-    (tmp_path / "checkpoint.pt").unlink()  # as if stopped right after pretraining
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    (tmp_path / "checkpoint.pt").unlink()
+    # The checkpoint lost after the decoder's training had started: a resume would train it afresh, silently.
+    with pytest.raises(GraphseqError, match=rf"^--resume: {re.escape(str(tmp_path / 'checkpoint.pt'))} is "
+                                            r"missing, but the decoder's training had started \(captioner\.pt, "
+                                            r"captions_test\.json, .*curves\.png are there\)"):
+        _run("caption-shapes-init", tmp_path, resume=True)
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == \
+        {path: data for path, data in before.items() if path.name != "checkpoint.pt"}
+    for name in ("captioner.pt", "curves.png", "captions_val.json", "captions_test.json", "captions_test_unseen.json",
+                 "metrics.json"):
+        (tmp_path / name).unlink()  # as if stopped right after pretraining
     resumed = _run("caption-shapes-init", tmp_path, resume=True)
     assert resumed["steps"] == 4 and resumed["encoder_steps"] == 4
     assert "resumed from" in (tmp_path / "log.txt").read_text()  # the encoder's checkpoint

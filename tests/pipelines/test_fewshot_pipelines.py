@@ -376,7 +376,31 @@ def test_answers_about_other_images_than_the_model_asks_about_are_refused(answer
         record.unlink(missing_ok=True)  # the second time: no record at all
 
 
-@pytest.mark.parametrize("columns", [60, 80])
+def test_answers_for_more_oracle_episodes_than_the_run_has_are_refused_before_a_file_changes(
+        answered_run, fake_omniglot, tmp_path):
+    # A folder as a refused resume used to leave it: config.toml saying 2 episodes, the store holding 3 answers.
+    # The refusal came after the trainings and tests had run again and rewritten their files.
+    out = tmp_path / "run"
+    shutil.copytree(answered_run, out)
+    config = out / "config.toml"
+    lines = [line for line in config.read_text().splitlines() if not line.startswith("# graphseq wrote")]
+    assert lines.count("episodes = 3") == 1  # the oracle's
+    config.write_text("\n".join(lines).replace("episodes = 3", "episodes = 2") + "\n")
+    before = files_of(out)
+    message = (rf"^fewshot_oracle.episodes = 2, but {re.escape(str(out / STORE_NAME))} holds an answer for episode 3 "
+               r"\(item 2 in 'graphseq labels'\), and a resumed run keeps every answer; set "
+               r"fewshot_oracle.episodes to at least 3$")
+    settings = {key: value for key, value in FAKE_ACTIVE.items() if key != "oracle.episodes"}
+    with pytest.raises(graphseq.GraphseqError, match=message):
+        graphseq.run("fewshot-omniglot-active", out=out, quiet=True, resume=True, overrides=settings,
+                     oracle=HumanOracle(io.StringIO("q\n"), io.StringIO()), **fake_omniglot)
+    assert files_of(out) == before
+    summary = graphseq.run("fewshot-omniglot-active", out=out, quiet=True, resume=True,
+                           overrides={**settings, "oracle.episodes": 3}, **fake_omniglot)
+    assert summary["runs"][0]["oracle_answers"] == 3
+
+
+@pytest.mark.parametrize("columns", [40, 60, 80])
 def test_the_human_prompt_fits_the_terminal_width(answered_run, fake_omniglot, tmp_path, monkeypatch, columns):
     monkeypatch.chdir(tmp_path)
     shutil.copytree(answered_run, "run")
@@ -391,6 +415,9 @@ def test_the_human_prompt_fits_the_terminal_width(answered_run, fake_omniglot, t
     assert "which class is this?" in output.getvalue() and "with your answer the model says" in output.getvalue()
     assert max(len(line) for line in lines[:-1]) <= columns
     assert max(len(line) for line in lines if "\u2588" in line) > columns - 25  # the pictures fill the width
+    # Two pictures of 20 columns fit beside each other from 42 columns on; below, the query is under the image.
+    where = "the image on the left; the right one" if columns >= 42 else "the upper image; the lower one"
+    assert f"The model asks about {where} is the query" in " ".join(output.getvalue().split())
 
 
 @pytest.mark.parametrize("name", ["fewshot-miniimagenet-5w1s", "fewshot-miniimagenet-5w5s"])
@@ -433,6 +460,10 @@ def test_episodes_the_data_cannot_give_are_refused_by_setting_before_a_model_is_
     # Without validation characters there are no validation episodes to score.
     ("fewshot-omniglot-5w1s", {"data.val_characters": 0},
      "train_episodes.eval_every = 2 has no use when data.val_characters = 0"),
+    # Without validation episodes there is nothing to score, at any interval or in any batches.
+    ("fewshot-omniglot-5w1s", {"train.eval_episodes": 0},
+     "train.eval_every has no use when train.eval_episodes = 0: it applies only when train.eval_episodes is a "
+     "number > 0"),
 ])
 def test_settings_the_training_would_ignore_are_refused_before_writing(fake_omniglot, tmp_path, name, overrides,
                                                                       message):
