@@ -257,8 +257,12 @@ def check_applies(config: Dict[str, Any], source: str, written: Optional[Dict[st
                 if holds(condition, setting):
                     continue
                 if not (own and (in_file.get(on, defaults[on]) != setting or on in spec.options)):
-                    when = (f"when {name}.{on} is {condition.allowed}" if isinstance(condition, Domain)
-                            else f"with {' or '.join(map(repr, condition))}")
+                    if isinstance(condition, Domain):
+                        when = f"when {name}.{on} is {condition.allowed}"
+                    elif tuple(condition) in (("",), ([],)):  # "with ''" tells a user nothing
+                        when = f"when {name}.{on} is empty (not set)"
+                    else:
+                        when = f"with {' or '.join(map(repr, condition))}"
                     raise GraphseqError(f"{source}: {name}.{key} has no use when {name}.{on} = {setting!r}: it "
                                         f"applies only {when}; leave it out")
                 let_be.append((name, key))

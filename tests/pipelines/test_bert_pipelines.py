@@ -307,7 +307,8 @@ def test_a_tokenizer_file_is_used_as_it_is_and_a_vocab_size_beside_it_is_refused
     # A vocab_size was ignored: the file's pieces were used.
     for key, value in (("vocab_size", 500), ("min_frequency", 3)):
         with pytest.raises(GraphseqError, match=re.escape(f"tokenizer.{key} has no use when tokenizer.file = "
-                                                          f"{file!r}: it applies only with ''")):
+                                                          f"{file!r}: it applies only when tokenizer.file is "
+                                                          f"empty (not set)")):
             run("bert-pretrain", overrides={**settings, "tokenizer.file": file, f"tokenizer.{key}": value},
                 out=tmp_path / "second", quiet=True)
         assert not (tmp_path / "second").exists()
@@ -320,14 +321,16 @@ def test_a_tokenizer_file_is_used_as_it_is_and_a_vocab_size_beside_it_is_refused
 @pytest.mark.parametrize("name,overrides,message", [
     # A corpus folder is read as it is: the shared texts and their folds were ignored.
     ("bert-pretrain", {"corpus.folder": "{folder}", "corpus.texts": ["polarity"]},
-     "corpus.texts has no use when corpus.folder = '{folder}': it applies only with ''"),
+     "corpus.texts has no use when corpus.folder = '{folder}': it applies only when corpus.folder is empty "
+     "(not set)"),
     ("bert-pretrain", {"corpus.folder": "{folder}", "corpus.fold_seed": 3},
      "corpus.fold_seed has no use when corpus.folder = '{folder}'"),
     ("bert-pretrain", {"corpus.texts": ["polarity", "polarity"]},
      "corpus.texts = ['polarity', 'polarity'] is not allowed: it must be a non-empty list of distinct items"),
     # Finished runs are used as they are: the groups and the pretraining settings were ignored, unchecked.
     ("bert-polarity", {"pretrain.runs": ["{folder}"], "pretrain.groups": 3},
-     "pretrain.groups has no use when pretrain.runs = ['{folder}']: it applies only with []"),
+     "pretrain.groups has no use when pretrain.runs = ['{folder}']: it applies only when pretrain.runs is "
+     "empty (not set)"),
     ("bert-polarity", {"pretrain.runs": ["{folder}"], "pretrain.pretrain_set": ["pretrain.steps=-1"]},
      "pretrain.pretrain_set has no use when pretrain.runs = ['{folder}']"),
     ("bert-polarity", {"finetune.scratch": False, "finetune.scratch_lr": 0.01},

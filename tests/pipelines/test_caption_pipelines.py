@@ -102,7 +102,8 @@ def test_heads_that_do_not_divide_the_width_are_refused_before_writing(tmp_path)
 @pytest.mark.parametrize("name,overrides,message", [
     # A copied encoder is not pretrained: the pretraining's keys were ignored.
     ("caption-shapes-input", {"encoder.from_run": "elsewhere", "encoder.pretrain_steps": 4},
-     "encoder.pretrain_steps has no use when encoder.from_run = 'elsewhere': it applies only with ''"),
+     "encoder.pretrain_steps has no use when encoder.from_run = 'elsewhere': it applies only when "
+     "encoder.from_run is empty (not set)"),
     ("caption-shapes-init", {"train.encoder_lr": 0.01},
      "train.encoder_lr has no use when train.finetune_encoder = False: it applies only with True"),
     ("caption-shapes-init", {"evaluate.figure_images": 2},
