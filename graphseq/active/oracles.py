@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import csv
 import enum
+import hashlib
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -87,9 +88,11 @@ def parse_class(text: str, class_names: Sequence[str]) -> int:
 
 class SimulatedOracle:
     """Answers with the true label; with probability ``noise`` with another
-    class drawn at random instead (seeded, so runs repeat). A true label
-    outside the classes (PyG marks unknown ones -1) is refused, by
-    :meth:`check` before the loop stores anything, never answered."""
+    class drawn at random instead, from a generator of the seed and the item
+    alone, so that an item gets the same answer whatever was asked before it,
+    in a run resumed or not. A true label outside the classes (PyG marks
+    unknown ones -1) is refused, by :meth:`check` before the loop stores
+    anything, never answered."""
 
     source = "simulated"
 
@@ -98,7 +101,7 @@ class SimulatedOracle:
             raise GraphseqError(f"label noise must be between 0 and 1, got {noise}")
         self.truth = torch.as_tensor(truth).detach().cpu()
         self.noise = noise
-        self.generator = torch.Generator().manual_seed(seed)
+        self.seed = seed
 
     def _check(self, item: Optional[int], num_classes: int) -> None:
         """Refuses noise without another class, and an ``item`` without a true class."""
@@ -126,11 +129,19 @@ class SimulatedOracle:
         num_classes = len(question.class_names)
         self._check(question.item, num_classes)
         label = int(self.truth[question.item])
-        if self.noise > 0 and float(torch.rand((), generator=self.generator)) < self.noise:
-            # Shift by 1..C-1 so the wrong label is never the true one.
-            shift = int(torch.randint(1, num_classes, (), generator=self.generator))
-            label = (label + shift) % num_classes
+        if self.noise > 0:
+            generator = self._generator(question.item)
+            if float(torch.rand((), generator=generator)) < self.noise:
+                # Shift by 1..C-1 so the wrong label is never the true one.
+                shift = int(torch.randint(1, num_classes, (), generator=generator))
+                label = (label + shift) % num_classes
         return label
+
+    def _generator(self, item: int) -> torch.Generator:
+        """The generator the answer for ``item`` draws from: the same for the
+        same seed and item, whatever the order of the questions."""
+        digest = hashlib.sha256(f"{self.seed}/simulated/{item}".encode()).digest()
+        return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
 
     def tell(self, text: str) -> None:
         pass
@@ -144,11 +155,14 @@ class FileOracle:
     ``item,label`` is optional; the label is a class name, a unique prefix or
     a number). Only items in the file are asked about.
 
-    The whole file is read and checked when the oracle is made (UTF-8, with
-    or without a byte-order mark; two columns; whole-number items; no item
-    twice; no stray quote; at least one row), and against the task by :meth:`check` (items
-    in the pool, labels among the classes), so that every problem is found
-    before the first label is stored. Errors list the first few problems.
+    The whole file is read when the oracle is made (UTF-8, with or without
+    a byte-order mark; two columns; whole-number items; no item twice; no
+    stray quote; at least one row), and checked against the task by
+    :meth:`check` (items in the pool, labels among the classes), so that
+    every problem is found before the first label is stored. A file that
+    cannot be read, or holds no good row, is refused at once; the problems
+    of its rows otherwise wait for :meth:`check`, which lists them with its
+    own, the first few in line order.
     """
 
     source = "file"
@@ -158,6 +172,7 @@ class FileOracle:
         self.path = Path(path)
         self.rows: Dict[int, str] = {}
         self.lines: Dict[int, int] = {}  # item -> its line in the file
+        self.problems: List[Tuple[int, str]] = []  # (line, problem) of the rows, for check() to list
         try:
             raw = self.path.read_bytes()
         except OSError as error:
@@ -168,13 +183,12 @@ class FileOracle:
             line = raw[:error.start].count(b"\n") + 1
             raise GraphseqError(f"{self.path}, line {line}: not UTF-8 text (byte 0x{raw[error.start]:02x}); "
                                 f"save the file as UTF-8") from None
-        problems = []
         # Strict: a stray quote is an error, not a field that swallows the rows after it.
         reader = csv.reader(io.StringIO(text, newline=""), strict=True)
         start = 1  # the line the row being read starts on
         try:
             for row in reader:
-                self._read_row(start, reader.line_num, row, problems)
+                self._read_row(start, reader.line_num, row, self.problems)
                 start = reader.line_num + 1
         except csv.Error as error:  # a field over csv's size limit, a stray quote, ...
             why = str(error)
@@ -183,52 +197,56 @@ class FileOracle:
             elif "expected after" in why:
                 why = f'{why}: a quote (") may only enclose a whole field; remove the stray quote'
             raise GraphseqError(f"{self.path}, line {start}: {why}") from None
-        self._raise(problems)
-        if not self.rows:
+        if not self.rows:  # check() could add nothing: no row passed
+            self._raise(self.problems)
             raise GraphseqError(f"{self.path} holds no answers; expected rows item,label")
 
-    def _read_row(self, number: int, end: int, row: List[str], problems: List[str]) -> None:
+    def _read_row(self, number: int, end: int, row: List[str], problems: List[Tuple[int, str]]) -> None:
         """Reads the row on lines ``number`` to ``end`` (a quoted field may hold line breaks)."""
         cells = [cell.strip() for cell in row]
         if not any(cells) or (number == 1 and [c.lower() for c in cells] == ["item", "label"]):
             return
         if end > number:
-            problems.append(f"line {number}: a quoted field runs on to line {end}; an item and its label "
-                            f"belong on one line (a stray quote?)")
+            problems.append((number, f"line {number}: a quoted field runs on to line {end}; an item and "
+                                     f"its label belong on one line (a stray quote?)"))
         elif len(cells) != 2 or not is_whole_number(cells[0]) or not cells[1]:
-            problems.append(f"line {number}: expected item,label with a whole-number item, "
-                            f"got {','.join(row)[:80]!r}")
+            problems.append((number, f"line {number}: expected item,label with a whole-number item, "
+                                     f"got {','.join(row)[:80]!r}"))
         elif int(cells[0]) in self.rows:
-            problems.append(f"line {number}: item {cells[0]} again (first on line "
-                            f"{self.lines[int(cells[0])]})")
+            problems.append((number, f"line {number}: item {cells[0]} again (first on line "
+                                     f"{self.lines[int(cells[0])]})"))
         else:
             self.rows[int(cells[0])] = cells[1]
             self.lines[int(cells[0])] = number
 
-    def _raise(self, problems: List[str], note: str = "") -> None:
+    def _raise(self, problems: List[Tuple[int, str]], note: str = "") -> None:
+        """Refuses the file, listing the first problems in line order."""
         if problems:
+            problems = [text for _, text in sorted(problems, key=lambda problem: problem[0])]
             more = f" (and {len(problems) - self.SHOWN} more)" if len(problems) > self.SHOWN else ""
             raise GraphseqError(f"{self.path}: {len(problems)} problem{'s' * (len(problems) > 1)}: "
                                 + "; ".join(problems[:self.SHOWN]) + more + (f"; {note}" if note else ""))
 
     def check(self, class_names: Sequence[str], pool: Tensor) -> None:
         """Every item may be asked about, and every label names a class:
-        both checked on every row."""
+        both checked on every row, and listed with the problems found in
+        reading the file (an item twice, a row that is no ``item,label``)."""
         allowed = set(pool.tolist())
-        problems, outside = [], False
+        problems, outside = list(self.problems), False
         for item, label in self.rows.items():
+            line = self.lines[item]
             if item not in allowed:
                 outside = True
-                problems.append(f"line {self.lines[item]}: item {item} is not among the items "
-                                f"that may be labelled")
+                problems.append((line, f"line {line}: item {item} is not among the items that may be labelled"))
             try:
                 parse_class(label, class_names)
             except ValueError as problem:
-                problems.append(f"line {self.lines[item]}: {problem}")
+                problems.append((line, f"line {line}: {problem}"))
         self._raise(problems, f"the items that may be labelled are the pool of this task "
                               f"({item_ranges(pool)})" if outside else "")
 
     def ask(self, question: Question) -> Reply:
+        self._raise(self.problems)  # A file's problems refuse it even where check() was never called.
         if question.item not in self.rows:
             return SKIP
         try:

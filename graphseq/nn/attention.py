@@ -147,7 +147,7 @@ class AttentionConv(MessagePassing):
     subclasses; a third score is a third ``edge_update``, for instance a
     learned metric of the two ends::
 
-        class MetricAttentionConv(AttentionConv):
+        class AbsDiffAttention(AttentionConv):
             def __init__(self, channels, heads=1):
                 super().__init__(heads)
                 self.metric = torch.nn.Linear(channels, heads)
@@ -685,7 +685,7 @@ class SelfAttentionConv(AttentionConv):
         batch_first (bool): accepted and ignored, so that
             :class:`torch.nn.MultiheadAttention`'s arguments (positional
             ones too) mean the same here: nodes are the rows of ``x``, with no
-            batch or sequence dimension.
+            batch or sequence dimension. (default: :obj:`False`)
         device, dtype: where and in which precision to create the parameters.
             (default: :obj:`None`)
         **kwargs (optional): arguments of :class:`MessagePassing`.

@@ -286,6 +286,7 @@ class ChainRecurrence(MessagePassing):
         batch_first (bool): accepted as :obj:`False` only: nodes have no
             batch dimension. It stands where :class:`torch.nn.LSTM` has it, so
             that torch's positional arguments mean the same here.
+            (default: :obj:`False`)
         dropout (float): dropout probability on the outputs of every layer
             but the last, during training. (default: :obj:`0.`)
         bidirectional (bool): also run along the reversed chains and
@@ -740,7 +741,8 @@ class ChainRNN(ChainRecurrence):
     Args:
         nonlinearity (str): ``"tanh"`` or ``"relu"``, as for
             :class:`torch.nn.RNN`. (default: ``"tanh"``)
-        others: see :class:`ChainRecurrence`; the ``state_dict`` is
+        others: see :class:`ChainRecurrence` (``device`` and ``dtype`` by
+            keyword, passed on through ``**kwargs``); the ``state_dict`` is
             :class:`torch.nn.RNN`'s.
 
     Shapes:
@@ -952,7 +954,8 @@ class ChainLSTM(ChainRecurrence):
         proj_size (int): if above 0, project ``h`` to this size, as
             :class:`torch.nn.LSTM` does; ``h`` (outputs, ``h_0``, ``h_n``) then
             has ``proj_size`` columns and ``c`` keeps ``hidden_size``. (default: :obj:`0`)
-        others: see :class:`ChainRecurrence`.
+        others: see :class:`ChainRecurrence` (``device`` and ``dtype`` by
+            keyword, passed on through ``**kwargs``).
 
     Shapes:
         - **input:** ``x`` :math:`(|\mathcal{V}|, F_{in})`, ``edge_index``
@@ -1163,7 +1166,8 @@ class ChainONLSTM(ChainRecurrence):
     Args:
         chunk_size (int): neurons per master-gate chunk; divides
             ``hidden_size``. (default: :obj:`1`)
-        others: see :class:`ChainRecurrence`.
+        others: see :class:`ChainRecurrence` (``device`` and ``dtype`` by
+            keyword, passed on through ``**kwargs``).
 
     Shapes:
         - **input:** ``x`` :math:`(|\mathcal{V}|, F_{in})`, ``edge_index``

@@ -59,7 +59,7 @@ class TransformerEncoderLayer(torch.nn.Module):
         batch_first (bool): accepted and ignored, so that
             :class:`torch.nn.TransformerEncoderLayer`'s arguments (positional
             ones too) mean the same here: nodes are the rows of ``x``, with no
-            batch or sequence dimension.
+            batch or sequence dimension. (default: :obj:`False`)
         norm_first (bool): normalise before the attention and the feed-forward
             network instead of after the residual sums. (default: :obj:`False`)
         bias (bool): learn biases in the linear layers and layer norms.

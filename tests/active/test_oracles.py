@@ -101,6 +101,17 @@ def test_simulated_oracle_noise_rate_is_seeded_and_never_gives_the_truth_when_wr
     assert set(answers) == {0, 1, 2, 3}
 
 
+def test_simulated_oracle_noisy_answer_for_an_item_does_not_depend_on_what_was_asked_before():
+    # A run killed and resumed asks the items after the kill of a fresh oracle: the same answers.
+    truth = torch.zeros(200, dtype=torch.long)
+    oracle, resumed = SimulatedOracle(truth, noise=0.5, seed=3), SimulatedOracle(truth, noise=0.5, seed=3)
+    answers = [oracle.ask(question(i)) for i in range(200)]
+    assert [resumed.ask(question(i)) for i in reversed(range(100, 200))] == answers[100:][::-1]
+    assert [resumed.ask(question(i)) for i in range(100)] == answers[:100]
+    assert [oracle.ask(question(7)) for _ in range(3)] == [answers[7]] * 3
+    assert answers != [SimulatedOracle(truth, noise=0.5, seed=4).ask(question(i)) for i in range(200)]
+
+
 def test_file_oracle_reads_names_and_numbers_and_skips_unknown_items(tmp_path):
     path = tmp_path / "labels.csv"
     path.write_text("item,label\n5,gen\n7,3\n")
@@ -114,8 +125,25 @@ def test_file_oracle_reads_names_and_numbers_and_skips_unknown_items(tmp_path):
 def test_file_oracle_names_a_bad_line(tmp_path):
     path = tmp_path / "labels.csv"
     path.write_text("item,label\n5,gen\nfive,Theory\n")
-    with pytest.raises(GraphseqError, match="line 3"):
-        FileOracle(path)
+    oracle = FileOracle(path)
+    for refuse in (lambda: oracle.ask(question(5)), lambda: oracle.check(CLASSES, torch.arange(8))):
+        with pytest.raises(GraphseqError, match="line 3"):
+            refuse()
+
+
+def test_file_oracle_check_lists_the_problems_of_reading_with_its_own_in_line_order(tmp_path):
+    path = tmp_path / "labels.csv"
+    path.write_text("item,label\n1371,theory\n99999,x\n5,zzz\nfive\n1371,gen\n")
+    oracle = FileOracle(path)  # rows that are read are checked against the task before the error
+    with pytest.raises(GraphseqError) as error:
+        oracle.check(CLASSES, torch.arange(2000))
+    assert str(error.value) == (
+        f"{path}: 5 problems: line 3: item 99999 is not among the items that may be labelled; "
+        f"line 3: 'x' is no class; the classes are {', '.join(CLASSES)}; "
+        f"line 4: 'zzz' is no class; the classes are {', '.join(CLASSES)}; "
+        f"line 5: expected item,label with a whole-number item, got 'five'; "
+        f"line 6: item 1371 again (first on line 2); "
+        f"the items that may be labelled are the pool of this task (2,000 items: 0-1999)")
 
 
 @pytest.mark.parametrize("content, problem", [
@@ -134,7 +162,7 @@ def test_file_oracle_refuses_a_bad_file_whole_in_one_line(tmp_path, content, pro
     path = tmp_path / "labels.csv"
     path.write_bytes(content)
     with pytest.raises(GraphseqError) as error:
-        FileOracle(path)
+        FileOracle(path).check(CLASSES, torch.arange(8))  # refused when made, or by check
     assert problem in str(error.value) and str(path) in str(error.value)
     assert "\n" not in str(error.value)
     assert path.read_bytes() == content
@@ -149,7 +177,7 @@ def test_file_oracle_refuses_a_stray_quote_naming_its_line(tmp_path, content, pr
     path = tmp_path / "labels.csv"
     path.write_text(content)
     with pytest.raises(GraphseqError) as error:
-        FileOracle(path)
+        FileOracle(path).check(CLASSES, torch.arange(8))  # refused when made, or by check
     assert problem in str(error.value) and str(path) in str(error.value)
 
 
@@ -213,3 +241,14 @@ def test_human_oracle_fits_every_line_to_a_narrow_terminal():
     wide = io.StringIO()
     HumanOracle(io.StringIO("q\n"), wide, width=200).ask(Question(5, names, [long_detail]))
     assert long_detail in wide.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("width", [40, 50, 51, 52, 80])
+def test_human_oracle_keeps_item_and_its_number_on_one_line(width):
+    # At 51 columns the header used to end in "... round] item", its number alone on the next line.
+    output = io.StringIO()
+    question = Question(60, CLASSES, [], "entropy: 0 of 6 labels, random first round")
+    assert HumanOracle(io.StringIO("q\n"), output, width=width).ask(question) is QUIT
+    lines = output.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert any(line.endswith("item 60") for line in lines) and "60" not in lines and "\u00a0" not in "".join(lines)

@@ -422,7 +422,7 @@ def test_value_dropout_acts_only_in_training():
     assert not torch.allclose(conv.train()(x, EDGE_INDEX), reference.train()(x, EDGE_INDEX))
 
 
-class MetricAttentionConv(AttentionConv):
+class AbsDiffAttention(AttentionConv):
     """The example of AttentionConv's docstring: a third score."""
 
     def __init__(self, channels, heads=1):
@@ -442,7 +442,7 @@ class MetricAttentionConv(AttentionConv):
 
 def test_a_third_score_is_one_edge_update(monkeypatch):
     torch.manual_seed(0)
-    conv = MetricAttentionConv(5, heads=2)
+    conv = AbsDiffAttention(5, heads=2)
     x = torch.randn(6, 5)
     # By hand: softmax over each target's incoming edges of the metric score, then the weighted sum.
     score = conv.metric((x[EDGE_INDEX[1]] - x[EDGE_INDEX[0]]).abs())
