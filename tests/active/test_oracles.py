@@ -43,24 +43,19 @@ def test_human_oracle_asks_again_after_garbage_and_reads_commands():
     assert "some detail" in text and "age: 3 of 10 labels" in text
 
 
-def test_human_oracle_treats_the_end_of_input_as_quit_and_stays_closed():
-    output = io.StringIO()
-    oracle = HumanOracle(io.StringIO("ru\n"), output)
-    assert oracle.ask(question()) == 3
-    assert oracle.ask(question()) is QUIT
-    assert oracle.ask(question()) is QUIT
-    assert "end of input" in output.getvalue()
-
-
-def test_human_oracle_takes_a_last_line_without_its_line_end_for_the_end_of_input():
+@pytest.mark.parametrize("typed, said", [
+    ("ru\n", "(end of input: your answers are saved)"),
     # A stream cut off after "2" of "2x..." must not store class 2 (nor a unique prefix's class).
+    ("ru\n2", "(end of input: your answers are saved; the last line, '2', has no line end and was not taken "
+               "as an answer)"),
+])
+def test_human_oracle_treats_the_end_of_input_as_quit_and_stays_closed(typed, said):
     output = io.StringIO()
-    oracle = HumanOracle(io.StringIO("ru\n2"), output)
+    oracle = HumanOracle(io.StringIO(typed), output)
     assert oracle.ask(question()) == 3
     assert oracle.ask(question()) is QUIT
     assert oracle.ask(question()) is QUIT
-    assert "(end of input: your answers are saved; the last line, '2', has no line end and was not taken " \
-           "as an answer)" in " ".join(output.getvalue().split())
+    assert said in " ".join(output.getvalue().split())
 
 
 def test_human_oracle_shortens_a_long_garbage_answer():
