@@ -508,18 +508,29 @@ def _command(argv: Optional[List[str]]) -> int:
     try:
         return args.handler(args)
     except GraphseqError as error:
-        print(f"graphseq: error: {error}", file=sys.stderr)
+        _say(f"graphseq: error: {error}")
         return 2
     except OSError as error:
         # A place this run must write in and cannot (a read-only data root
         # that lacks the processed files, a full disk): one line naming it.
         if error.errno not in UNWRITABLE or not error.filename:
             raise
-        print(f"graphseq: error: cannot write {error.filename}: {error.strerror}", file=sys.stderr)
+        _say(f"graphseq: error: cannot write {error.filename}: {error.strerror}")
         return 2
     except KeyboardInterrupt:
-        print("graphseq: interrupted", file=sys.stderr)
+        if not os.environ.get("GRAPHSEQ_LAUNCHED"):  # --nproc-per-node: the launcher says it, once.
+            _say("graphseq: interrupted")
         return 130
+
+
+def _say(line: str) -> None:
+    """Prints a last word on standard error, once for all the workers of a
+    run under torchrun where they refuse it alike in its checks: rank 0
+    (as ``RANK`` says) speaks for them."""
+    rank = os.environ.get("RANK", "0").strip()
+    distributed = sys.modules.get("graphseq.distributed")
+    if not rank.isdigit() or int(rank) == 0 or getattr(distributed, "past_checks", True):
+        print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":

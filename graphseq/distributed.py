@@ -58,13 +58,27 @@ def launched_world_size() -> int:
         return 1
 
 
+def planned_world_size() -> int:
+    """The number of processes of the run: those the launcher is about to
+    start while it checks the command in its own process (see :func:`launch`),
+    else :func:`launched_world_size`."""
+    return _checking or launched_world_size()
+
+
 def barrier() -> None:
     """Waits until every process gets here. While the launcher checks a
     command in its own process (see :func:`launch`), the runner's barrier,
     between its checks and its first write, is where that check ends."""
+    global past_checks
     if _checking is not None:
         raise _Checked
     _wait_for_all()
+    past_checks = True
+
+
+# Whether this process passed the runner's barrier after its checks: what
+# refuses a run before it refuses it alike in every worker, and rank 0 says so.
+past_checks = False
 
 
 def _wait_for_all() -> None:
@@ -165,9 +179,26 @@ def setup(device: torch.device) -> torch.device:
     if device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
+    _end_with_the_launcher()
     dist.init_process_group(backend=backend_for(device))
     sys.excepthook = _lost_peer_in_one_line(sys.excepthook)
     return device
+
+
+def _end_with_the_launcher() -> None:
+    """On Linux, asks the kernel to send this worker SIGTERM when its parent
+    (the launcher) dies, even by SIGKILL, so that no worker trains on alone
+    (and holds the run's folder); elsewhere, or where that fails, nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 # What gloo's error says when another process of the group went away.
@@ -288,7 +319,7 @@ def join(pipeline: str, config: Dict[str, Any], device: torch.device,
     from .pipeline import sections
     from .stages import get_stage
 
-    processes = _checking or launched_world_size()
+    processes = planned_world_size()
     check_run(pipeline, [get_stage(t.get("stage", n)) for n, t in sections(config).items()], options, processes)
     check_settings(pipeline, config, processes)
     if processes > 1 and _checking is None:
@@ -306,7 +337,13 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
     the number of processes among that): what refuses the run refuses it
     once, before any worker starts. A worker that fails ends the
     run: the launcher stops the others, and the error says which worker,
-    how, and whether the run resumes from its last checkpoint."""
+    how, and whether the run resumes from its last checkpoint. An interrupt
+    (Ctrl-C, SIGTERM) ends it in one line that says the same, with exit
+    status 128 + the signal's number (130 for Ctrl-C)."""
+    import logging
+    import signal
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
@@ -315,8 +352,19 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
     command, name, config = _check_command(args, nproc_per_node)
     launcher = parse_args(["--standalone", f"--nproc-per-node={nproc_per_node}", "--max-restarts=0",
                            "-m", "graphseq", *args])
+    # The launcher's own log lines would come after graphseq's message, which is to be the last line.
+    elastic = [logging.getLogger(logger) for logger in ["torch.distributed.elastic", *logging.root.manager.loggerDict]
+               if logger.startswith("torch.distributed.elastic")]
+    levels = [logger.level for logger in elastic]
+    for logger in elastic:
+        logger.setLevel(logging.CRITICAL)
+    os.environ[LAUNCHED] = "1"  # Its workers leave the word on an interrupt to the launcher.
     try:
         run(launcher)
+    except (SignalException, KeyboardInterrupt) as stop:
+        number = int(getattr(stop, "sigval", signal.SIGINT))
+        print(f"graphseq: interrupted; {_what_now(Path(out or command.out), name, config)}", file=sys.stderr)
+        return 128 + number
     except ChildFailedError as error:
         # The first failure is the cause; workers the launcher stopped after it got SIGTERM.
         rank, first = min(error.failures.items(),
@@ -327,7 +375,16 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
                else f"exited with code {first.exitcode}")
         raise GraphseqError(f"worker {rank} of {nproc_per_node} (pid {first.pid}) {how}, so the launcher "
                             f"stopped the others; {_what_now(Path(out or command.out), name, config)}") from None
+    finally:
+        for logger, level in zip(elastic, levels):
+            logger.setLevel(level)
+        os.environ.pop(LAUNCHED, None)
     return 0
+
+
+# Set in the workers ``graphseq run --nproc-per-node N`` starts (their launcher has the last word;
+# cli.py reads it by this name).
+LAUNCHED = "GRAPHSEQ_LAUNCHED"
 
 
 def _check_command(args: Sequence[str], processes: int) -> tuple[argparse.Namespace, str, Dict[str, Any]]:

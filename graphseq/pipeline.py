@@ -43,8 +43,8 @@ except ImportError:  # Windows: run folders are not locked.
 from . import __version__, distributed
 from .checks import Domain, holds, is_whole_number, refusal
 from .errors import GraphseqError
-from .io import (atomic_write_bytes, atomic_write_text, check_file_place, check_stored_file, read_utf8,
-                 remove_temporaries, write_json)
+from .io import (atomic_write_bytes, atomic_write_text, check_file_place, check_stored_file, load_checkpoint,
+                 read_utf8, remove_temporaries, write_json)
 from .seeding import MAX_SEED, seed_everything
 from .stages import Precheck, get_stage, stage_params, stage_spec
 
@@ -521,6 +521,25 @@ def _lock_out(out: Path) -> Optional[int]:
     return descriptor
 
 
+def _close_lock(descriptor: Optional[int]) -> None:
+    if descriptor is not None:
+        os.close(descriptor)
+
+
+def _check_world_size(path: Path) -> None:
+    """Refuses, before any worker starts, to resume the checkpoint ``path``
+    with another number of processes than the one that wrote it."""
+    if path.suffix != ".pt":
+        return
+    stored = load_checkpoint(path)
+    size = stored.get("world_size") if isinstance(stored, dict) else None
+    processes = distributed.planned_world_size()
+    if isinstance(size, int) and size != processes:
+        raise GraphseqError(f"--resume: {path} was written by {size} process(es); resume it with the same "
+                            f"number (" + (f"--nproc-per-node {size}" if size > 1 else "without --nproc-per-node")
+                            + f"; this run has {processes})")
+
+
 def resumable_files(config: Dict[str, Any]) -> List[str]:
     """The files the pipeline's stages continue from."""
     return [stage_spec(t.get("stage", n)).resumes for n, t in sections(config).items()
@@ -772,6 +791,7 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
                     raise GraphseqError(f"--resume: {folder / file} is missing, so the run cannot "
                                         f"continue where it stopped; {advice}")
                 check_stored_file(folder / file)
+                _check_world_size(folder / file)
             for stored in _read_on_resume(folder, config):
                 check_stored_file(stored)
     elif (out / "config.toml").is_file():
@@ -794,6 +814,8 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
 
     resumed = [folder for folder in (_seed_dir(out, s, runs) for s in range(seed, seed + runs)) if folder.is_dir()]
     precheck(config, data_root, data_mirror, objects, resumed if resume else ())
+    if out.is_dir():  # A run that holds the folder refuses this one here, before any worker starts.
+        _close_lock(_lock_out(out))
     distributed.barrier()  # Every process has checked before rank 0 writes.
     # Checked: from here on the run writes.
     if threads is not None:

@@ -10,6 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # not on Windows
+    fcntl = None
+
 import pytest
 import torch
 
@@ -197,3 +202,103 @@ def test_after_a_worker_died_the_advice_fits_the_run(tmp_path):
         "pipeline gat-cora-neighbor cannot resume a run, so start it again"
     assert _what_now(out, "gat-cora-neighbor", neighbor) == \
         f"pipeline gat-cora-neighbor cannot resume a run, so start it again with another --out than {out}"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the checkpoint's writer through /proc")
+@pytest.mark.parametrize("how, code", [("ctrl-c", 130), ("sigterm", 143)])
+def test_an_interrupted_launch_ends_in_one_line_that_says_how_to_resume(tmp_path, ppi_mirror, how, code):
+    out, root = tmp_path / "run", tmp_path / "data"
+    command = graphseq_command("gat-ppi", "--quiet", "--out", str(out), "--data-root", str(root),
+                               "--data-mirror", str(ppi_mirror), *TINY, "--set", "train.steps=100000",
+                               "--nproc-per-node", "2")
+    launcher = subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while not (out / "checkpoint.pt").exists():
+            assert launcher.poll() is None, launcher.communicate()[1][-3000:]
+            assert time.time() < deadline, "no checkpoint appeared"
+            time.sleep(0.05)
+        if how == "ctrl-c":  # The terminal sends SIGINT to the whole process group.
+            os.killpg(launcher.pid, signal.SIGINT)
+        else:
+            os.kill(launcher.pid, signal.SIGTERM)
+        _, stderr = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert launcher.returncode == code, stderr[-3000:]
+    assert "Traceback" not in stderr and "SignalException" not in stderr
+    assert stderr.strip().splitlines()[-1] == (f"graphseq: interrupted; the last checkpoint in {out} resumes: "
+                                               f"run the same command with --resume")
+
+
+def test_resuming_with_another_number_of_processes_is_refused_before_any_worker_starts(tmp_path, ppi_mirror,
+                                                                                          capfd):
+    out, root = tmp_path / "run", tmp_path / "data"
+    gat_ppi(out, ppi_mirror, root, "--set", "train.steps=2")
+    log = (out / "log.txt").read_text()
+    assert main(["run", "gat-ppi", "--quiet", "--out", str(out), "--data-root", str(root),
+                 "--data-mirror", str(ppi_mirror), *TINY, "--set", "train.steps=2", "--resume",
+                 "--nproc-per-node", "2"]) == 2
+    assert capfd.readouterr().err == (f"graphseq: error: --resume: {out / 'checkpoint.pt'} was written by 1 "
+                                      f"process(es); resume it with the same number (without --nproc-per-node; "
+                                      f"this run has 2)\n")
+    assert (out / "log.txt").read_text() == log
+
+
+@pytest.mark.skipif(fcntl is None, reason="folders are locked with fcntl")
+def test_a_folder_a_live_run_holds_is_refused_before_any_worker_starts(tmp_path, capfd):
+    text, out = tmp_path / "text.txt", tmp_path / "run"
+    text.write_text("ROMEO: to be, or not to be\n" * 20)
+    out.mkdir()
+    held = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as the live run holds it
+        assert main(["run", "charlm-lstm", "--set", f"data.text_file={text}", "--nproc-per-node", "2",
+                     "--out", str(out)]) == 2
+    finally:
+        os.close(held)
+    assert capfd.readouterr().err == (f"graphseq: error: --out {out} is in use by another graphseq run; "
+                                      f"wait for it to end, or choose another --out\n")
+    assert not any(out.iterdir())
+
+
+def test_under_torchrun_rank_0_alone_says_why_the_checks_refused(tmp_path, monkeypatch, capfd):
+    monkeypatch.setattr(distributed, "past_checks", False)
+    for rank, said in (("1", ""), ("0", "graphseq: error: --resume: ")):
+        monkeypatch.setenv("RANK", rank)
+        assert main(["run", "charlm-lstm", "--resume", "--out", str(tmp_path / "missing")]) == 2
+        assert capfd.readouterr().err.startswith(said)
+
+
+CHILD = """
+import os, sys, time
+from graphseq.distributed import _end_with_the_launcher
+_end_with_the_launcher()
+print(os.getpid(), flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_ends_when_its_launcher_is_killed():
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])",
+                               sys.executable, "-c", CHILD], env=environment(), stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(parent.stdout.readline())
+        parent.kill()
+        parent.wait()
+        deadline = time.time() + 10
+        while Path(f"/proc/{worker}").exists() and "\tZ" not in _state(worker) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{worker}").exists() or "\tZ" in _state(worker)
+    finally:
+        parent.kill()
+
+
+def _state(pid):
+    try:
+        return next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State"))
+    except (OSError, StopIteration):
+        return "\tZ"
