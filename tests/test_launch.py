@@ -100,6 +100,14 @@ def _worker_of_rank(launcher_pid, rank):
     return None
 
 
+def _wait_for_a_checkpoint(launcher: subprocess.Popen, out: Path) -> None:
+    deadline = time.time() + 240
+    while not (out / "checkpoint.pt").exists():
+        assert launcher.poll() is None, launcher.communicate()[1][-3000:]
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the worker through /proc")
 def test_a_killed_worker_ends_the_run_clearly_and_the_checkpoint_resumes(tmp_path, ppi_mirror):
     out, root = tmp_path / "run", tmp_path / "data"
@@ -109,11 +117,7 @@ def test_a_killed_worker_ends_the_run_clearly_and_the_checkpoint_resumes(tmp_pat
     env = dict(environment(), GRAPHSEQ_TEST_LAUNCH="1")
     launcher = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 240
-        while not (out / "checkpoint.pt").exists():
-            assert launcher.poll() is None, launcher.communicate()[1][-3000:]
-            assert time.time() < deadline, "no checkpoint appeared"
-            time.sleep(0.05)
+        _wait_for_a_checkpoint(launcher, out)
         victim = _worker_of_rank(launcher.pid, 1)
         assert victim is not None
         os.kill(victim, signal.SIGKILL)
@@ -214,11 +218,7 @@ def test_an_interrupted_launch_ends_in_one_line_that_says_how_to_resume(tmp_path
     launcher = subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
     try:
-        deadline = time.time() + 240
-        while not (out / "checkpoint.pt").exists():
-            assert launcher.poll() is None, launcher.communicate()[1][-3000:]
-            assert time.time() < deadline, "no checkpoint appeared"
-            time.sleep(0.05)
+        _wait_for_a_checkpoint(launcher, out)
         if how == "ctrl-c":  # The terminal sends SIGINT to the whole process group.
             os.killpg(launcher.pid, signal.SIGINT)
         else:
