@@ -109,9 +109,9 @@ def coco_captions(ctx, *, train_split: str = "train2014", eval_split: str = "val
                                   image_size=image_size)
     if max_train > 0:
         train_set = train_set.subset(range(min(max_train, len(train_set))))
-    if len(held_out) < val + max(test, 1):
-        raise GraphseqError(f"COCO {eval_split} has {len(held_out)} images, fewer than val={val} + "
-                            + (f"test={test}; lower data.val or data.test" if test else "1"))
+    if len(held_out) < val + test:
+        raise GraphseqError(f"COCO {eval_split} has {len(held_out)} images, fewer than val={val} + test={test}; "
+                            f"lower data.val or data.test")
     splits = {"train": train_set, "val": held_out.subset(range(val))}
     if test > 0:  # An empty split would score nothing (BLEU of no captions is no number).
         splits["test"] = held_out.subset(range(val, val + test))
