@@ -15,7 +15,9 @@ torch reads a padded ``[batch, longest, hidden]`` tensor with
 timed). Training: forward and backward in training mode (dropout on).
 Inference: forward under ``no_grad`` in eval mode, against torch's plain
 path and its nested-tensor fast path (``enable_nested_tensor=True``, which
-skips the padding), whichever is faster counted as the peer.
+skips the padding), whichever is faster counted as the peer. Ours and both
+of torch's paths are checked to give the same outputs in eval mode before
+they are timed; the script stops if they do not.
 
     python benchmarks/bench_bert.py [--batch 64] [--repeats 20] [--threads 1] [--clock cpu]
 """
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 import warnings
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from graphseq.data.pretraining import collate
 from graphseq.data.wordpiece import WordPieceTokenizer
 from graphseq.models.bert import BertConfig, BertEncoder
 from graphseq.pipeline import resolve_device
-from timing import at_least, median_times, run_script
+from timing import CLOCKS, at_least, check_agreement, median_times, run_script
 
 
 def workloads(sentences, tokenizer: WordPieceTokenizer, batch: int, max_len: int):
@@ -78,7 +79,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")  # torch's fast path says it
     device = resolve_device(args.device)
-    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    clock = CLOCKS[args.clock]
     sentences, _ = load_polarity(Path(args.data_root), Path(args.data_mirror) if args.data_mirror else None)
     tokenizer = WordPieceTokenizer.train(sentences, vocab_size=8000, min_frequency=2)
     # bert-pretrain's model: hidden 128, 2 post-norm layers of 4 heads, feed-forward 512, GELU.
@@ -109,10 +110,11 @@ def main() -> None:
                 x = layer(x, batch=graphs.batch)
             return x
 
-        ours.eval(), theirs[False].eval()
+        ours.eval(), [peer.eval() for peer in theirs.values()]
         with torch.no_grad():
-            difference = float((encode(x) - theirs[False](x_padded, src_key_padding_mask=padding)[~padding])
-                               .abs().max())
+            difference = max(check_agreement(f"{name}, torch{' nested' if nested else ''}", encode(x),
+                                             peer(x_padded, src_key_padding_mask=padding)[~padding])
+                             for nested, peer in theirs.items())
         x.requires_grad_(True)
         x_padded.requires_grad_(True)
 

@@ -23,7 +23,12 @@ validation pass of graphseq's GAT model on sparse features) against the same
 model built from PyG's GATConv as PyG's example builds it (dense features,
 dense dropout). Here the win comes mostly from the recipe (sparse features,
 the graph prepared once), not from the layer; the layer's own figures are
-the ones above.
+the ones above. Both models start from the same weights.
+
+Before a case is timed, the two sides' outputs are checked to agree in eval
+mode. Each case is the median of ``--repeats`` steps, ``random`` (the larger
+graph) of a tenth of them, at least 5; the count is printed
+per case.
 
     python benchmarks/bench_gat.py [--cases cora-dense cora-csr random epoch] [--repeats 100]
                                    [--threads 1] [--device auto] [--clock cpu]
@@ -31,7 +36,6 @@ the ones above.
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import torch
@@ -42,7 +46,7 @@ from graphseq.data.planetoid import load_planetoid
 from graphseq.models import GAT
 from graphseq.nn import GATConv
 from graphseq.pipeline import default_data_mirror, default_data_root, resolve_device
-from timing import at_least, median_times, run_script
+from timing import CLOCKS, at_least, check_agreement, median_times, run_script
 
 CASES = ("cora-dense", "cora-csr", "random", "epoch")
 
@@ -90,6 +94,19 @@ def layer_copies(in_channels, device):
     return ours, again, theirs
 
 
+def agree(case, ours, theirs, ours_x, theirs_x, edge_index):
+    """Stops the script unless both give the same output in eval mode (no dropout)."""
+    ours.eval(), theirs.eval()
+    with torch.no_grad():
+        check_agreement(case, ours(ours_x, edge_index), theirs(theirs_x, edge_index))
+    ours.train(), theirs.train()
+
+
+def repeats_of(case, repeats):
+    """Steps timed in ``case``: ``random``, the larger graph, gets a tenth, at least 5."""
+    return max(repeats // 10, 5) if case == "random" else repeats
+
+
 def contenders(case, data, device):
     """``{name: step function}`` for one case; both get the same inputs."""
     if case in ("cora-dense", "cora-csr", "random"):
@@ -100,6 +117,7 @@ def contenders(case, data, device):
         else:
             x, edge_index = (data.x if case == "cora-dense" else data.x.to_sparse_csr()), data.edge_index
         ours, again, theirs = layer_copies(x.size(1), device)
+        agree(case, ours, theirs, x, x, edge_index)
         return {"graphseq": lambda: layer_step(ours, x, edge_index),
                 "graphseq, new graph": lambda: layer_step(again, x, edge_index.clone()),
                 "pyg": lambda: layer_step(theirs, x, edge_index)}
@@ -107,9 +125,11 @@ def contenders(case, data, device):
     torch.manual_seed(0)
     ours = GAT(data.num_features, classes).to(device)
     theirs = PyGExampleGAT(data.num_features, 8, classes, 8).to(device)
+    theirs.load_state_dict(ours.state_dict())
     ours_optimizer = torch.optim.Adam(ours.parameters(), lr=0.005, weight_decay=5e-4)
     theirs_optimizer = torch.optim.Adam(theirs.parameters(), lr=0.005, weight_decay=5e-4)
     sparse_x = data.x.to_sparse_csr()
+    agree(case, ours, theirs, sparse_x, data.x, data.edge_index)
     return {"graphseq": lambda: epoch(ours, ours_optimizer, sparse_x, data),
             "pyg-example": lambda: epoch(theirs, theirs_optimizer, data.x, data)}
 
@@ -117,7 +137,8 @@ def contenders(case, data, device):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
-    parser.add_argument("--repeats", type=at_least(1), default=100)
+    parser.add_argument("--repeats", type=at_least(1), default=100,
+                        help="steps timed per case; random gets a tenth of them, at least 5")
     parser.add_argument("--threads", type=at_least(1), default=1)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--data-root", default=None)
@@ -129,15 +150,16 @@ def main():
     device = resolve_device(args.device)
     root = Path(args.data_root) if args.data_root else default_data_root()
     data = load_planetoid("Cora", root, default_data_mirror()).to(device)
-    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    clock = CLOCKS[args.clock]
     print(f"GATConv on {device}, {torch.get_num_threads()} thread(s), {args.clock} clock, "
-          f"median of {args.repeats} interleaved steps")
+          f"median of interleaved steps (their count per case)")
     for case in args.cases:
         steps = contenders(case, data, device)
-        repeats = max(args.repeats // 10, 5) if case == "random" else args.repeats
+        repeats = repeats_of(case, args.repeats)
         median = median_times(steps, repeats, device, clock, warmup=5)
         (ours, ours_time), *_, (peer, peer_time) = median.items()
-        line = f"  {case:<11} {ours} {ours_time * 1e3:8.2f} ms   {peer} {peer_time * 1e3:8.2f} ms   "
+        line = (f"  {case:<11} {repeats:>4} steps   {ours} {ours_time * 1e3:8.2f} ms   "
+                f"{peer} {peer_time * 1e3:8.2f} ms   ")
         if "graphseq, new graph" in median:
             new_time = median["graphseq, new graph"]
             line += (f"ratio {ours_time / peer_time:.3f} (kept graph)   graphseq, new graph {new_time * 1e3:8.2f} ms"

@@ -24,16 +24,15 @@ call is printed too. Every step of ours passes its messages through PyG's
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Callable, Dict
 
 import torch
-from torch.nn.utils.rnn import pack_sequence, pad_sequence
+from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence, pad_sequence
 
 from graphseq.graphs import chain, lengths_to_batch
 from graphseq.nn import ChainGRU, ChainLSTM, chain_schedule
 from graphseq.pipeline import resolve_device
-from timing import at_least, median_times, run_script
+from timing import CLOCKS, at_least, check_agreement, median_times, run_script
 
 
 CELLS = ("lstm", "gru")
@@ -51,14 +50,32 @@ def contenders(args, device) -> Dict[str, Dict[str, Callable[[], None]]]:
     generator = torch.Generator().manual_seed(0)
     lengths = torch.randint(args.min_length, args.max_length + 1, (args.batch,), generator=generator).tolist()
     sequences = [torch.randn(n, args.input, generator=generator).to(device) for n in lengths]
-    by_length = sorted(sequences, key=len, reverse=True)
-    packed = pack_sequence(by_length)
-    padded = pad_sequence(sequences)  # [max_length, batch, input]
+    order = sorted(range(args.batch), key=lengths.__getitem__, reverse=True)
+    packed = pack_sequence([sequences[i] for i in order])
+    padded = pad_sequence(sequences)  # [max(lengths), batch, input]
     padded_batch_first = padded.transpose(0, 1).contiguous()
     x = torch.cat(sequences)
     edge_index, batch = chain(lengths).to(device), lengths_to_batch(lengths).to(device)
     schedule = chain_schedule(edge_index, x.size(0), batch)
-    args.nodes = x.size(0)
+    args.nodes, args.padded = x.size(0), padded.size(0) * padded.size(1)
+
+    def check(cell, ours, theirs):
+        """Ours against torch's on packed input (the same computation: outputs
+        and final states) and, one direction only, on padded input (outputs
+        at the real positions), before any timing."""
+        with torch.no_grad():
+            out, state = ours(x, edge_index, batch, schedule=schedule)
+            packed_out, packed_state = theirs(packed)
+            padded_out, _ = theirs(padded)
+        unpacked = pad_packed_sequence(packed_out)[0]  # [max(lengths), batch, out], longest first
+        place = {i: k for k, i in enumerate(order)}
+        state, packed_state = (state, packed_state) if isinstance(state, tuple) else ((state,), (packed_state,))
+        check_agreement(f"{cell} vs torch.nn.{cell[5:]}, packed",
+                        [out, *(s[:, order] for s in state)],
+                        [torch.cat([unpacked[:n, place[i]] for i, n in enumerate(lengths)]), *packed_state])
+        if not args.bidirectional:  # backwards, torch's padded run starts in the padding
+            check_agreement(f"{cell} vs torch.nn.{cell[5:]}, padded", out,
+                            torch.cat([padded_out[:n, i] for i, n in enumerate(lengths)]))
 
     def step(model, *inputs, mkldnn=True, **kwargs):
         def run():
@@ -78,6 +95,7 @@ def contenders(args, device) -> Dict[str, Dict[str, Callable[[], None]]]:
         theirs_batch_first = theirs_class(args.input, args.hidden, batch_first=True, **options).to(device)
         theirs.load_state_dict(ours.state_dict())
         theirs_batch_first.load_state_dict(ours.state_dict())
+        check(ours_class.__name__, ours, theirs)
         runs = {
             "ours": step(ours, x, edge_index, batch, schedule=schedule),
             "ours (schedule in the call)": step(ours, x, edge_index, batch),
@@ -107,7 +125,7 @@ def main():
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=at_least(0), default=1, help="torch threads (0: leave as is)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                        help="wall time, or this thread's CPU time (steadier on a busy machine)")
+                        help="wall time, or this process's CPU time, all threads' (steadier on a busy machine)")
     args = parser.parse_args()
     args.cells = [cell for cell in args.cells.split(",") if cell]
     unknown = [cell for cell in args.cells if cell not in CELLS]
@@ -121,14 +139,14 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    clock = time.perf_counter if args.clock == "wall" else time.thread_time
+    clock = CLOCKS[args.clock]
     cells = contenders(args, device)
 
     steps = {(cell, name): run for cell, runs in cells.items() for name, run in runs.items()}
     medians = median_times(steps, args.repeats, device, clock, warmup=3)
 
     print(f"batch {args.batch}, lengths {args.min_length}..{args.max_length} ({args.nodes} nodes, padded "
-          f"{args.batch * args.max_length}), {args.input} -> {args.hidden}, layers {args.layers}, "
+          f"{args.padded}), {args.input} -> {args.hidden}, layers {args.layers}, "
           f"bidirectional {args.bidirectional}, on {device} ({torch.get_num_threads()} threads), "
           f"median {args.clock} time of {args.repeats} forward+backward passes")
     for cell, runs in cells.items():

@@ -206,16 +206,40 @@ def main() -> None:
     parser.add_argument("--nodes", type=at_least(1), default=1_000_000)
     parser.add_argument("--degree", type=at_least(0, float), default=6.0,
                         help="edges drawn per node before they are made undirected (6: about 12 per node)")
-    parser.add_argument("--full-sizes", type=whole_numbers(1, empty=True), default="62500,125000,250000",
-                        help="comma-separated node counts of the full-batch runs (none: skip them)")
-    parser.add_argument("--guard-gb", type=float, default=10.0)
+    parser.add_argument("--full-sizes", type=whole_numbers(1, empty=True), default=None,
+                        help="memory: comma-separated distinct node counts of the full-batch runs "
+                             "(default 62500,125000,250000; none: skip them)")
+    parser.add_argument("--guard-gb", type=at_least(0, float), default=None,
+                        help="memory: address-space limit of the attempt at --nodes, in GB (default 10; 0: no guard)")
     parser.add_argument("--batch-size", type=at_least(1), default=1024)
     parser.add_argument("--fanout", type=whole_numbers(-1), default="10,10",
                         help="neighbours a hop, comma-separated (-1: every neighbour)")
     parser.add_argument("--steps", type=at_least(1), default=20, help="timed steps of sampled training")
-    parser.add_argument("--full-steps", type=at_least(1), default=2, help="timed steps of full-batch training")
-    parser.add_argument("--threads", type=at_least(1), default=1)
+    parser.add_argument("--full-steps", type=at_least(1), default=None,
+                        help="memory: timed steps of full-batch training (default 2)")
+    parser.add_argument("--threads", type=at_least(1), default=None, help="memory: threads a process (default 1)")
     args = parser.parse_args()
+    memory_only = {"--full-sizes": args.full_sizes, "--guard-gb": args.guard_gb,
+                   "--full-steps": args.full_steps, "--threads": args.threads}
+    if args.what == "processes":
+        given = [option for option, value in memory_only.items() if value is not None]
+        if given:
+            parser.error(f"{', '.join(given)}: only for memory; processes runs 1 thread a process, sampled only")
+    else:
+        args.full_sizes = [62500, 125000, 250000] if args.full_sizes is None else args.full_sizes
+        args.guard_gb = 10.0 if args.guard_gb is None else args.guard_gb
+        args.full_steps = 2 if args.full_steps is None else args.full_steps
+        args.threads = 1 if args.threads is None else args.threads
+        repeated = sorted({size for size in args.full_sizes if args.full_sizes.count(size) > 1})
+        if repeated:
+            parser.error(f"--full-sizes: size(s) {', '.join(map(str, repeated))} named more than once")
+    # Two warm-up steps, then --steps timed ones, in each process.
+    world = 2 if args.what == "processes" else 1
+    needed = args.batch_size * (args.steps + 2) * world
+    if args.nodes < needed:
+        parser.error(f"--nodes {args.nodes} is too few for --steps {args.steps} timed steps (after 2 warm-up steps) "
+                     f"of --batch-size {args.batch_size} seeds" + (" in each of 2 processes" if world > 1 else "")
+                     + f": need at least {needed}")
     fanout = json.dumps(args.fanout)
 
     if args.what == "processes":

@@ -2,8 +2,10 @@
 
 Dense path: fully connected graphs (``SelfAttentionConv(x, batch=batch)``)
 against ``torch.nn.MultiheadAttention(batch_first=True)`` with the same
-weights and ``need_weights=False`` (its fastest setting), forward and
-forward+backward, for several sizes.
+weights and ``need_weights=False`` (its fastest setting), forward (both in
+eval mode under ``no_grad``, which is MultiheadAttention's native fast path)
+and forward+backward (training mode), for several sizes; the two outputs are
+checked to agree before they are timed.
 
 Sparse path: a random graph of 200k (or --edges) edges through the edge-wise
 softmax against PyG's ``TransformerConv`` (same heads and channels, its
@@ -42,7 +44,7 @@ from torch_geometric.nn import TransformerConv
 from graphseq import graphs
 from graphseq.nn import SelfAttentionConv
 from graphseq.pipeline import resolve_device
-from timing import at_least, median_times, run_script
+from timing import at_least, check_agreement, median_times, run_script
 
 # (graphs, nodes per graph, channels, heads); a list of sizes is a batch of unequal graphs.
 DENSE_SIZES = [
@@ -74,6 +76,12 @@ def bench_dense(repeats: int, device: torch.device) -> None:
             padding[i, :len(part)] = False
         dense.requires_grad_()
         mask = padding if len(set(sizes)) > 1 else None
+        label = (f"{len(sizes)} x {nodes}" if nodes else f"{len(sizes)} x {min(sizes)}..{longest}") \
+            + f", {channels}, {heads}"
+        conv.eval(), mha.eval()
+        with torch.no_grad():
+            check_agreement(f"dense {label}", conv(x, batch=batch),
+                            mha(dense, dense, dense, key_padding_mask=mask, need_weights=False)[0][~padding])
 
         def ours_forward():
             with torch.no_grad():
@@ -89,9 +97,8 @@ def bench_dense(repeats: int, device: torch.device) -> None:
         def mha_backward():
             mha(dense, dense, dense, key_padding_mask=mask, need_weights=False)[0].sum().backward()
 
-        label = (f"{len(sizes)} x {nodes}" if nodes else f"{len(sizes)} x {min(sizes)}..{longest}") \
-            + f", {channels}, {heads}"
         for kind, fns in [("fwd", (ours_forward, mha_forward)), ("fwd+bwd", (ours_backward, mha_backward))]:
+            conv.train(kind != "fwd"), mha.train(kind != "fwd")
             t = median_times({"ours": fns[0], "mha": fns[1]}, repeats, device, warmup=2)
             print(f"{label:<40} {kind:<9} {t['ours'] * 1e3:9.2f} {t['mha'] * 1e3:9.2f} "
                   f"{t['ours'] / t['mha']:9.2f}")

@@ -2,9 +2,11 @@
 round, in turn, so that a busy machine slows them alike; the median of each
 after the warm-up rounds. And what every script parses and reports alike:
 :func:`at_least` and :func:`whole_numbers`, which refuse a count such as
-``--repeats 0`` when the arguments are parsed, before any work, and
+``--repeats 0`` when the arguments are parsed, before any work,
 :func:`run_script`, which reports a :class:`GraphseqError` raised later
-(no CUDA, no data) as argparse reports a usage error."""
+(no CUDA, no data) as argparse reports a usage error, :data:`CLOCKS`, what
+``--clock`` names, and :func:`check_agreement`, which stops a script whose
+contenders disagree before anything is timed."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +18,10 @@ from typing import TYPE_CHECKING, Callable, Dict, Hashable
 
 if TYPE_CHECKING:
     import torch
+
+# --clock: wall time, or the CPU time of the whole process, every thread's
+# (torch's OpenMP workers too, which time.thread_time would miss).
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def at_least(low: float, kind: type = int) -> Callable[[str], float]:
@@ -60,11 +66,35 @@ def run_script(main: Callable[[], None]) -> None:
         sys.exit(2)
 
 
+def check_agreement(what: str, ours, theirs, tolerance: float = 1e-4) -> float:
+    """The largest absolute difference between our output and the peer's
+    (tensors of one shape, or sequences of them compared in turn), which the
+    two sides should compute alike. Past ``tolerance`` times the larger of 1
+    and the peer's largest magnitude (float32 rounding grows with the values),
+    or on a shape that differs, the script stops there, the reason on stderr
+    and exit status 1: a ratio of two different computations means nothing."""
+    import torch
+
+    ours = [ours] if isinstance(ours, torch.Tensor) else list(ours)
+    theirs = [theirs] if isinstance(theirs, torch.Tensor) else list(theirs)
+    script = os.path.basename(sys.argv[0])
+    shapes = [(tuple(a.shape), tuple(b.shape)) for a, b in zip(ours, theirs)]
+    if len(ours) != len(theirs) or any(a != b for a, b in shapes):
+        sys.exit(f"{script}: error: {what}: the outputs differ in shape (ours, peer's: {shapes}); not timed")
+    # torch's max, not Python's, which could pass over a NaN.
+    difference = float(torch.stack([(a.detach() - b.detach()).abs().max() for a, b in zip(ours, theirs)]).max())
+    limit = tolerance * max(1.0, float(torch.stack([b.detach().abs().max() for b in theirs]).max()))
+    if not difference <= limit:  # NaN too
+        sys.exit(f"{script}: error: {what}: our output and the peer's differ by up to {difference:.1e}, more "
+                 f"than the {limit:.1e} that float32 rounding allows; they do not compute the same thing, so "
+                 f"nothing was timed")
+    return difference
+
+
 def median_times(steps: Dict[Hashable, Callable[[], object]], repeats: int, device: torch.device,
                  clock: Callable[[], float] = time.perf_counter, warmup: int = 3) -> Dict[Hashable, float]:
     """Median seconds of each of ``steps`` over ``repeats`` interleaved rounds
-    (``clock``: ``time.perf_counter`` for wall time, ``time.thread_time``
-    for this thread's CPU time)."""
+    (``clock``: one of :data:`CLOCKS`)."""
     import torch  # Here, so that scripts which only parse arguments need not load it.
 
     times = {name: [] for name in steps}

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -49,7 +50,7 @@ def test_at_least_reads_a_count_or_a_number():
 
 CASES = [
     ("bench_threads.py", ["--repeats", "0"], "argument --repeats: must be a whole number >= 1, got 0"),
-    ("bench_threads.py", ["--epochs", "0"], "argument --epochs: must be a whole number >= 1, got 0"),
+    ("bench_threads.py", ["--epochs", "2"], "argument --epochs: must be a whole number >= 3, got 2"),
     ("bench_scale.py", ["memory", "--batch-size", "0"], "argument --batch-size: must be a whole number >= 1, got 0"),
     ("bench_scale.py", ["memory", "--degree", "-3"], "argument --degree: must be a number >= 0, got -3"),
     ("bench_recurrent.py", ["--cells", "lstm,foo"], "--cells: unknown cell(s) foo; choose from lstm, gru"),
@@ -64,6 +65,17 @@ CASES = [
                                                          ">= -1, got '1,x'"),
     ("bench_scale.py", ["memory", "--full-sizes", "x"], "argument --full-sizes: must be comma-separated whole "
                                                         "numbers >= 1, got 'x'"),
+    ("bench_scale.py", ["memory", "--full-sizes", "1000,2000,1000"], "--full-sizes: size(s) 1000 named more than once"),
+    ("bench_scale.py", ["memory", "--guard-gb", "-1"], "argument --guard-gb: must be a number >= 0, got -1"),
+    ("bench_scale.py", ["memory", "--guard-gb", "nan"], "argument --guard-gb: must be a number >= 0, got nan"),
+    ("bench_scale.py", ["processes", "--guard-gb", "0"], "--guard-gb: only for memory"),
+    ("bench_scale.py", ["processes", "--threads", "2", "--full-sizes", "1000", "--full-steps", "3"],
+     "--full-sizes, --full-steps, --threads: only for memory"),
+    ("bench_scale.py", ["memory", "--nodes", "100"], "--nodes 100 is too few for --steps 20 timed steps (after 2 "
+                                                     "warm-up steps) of --batch-size 1024 seeds: need at least 22528"),
+    ("bench_scale.py", ["processes", "--nodes", "40000", "--steps", "18"],
+     "--nodes 40000 is too few for --steps 18 timed steps (after 2 warm-up steps) of --batch-size 1024 seeds in "
+     "each of 2 processes: need at least 40960"),
     # Refused by graphseq once torch is loaded, reported the same way instead of as a traceback.
     ("bench_gat.py", ["--device", "nonsense"], "--device 'nonsense' is not supported; use auto, cpu, cuda or cuda:N"),
     ("bench_recurrent.py", ["--device", "nonsense"], "--device 'nonsense' is not supported"),
@@ -161,3 +173,82 @@ def test_polarity_peers_keeps_the_finished_models_when_a_later_one_fails(tmp_pat
     rows = json.loads(out.read_text())
     assert rows["spv-dm"] == [] and len(rows["tfidf"]) == 1
     assert rows["tfidf"][0]["fold"] == 2 and rows["tfidf"][0]["test_accuracy"] == 0.5
+
+
+def load_script(name: str, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), BENCHMARKS / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_threads_child_removes_its_run_folder(tmp_path, monkeypatch):
+    fakes, scratch = tmp_path / "fakes", tmp_path / "tmp"
+    fakes.mkdir(), scratch.mkdir()
+    (fakes / "torch.py").write_text("def get_num_threads():\n    return 1\n")
+    (fakes / "graphseq.py").write_text(  # Writes a run folder as graphseq.run does.
+        "from pathlib import Path\n"
+        "def run(name, overrides, out, quiet):\n"
+        "    Path(out).mkdir(parents=True)\n"
+        "    (Path(out) / 'metrics.json').write_text('{}')\n"
+        "    return {'runs': [{'epoch_seconds': 0.25}]}\n")
+    code = load_script("bench_threads.py", monkeypatch).CODE.format(epochs=3)
+    # -S: without site-packages, so that the fakes stand in for the installed torch and graphseq.
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=LIMIT_S,
+                          cwd=scratch,
+                          env=dict(os.environ, PYTHONPATH=str(fakes), TMPDIR=str(scratch)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"threads": 1, "epoch": 0.25}
+    assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.parametrize("folds", ['{"fold": 0}', '[{"fold": 0, "mode": "dm", "seconds": 1.0}]'])
+def test_polarity_peers_refuses_an_spv_run_without_fold_rows(tmp_path, monkeypatch, capsys, folds):
+    peers = load_script("polarity_peers.py", monkeypatch)
+    run = tmp_path / "spv-run"
+    run.mkdir()
+    (run / "folds.json").write_text(folds)
+
+    def loaded(root, mirror):
+        raise AssertionError("the data were loaded before --spv was checked")
+
+    monkeypatch.setattr(peers, "load_polarity", loaded)
+    monkeypatch.setattr(peers.torch, "set_num_threads", lambda threads: None)  # Leaves pytest's threads alone.
+    monkeypatch.setattr(sys, "argv", ["polarity_peers.py", "--spv", str(run), "--folds", "0", "--models", "tfidf"])
+    with pytest.raises(SystemExit) as exit:
+        peers.main()
+    assert exit.value.code == 2
+    assert (f"polarity_peers.py: error: --spv {run}: not a finished run ({run / 'folds.json'} is damaged"
+            in capsys.readouterr().err)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gensim") is None, reason="gensim is not installed")
+def test_doc2vec_fold_times_the_chosen_fit_alone(monkeypatch):
+    import torch
+
+    peers = load_script("polarity_peers.py", monkeypatch)
+    words = [f"sentence {i} is {'good' if i % 2 else 'bad'} really".split() for i in range(30)]
+    labels = np.array([i % 2 for i in range(30)])
+    split = (torch.arange(0, 20), torch.arange(20, 25), torch.arange(25, 30))
+    monkeypatch.setattr(peers, "DOC2VEC_GRID", {1: ({"epochs": 2}, {"epochs": 3})})
+    started = time.perf_counter()
+    row = peers.doc2vec_fold(words, labels, split, dm=1)
+    assert 0 < row["fit_seconds"] < time.perf_counter() - started
+
+
+def test_polarity_peers_sets_spv_beside_one_doc2vec_fit(tmp_path, monkeypatch, capsys):
+    peers = load_script("polarity_peers.py", monkeypatch)
+    sentences = [f"sentence {i}" for i in range(40)]
+    monkeypatch.setattr(peers, "load_polarity", lambda root, mirror: (sentences, [i % 2 for i in range(40)]))
+    row = {"val_accuracy": 0.75, "test_accuracy": 0.5, "choice": "fixed"}
+    monkeypatch.setattr(peers, "doc2vec_fold", lambda words, labels, split, dm: {**row, "fit_seconds": 1e-9})
+    monkeypatch.setattr(peers, "spv_peer_fold", lambda *args: dict(row))
+    monkeypatch.setattr(peers.torch, "set_num_threads", lambda threads: None)  # Leaves pytest's threads alone.
+    monkeypatch.setattr(sys, "argv", ["polarity_peers.py", "--folds", "2", "--models",
+                                      "doc2vec-dm,doc2vec-dbow,spv-dm,spv-dbow"])
+    peers.main()
+    out = capsys.readouterr().out
+    for mode in ("DM", "DBOW"):
+        assert f"seconds per fold, SPV-{mode} / one Doc2Vec PV-{mode} fit of the chosen setting: " in out
+        assert "vs 0.0 s)" in out
