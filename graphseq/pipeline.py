@@ -663,10 +663,6 @@ def resume_command(pipeline: str | os.PathLike, out: Path) -> str:
     return f"graphseq run {shlex.quote(str(given))} --resume --out {shlex.quote(str(out))}"
 
 
-def _same_path(a: Path, b: Path) -> bool:
-    return a.resolve() == b.resolve()
-
-
 def _seed_dir(out: Path, seed: int, runs: int) -> Path:
     return out if runs == 1 else out / f"seed-{seed}"
 
@@ -732,7 +728,7 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
             raise GraphseqError(f"--resume has no use in pipeline {name}: none of its stages "
                                 f"continues from a file; run it again instead")
         started = _started_config(out, name, path)
-        if names_a_file(pipeline) and not _same_path(path, out / "config.toml"):
+        if names_a_file(pipeline) and path.resolve() != (out / "config.toml").resolve():
             from_file = copy.deepcopy(config)  # Another file than the run's own asks for its settings, as --set does.
         config = copy.deepcopy(started)  # The overrides may change it; started stays.
         for option in ("seed", "runs"):

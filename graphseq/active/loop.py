@@ -11,7 +11,6 @@ the learning curve.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import operator
 from collections import Counter
@@ -23,6 +22,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..errors import GraphseqError
+from ..seeding import keyed_generator
 from ..views import terminal_width
 from .oracles import QUIT, SKIP, UNDO, Question, Reply
 from .prompt import fit
@@ -284,5 +284,4 @@ def round_generator(seed: int, strategy: str, answers: int) -> torch.Generator:
     """The generator a round chosen after ``answers`` answers (skips
     included) draws from: the same for the same seed, strategy and count,
     whether the run was interrupted, resumed or undone in between."""
-    digest = hashlib.sha256(f"{seed}/{strategy}/{answers}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+    return keyed_generator(seed, strategy, answers)

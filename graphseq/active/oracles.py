@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import enum
-import hashlib
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from torch import Tensor
 
 from ..checks import is_whole_number
 from ..errors import GraphseqError
+from ..seeding import keyed_generator
 
 
 class Command(enum.Enum):
@@ -140,8 +140,7 @@ class SimulatedOracle:
     def _generator(self, item: int) -> torch.Generator:
         """The generator the answer for ``item`` draws from: the same for the
         same seed and item, whatever the order of the questions."""
-        digest = hashlib.sha256(f"{self.seed}/simulated/{item}".encode()).digest()
-        return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+        return keyed_generator(self.seed, "simulated", item)
 
     def tell(self, text: str) -> None:
         pass

@@ -57,6 +57,15 @@ def _where(place: str) -> str:
     return f" ({place})" if place else ""
 
 
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of the file at ``path``, read in chunks, as hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def check_file(path: Path, checksum: Checksum, place: str = "") -> None:
     """Raises :class:`DamagedFileError` naming ``path`` (and ``place``, where
     it was found) unless the file matches ``checksum``."""

@@ -3,7 +3,6 @@ loader, with raw files taken from the data root, a mirror, or the web, and
 checked against their known checksums before PyG reads them."""
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 from pathlib import Path
@@ -15,7 +14,7 @@ from torch_geometric.datasets import Planetoid
 
 from ..errors import GraphseqError
 from ..io import atomic_write_text, first_sentence
-from .files import Checksum, download_url, locate_raw_files
+from .files import Checksum, download_url, file_sha256, locate_raw_files
 
 NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 RAW_SUFFIXES = ["x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"]
@@ -121,8 +120,4 @@ STAMP = "graphseq-built.txt"
 
 def _digest(processed: Path) -> str:
     """The SHA-256 of ``processed/data.pt``, as the stamp holds it."""
-    digest = hashlib.sha256()
-    with open(processed / "data.pt", "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return f"data.pt sha256 {digest.hexdigest()}\n"
+    return f"data.pt sha256 {file_sha256(processed / 'data.pt')}\n"

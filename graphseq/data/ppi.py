@@ -10,7 +10,6 @@ the loader and the pipeline can be exercised where the real data is absent.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -23,7 +22,7 @@ from torch_geometric.datasets import PPI
 
 from ..errors import GraphseqError
 from ..io import atomic_write_text, first_sentence
-from .files import locate_raw_files, removed_if_failed
+from .files import file_sha256, locate_raw_files, removed_if_failed
 
 SPLITS = {"train": "train", "val": "valid", "test": "test"}  # PyG's split name -> raw file prefix
 RAW_FILES = [f"{prefix}_{name}" for prefix, name in
@@ -110,12 +109,7 @@ def _stamp(raw: Path, processed: Path) -> str:
     for name in RAW_FILES:
         stat = (raw / name).stat()
         lines.append(f"{name} {stat.st_size} bytes, modified {stat.st_mtime_ns}")
-    for split in SPLITS:
-        digest = hashlib.sha256()
-        with open(processed / f"{split}.pt", "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-        lines.append(f"{split}.pt sha256 {digest.hexdigest()}")
+    lines += [f"{split}.pt sha256 {file_sha256(processed / f'{split}.pt')}" for split in SPLITS]
     return "\n".join(lines) + "\n"
 
 

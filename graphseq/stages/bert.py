@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from .. import distributed
 from ..checks import Domain, at_least, between, each, fraction, non_negative, one_of, positive
+from ..data.files import file_sha256
 from ..data.polarity import cv_folds, load_polarity
 from ..data.pretraining import (Document, SentencePairs, TokenGraphs, collate, pack_pair,
                                 read_text_folder, shakespeare_speeches, split_held_out)
@@ -150,10 +151,6 @@ def bert_corpus(ctx, *, folder: str = "", texts: list = list(SHARED_TEXTS), excl
     ctx.corpus = PretrainingCorpus(train, held, source, [] if folder else list(texts), excluded, folds, fold_seed)
     ctx.log.info(f"corpus: {len(train):,} documents ({sum(map(len, train)):,} sentences) for training, "
                  f"{len(held):,} held out")
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _recorded_tokenizer(record: Path) -> Optional[str]:

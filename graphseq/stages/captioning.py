@@ -441,8 +441,6 @@ def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float =
     # A run stopped before the decoder's first checkpoint (while pretraining,
     # say) resumes the earlier stages and starts the decoder afresh; one that
     # lost the checkpoint later is refused (by the precheck, before a write).
-    if ctx.resume:
-        _check_decoder_started(ctx.out)
     started = (ctx.out / CHECKPOINT).is_file()
     result = train_steps(replace(ctx, resume=ctx.resume and started), model, optimizer, loss_fn,
                          steps=steps, scheduler=scheduler, clip=clip, evaluate=evaluate,
