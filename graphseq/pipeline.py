@@ -283,6 +283,7 @@ def precheck(config: Dict[str, Any], data_root: str | os.PathLike | None = None,
             continue
         params = {k: v for k, v in stage_params(get_stage(kind)).items() if v is not _REQUIRED}
         params.update({k: v for k, v in table.items() if k != "stage"})
+        check.table = name
         stage_spec(kind).precheck(check, **params)
 
 
@@ -349,6 +350,7 @@ class Context:
     options: Dict[str, Any] = field(default_factory=dict)
     resume_command: str = ""
     stopped: bool = False
+    table: str = ""  # the running stage's table, as a user names its keys (--set train.steps=N)
 
     def require(self, name: str, stage: str) -> Any:
         if not hasattr(self, name):
@@ -902,6 +904,7 @@ def _run_seed(config: Dict[str, Any], out: Path, run_seed: int, runs: int, devic
                   log=log, options=dict(objects), resume_command=resume_command)
     for table_name, table in sections(config).items():
         params = {k: v for k, v in table.items() if k != "stage"}
+        ctx.table = table_name
         get_stage(table.get("stage", table_name))(ctx, **params)
     metrics = {"seed": run_seed, **ctx.metrics}
     if runs > 1 and distributed.is_main():

@@ -65,9 +65,12 @@ def _step_generator(seed: int, step: int) -> torch.Generator:
 # Data
 # --------------------------------------------------------------------------- #
 
-def _note_splits(check, *, val: int, test: int, **_) -> None:
-    # For the prechecks of the training (its validation images) and the evaluation (its test figure).
+def _note_splits(check, *, val: int, test: int, test_unseen: Optional[int] = None, **_) -> None:
+    # For the prechecks of the training (its validation images) and the evaluation (its test figure,
+    # and the splits it scores: none that a size of 0 left out).
     check.facts["caption_val"], check.facts["caption_test"] = val, test > 0
+    check.facts["caption_empty"] = [name for name, size in (("test", test), ("test_unseen", test_unseen))
+                                    if size == 0]
 
 
 @stage("shapes_captions", checks={
@@ -382,7 +385,7 @@ def _check_decoder_started(folder: Path) -> None:
 def _check_eval_images(check, *, eval_images: int, **_) -> None:
     val = check.facts.get("caption_val")
     if val is not None and eval_images > val:
-        raise GraphseqError(f"train_captioner.eval_images = {eval_images} is more than the {val} validation "
+        raise GraphseqError(f"{check.table}.eval_images = {eval_images} is more than the {val} validation "
                             f"images (data.val = {val}); lower it to {val} or less, or raise data.val")
     for folder in check.resumed:  # the run's folders that --resume continues
         _check_decoder_started(folder)
@@ -457,17 +460,23 @@ def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float =
 # Evaluation
 # --------------------------------------------------------------------------- #
 
-def _check_evaluation(check, *, figure_images: int, **_) -> None:
+def _check_evaluation(check, *, figure_images: int, splits: List[str], **_) -> None:
     # The precheck sees the settings with their defaults: a value other than the default was set.
-    if figure_images == stage_params(evaluate_captions)["figure_images"]:
-        return
-    decoder = check.facts.get("caption_decoder", "attention")
-    if decoder != "attention":
-        raise GraphseqError(f"evaluate_captions.figure_images = {figure_images} has no use when model.decoder = "
-                            f"{decoder!r}: the attention figure applies only with 'attention'; leave it out")
-    if not check.facts.get("caption_test", True):
-        raise GraphseqError(f"evaluate_captions.figure_images = {figure_images} has no use when data.test = 0: "
-                            f"the figure is of test images, so it applies only with data.test > 0; leave it out")
+    if figure_images != stage_params(evaluate_captions)["figure_images"]:
+        decoder = check.facts.get("caption_decoder", "attention")
+        if decoder != "attention":
+            raise GraphseqError(f"{check.table}.figure_images = {figure_images} has no use when model.decoder "
+                                f"= {decoder!r}: the attention figure applies only with 'attention'; leave it out")
+        if not check.facts.get("caption_test", True):
+            raise GraphseqError(f"{check.table}.figure_images = {figure_images} has no use when data.test = 0: "
+                                f"the figure is of test images, so it applies only with data.test > 0; "
+                                f"leave it out")
+    # A split the data set to 0 images would not be scored. (COCO has no test_unseen split at all: that
+    # one is said in the log.) A run started before this was refused still continues.
+    for name in splits:
+        if name in check.facts.get("caption_empty", ()) and not check.resumed:
+            raise GraphseqError(f"{check.table}.splits = {list(splits)!r} names {name!r}, but data.{name} = 0 draws no "
+                                f"{name} images; leave {name!r} out of {check.table}.splits, or set data.{name} above 0")
 
 
 @stage("evaluate_captions", checks={
@@ -476,7 +485,8 @@ def _check_evaluation(check, *, figure_images: int, **_) -> None:
     precheck=_check_evaluation, applies={"figure_images": {"splits": SCORES_TEST}})
 def evaluate_captions(ctx, *, splits: list = ["val", "test", "test_unseen"], beam_size: int = 3,
                       max_length: int = 20, batch_size: int = 100, figure_images: int = 4) -> None:
-    """Captions every image of each split (those the data has) greedily and
+    """Captions every image of each split (those the data has: COCO has no
+    ``test_unseen``; a split the data sets to 0 images is refused) greedily and
     by beam search of width ``beam_size``, and scores both: BLEU-1..4 and,
     on the shapes, the objects right. Writes ``captions_SPLIT.json`` (the
     references and both captions of every image) and, for the attention

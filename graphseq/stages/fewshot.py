@@ -243,14 +243,14 @@ def _note_training(check, *, name: str, init: str = "", query: str = "learned", 
     active = check.facts.get("fewshot_active", False)
     check.facts.setdefault("fewshot_trainings", {})[name] = active
     if "fewshot_active" in check.facts and not active and query != "learned":
-        raise GraphseqError(f"train_episodes.query = {query!r} has no use when model.active = false: the query "
+        raise GraphseqError(f"{check.table}.query = {query!r} has no use when model.active = false: the query "
                             f"applies only to an active model (model.active = true); leave it out")
     if not check.facts.get("fewshot_validation", True):
         # The precheck sees the settings with their defaults: a value other than the default was set.
         defaults = stage_params(train_episodes)
         for key in ("eval_every", "eval_episodes", "eval_batch_size"):
             if settings.get(key, defaults[key]) != defaults[key]:
-                raise GraphseqError(f"train_episodes.{key} = {settings[key]!r} has no use when "
+                raise GraphseqError(f"{check.table}.{key} = {settings[key]!r} has no use when "
                                     f"data.val_characters = 0: it applies only with validation characters "
                                     f"(data.val_characters > 0); leave it out")
     if init:
@@ -301,7 +301,7 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     if ctx.resume:
         _refuse_changing_an_asking_model(ctx, name, steps)
     if query not in QUERY_MODES:
-        raise GraphseqError(f"train_episodes.query must be one of {', '.join(QUERY_MODES)}, got {query!r}")
+        raise GraphseqError(f"{ctx.table}.query must be one of {', '.join(QUERY_MODES)}, got {query!r}")
     if batch_size < 1 or steps < 1:
         raise GraphseqError(f"train_episodes needs steps >= 1 and batch_size >= 1, got {steps} and {batch_size}")
     if labelled_only and model.config.active:
@@ -400,7 +400,7 @@ def _initialise(model: FewShotModel, path: Path, log) -> None:
 
 def _check_queries(check, *, queries: List[str], **_) -> None:
     if "fewshot_active" in check.facts and not check.facts["fewshot_active"] and list(queries) != ["learned"]:
-        raise GraphseqError(f"test_episodes.queries = {list(queries)!r} has no use when model.active = false: "
+        raise GraphseqError(f"{check.table}.queries = {list(queries)!r} has no use when model.active = false: "
                             f"the queries apply only to an active model (model.active = true); leave it out")
 
 
@@ -417,12 +417,12 @@ def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled
     ``_random``)."""
     data, model = ctx.require("data", "test_episodes"), ctx.require("model", "test_episodes")
     if episodes < 1:
-        raise GraphseqError(f"test_episodes.episodes must be at least 1, got {episodes}")
+        raise GraphseqError(f"{ctx.table}.episodes must be at least 1, got {episodes}")
     sampler = data.sampler("test", labelled_only)
     modes = list(queries) if model.config.active else ["learned"]
     for mode in modes:
         if mode not in QUERY_MODES:
-            raise GraphseqError(f"test_episodes.queries: unknown {mode!r}; choose from {', '.join(QUERY_MODES)}")
+            raise GraphseqError(f"{ctx.table}.queries: unknown {mode!r}; choose from {', '.join(QUERY_MODES)}")
     # A resumed run whose model is unchanged reuses the figures of the test it already ran.
     record = ctx.out / f"test{'-' + name if name else ''}.json"
     settings = {"weights": weights_digest(model), "episodes": episodes, "labelled_only": labelled_only,
@@ -581,28 +581,31 @@ def _describe_episode(batch, episode: int, asked: int, before: torch.Tensor, way
     return lines
 
 
-def _check_training(training: str, trainings: Dict[str, bool]) -> None:
+def _check_training(table: str, training: str, trainings: Dict[str, bool]) -> None:
     """The training the oracle asks for exists, and its model has a query
-    head (``trainings``: each training's name, and whether its model has one)."""
+    head (``trainings``: each training's name, and whether its model has one;
+    ``table``: the oracle's table, which the refusals name)."""
     if training not in trainings:
-        raise GraphseqError(f"fewshot_oracle.training = {training!r}: no earlier training of that name; "
+        raise GraphseqError(f"{table}.training = {training!r}: no earlier training of that name; "
                             f"the trainings of this pipeline: {', '.join(repr(n) for n in trainings)}")
     if not trainings[training]:
-        raise GraphseqError("fewshot_oracle needs an active model (model.active = true)")
+        raise GraphseqError(f"{table}.training = {training!r} trains a model without a query head; the oracle "
+                            f"needs an active model (model.active = true)")
 
 
-def _stored_answers(path: Path, strategy: str, episodes: int, ways: Optional[int]) -> Dict[int, str]:
+def _stored_answers(table: str, path: Path, strategy: str, episodes: int, ways: Optional[int]) -> Dict[int, str]:
     """The class each episode was answered with in the label store ``path``
     (opened to read), refused where a run of ``episodes`` episodes (and
     ``ways`` classes, where known) cannot hold an answer: a resumed run keeps
-    every answer. Episodes are counted from 1, as the questions count them."""
+    every answer (``table``: the oracle's, which the refusal names). Episodes
+    are counted from 1, as the questions count them."""
     with LabelStore(path, read_only=True) as store:
         stored = {answer.item: answer.label for answer in store.answers(strategy)}
     last = max(stored, default=-1)
     if last >= episodes:
-        raise GraphseqError(f"fewshot_oracle.episodes = {episodes}, but {path} holds an answer for episode "
+        raise GraphseqError(f"{table}.episodes = {episodes}, but {path} holds an answer for episode "
                             f"{last + 1} (item {last} in 'graphseq labels'), and a resumed run keeps every "
-                            f"answer; set fewshot_oracle.episodes to at least {last + 1}")
+                            f"answer; set {table}.episodes to at least {last + 1}")
     for item, label in stored.items():
         if item < 0 or (ways is not None and label not in [str(way) for way in range(ways)]):
             classes = f"classes 0-{ways - 1}" if ways is not None else "classes from 0"
@@ -620,11 +623,11 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
         return  # No oracle: the stage is skipped.
     for folder in check.resumed:  # the run's folders that --resume continues
         if (folder / STORE_NAME).is_file():
-            _stored_answers(folder / STORE_NAME, query, episodes, check.facts.get("fewshot_ways"))
+            _stored_answers(check.table, folder / STORE_NAME, query, episodes, check.facts.get("fewshot_ways"))
     if "oracle" in check.options:
         return  # An oracle object answers as it is.
     if "fewshot_trainings" in check.facts:  # Else the stage itself says what it needs.
-        _check_training(training, check.facts["fewshot_trainings"])
+        _check_training(check.table, training, check.facts["fewshot_trainings"])
     if oracle == "file":
         answers = make_oracle(oracle, labels, torch.zeros(0), 0.0, 0)  # a missing or unreadable file
         if "fewshot_ways" in check.facts:
@@ -668,12 +671,12 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
         return
     data = ctx.require("data", "fewshot_oracle")
     trained = ctx.require("trained", "fewshot_oracle")
-    _check_training(training, {name: model.config.active for name, model in trained.items()})
+    _check_training(ctx.table, training, {name: model.config.active for name, model in trained.items()})
     model = trained[training]
     if query not in QUERY_MODES:
-        raise GraphseqError(f"fewshot_oracle.query must be one of {', '.join(QUERY_MODES)}, got {query!r}")
+        raise GraphseqError(f"{ctx.table}.query must be one of {', '.join(QUERY_MODES)}, got {query!r}")
     if episodes < 1:
-        raise GraphseqError(f"fewshot_oracle.episodes must be at least 1, got {episodes}")
+        raise GraphseqError(f"{ctx.table}.episodes must be at least 1, got {episodes}")
 
     model.eval()
     seed = ctx.seed + ORACLE_SEED
@@ -695,7 +698,7 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
     path, record = ctx.out / STORE_NAME, ctx.out / ORACLE_RECORD
     stored = {}
     if ctx.resume and path.is_file():  # Checked before anything is written (and before the run, by the precheck).
-        stored = _stored_answers(path, strategy, episodes, data.ways)
+        stored = _stored_answers(ctx.table, path, strategy, episodes, data.ways)
         _check_asked(record, stored, images, strategy, training)
     with LabelStore(path) as store:
         if not ctx.resume:

@@ -43,13 +43,15 @@ class Precheck:
     the ``facts`` that the prechecks of the pipeline's earlier stages left
     for later ones (say, the folds a pretraining stage provides), and the
     run's folders (one a seed) that ``--resume`` continues, to read what
-    they hold, never to write."""
+    they hold, never to write; ``table``, the name of the table whose
+    precheck runs, as a user names its keys (``--set train.steps=N``)."""
 
     data_root: Path
     data_mirror: Optional[Path]
     options: Dict[str, Any] = field(default_factory=dict)
     facts: Dict[str, Any] = field(default_factory=dict)
     resumed: Tuple[Path, ...] = ()
+    table: str = ""
 
 
 def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequence[str] = (),

@@ -387,9 +387,9 @@ def test_answers_for_more_oracle_episodes_than_the_run_has_are_refused_before_a_
     assert lines.count("episodes = 3") == 1  # the oracle's
     config.write_text("\n".join(lines).replace("episodes = 3", "episodes = 2") + "\n")
     before = files_of(out)
-    message = (rf"^fewshot_oracle.episodes = 2, but {re.escape(str(out / STORE_NAME))} holds an answer for episode 3 "
+    message = (rf"^oracle.episodes = 2, but {re.escape(str(out / STORE_NAME))} holds an answer for episode 3 "
                r"\(item 2 in 'graphseq labels'\), and a resumed run keeps every answer; set "
-               r"fewshot_oracle.episodes to at least 3$")
+               r"oracle.episodes to at least 3$")
     settings = {key: value for key, value in FAKE_ACTIVE.items() if key != "oracle.episodes"}
     with pytest.raises(graphseq.GraphseqError, match=message):
         graphseq.run("fewshot-omniglot-active", out=out, quiet=True, resume=True, overrides=settings,
@@ -452,14 +452,14 @@ def test_episodes_the_data_cannot_give_are_refused_by_setting_before_a_model_is_
 @pytest.mark.parametrize("name,overrides,message", [
     # A model without a query head trains and tests with none: the query settings were ignored.
     ("fewshot-omniglot-5w1s", {"train.query": "random"},
-     "train_episodes.query = 'random' has no use when model.active = false"),
+     "train.query = 'random' has no use when model.active = false"),
     ("fewshot-omniglot-5w1s", {"test.queries": ["random"]},
-     "test_episodes.queries = ['random'] has no use when model.active = false"),
+     "test.queries = ['random'] has no use when model.active = false"),
     ("fewshot-omniglot-active", {"test.queries": ["learned", "learned"]},
      "test.queries = ['learned', 'learned'] is not allowed: it must be a non-empty list of distinct items"),
     # Without validation characters there are no validation episodes to score.
     ("fewshot-omniglot-5w1s", {"data.val_characters": 0},
-     "train_episodes.eval_every = 2 has no use when data.val_characters = 0"),
+     "train.eval_every = 2 has no use when data.val_characters = 0"),
     # Without validation episodes there is nothing to score, at any interval or in any batches.
     ("fewshot-omniglot-5w1s", {"train.eval_episodes": 0},
      "train.eval_every has no use when train.eval_episodes = 0: it applies only when train.eval_episodes is a "
