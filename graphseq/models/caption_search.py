@@ -42,14 +42,22 @@ def check_request(max_length: int, temperature: float = 0.0, beam_size: int = 1,
                   options: bool = False) -> None:
     """Refuses a decoding request outside the bounds above, before anything
     is read or drawn, naming the arguments (``options``: the CLI's options)."""
-    if beam_size < 1 or samples < 0 or not math.isfinite(temperature) or temperature < 0 or max_length < 1:
-        raise GraphseqError(f"need beam_size >= 1, samples >= 0, a finite temperature >= 0 and max_length >= 1; "
-                            f"got {beam_size}, {samples}, {temperature}, {max_length}")
+    def name(argument: str, option: str) -> str:
+        return option if options else argument
+
+    if beam_size < 1:
+        raise GraphseqError(f"{name('beam_size', '--beam')} must be at least 1, got {beam_size}")
+    if samples < 0:
+        raise GraphseqError(f"{name('samples', '--sample')} must be at least 0, got {samples}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise GraphseqError(f"{name('temperature', '--temperature')} must be a finite number >= 0, got {temperature}")
+    if max_length < 1:
+        raise GraphseqError(f"{name('max_length', '--max-length')} must be at least 1 word, got {max_length}")
     if max_length > MAX_CAPTION_WORDS:
-        raise GraphseqError(f"{'--max-length' if options else 'max_length'} must be at most {MAX_CAPTION_WORDS} "
+        raise GraphseqError(f"{name('max_length', '--max-length')} must be at most {MAX_CAPTION_WORDS} "
                             f"words, got {max_length}")
     if samples > MAX_SAMPLES:
-        raise GraphseqError(f"{'--sample' if options else 'samples'} must be at most {MAX_SAMPLES} captions, "
+        raise GraphseqError(f"{name('samples', '--sample')} must be at most {MAX_SAMPLES} captions, "
                             f"got {samples}")
 
 
@@ -209,7 +217,10 @@ def caption_image(run_dir: str | Path, image: str | Path, *, beam_size: int = 3,
     images = picture.unsqueeze(0).to(next(model.parameters()).device)
     if samples > 0:
         generator = torch.Generator(device=images.device)
-        generator.manual_seed(seed if seed is not None else int(torch.seed() % 2**63))
+        if seed is None:
+            generator.seed()  # a fresh seed of its own: torch.seed() would reseed the global generator
+        else:
+            generator.manual_seed(seed)
         out = sample(model, images.expand(samples, -1, -1, -1), temperature, max_length, generator)
     else:
         out = beam_search(model, images, beam_size, max_length)

@@ -436,8 +436,10 @@ def load_captioner(run_dir: str | Path, device: torch.device | str = "cpu") -> C
     path = Path(run_dir) / MODEL_FILE
     check_file_place(path)  # a folder there is named as such, not as missing
     if not path.is_file():
-        raise GraphseqError(f"no {MODEL_FILE} in {run_dir}; is it the --out folder of a finished "
-                            f"caption-* run?")
+        seeds = sorted(Path(run_dir).glob(f"seed-*/{MODEL_FILE}"))
+        hint = f"runs of several seeds keep theirs in {seeds[0].parent}" if seeds else \
+            "is it the --out folder of a finished caption-* run?"
+        raise GraphseqError(f"no {MODEL_FILE} in {run_dir}; {hint}")
     try:
         checkpoint = load_checkpoint(path, map_location=device)
         config = dict(checkpoint["model_config"])
