@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, TypeVar, Union
@@ -204,16 +206,31 @@ def _end_with_the_launcher() -> None:
 # What gloo's error says when another process of the group went away.
 LOST_PEER = ("Connection closed by peer", "Connection reset by peer")
 
+# How long a worker whose peer went away waits for torch's elastic launcher to
+# stop it. The launcher looks at its workers every 0.1 s (--monitor-interval)
+# and, once one has ended, stops the others with SIGTERM.
+LAUNCHER_STOPS_WITHIN = 30.0
+
 
 def _lost_peer_in_one_line(excepthook: Any) -> Any:
-    """``excepthook``, except that the error of a collective whose peer
-    died (another worker was killed) is one line rather than a traceback:
-    the launcher says which worker ended the run, and how."""
+    """``excepthook``, except for the error of a collective whose peer went
+    away: another worker ended (it refused the run, failed, or was killed),
+    and this error is only a consequence. Under torch's elastic launcher the
+    worker waits for the launcher to stop it, so that the run ends with the
+    cause alone: the other worker's one-line refusal, or the launcher's word
+    on which worker ended the run, and how. Should the launcher not stop it
+    within :data:`LAUNCHER_STOPS_WITHIN` seconds, or without the launcher,
+    the worker says so itself, in one line rather than a traceback."""
     def hook(kind: type, error: BaseException, trace: Any) -> None:
-        if isinstance(error, RuntimeError) and any(words in str(error) for words in LOST_PEER):
-            print(f"[rank{launched_rank()}]: {kind.__name__}: {str(error).splitlines()[0]}", file=sys.stderr)
-        else:
+        if not (isinstance(error, RuntimeError) and any(words in str(error) for words in LOST_PEER)):
             excepthook(kind, error, trace)
+            return
+        if "TORCHELASTIC_RUN_ID" in os.environ:  # Set by the launcher in its workers.
+            try:
+                time.sleep(LAUNCHER_STOPS_WITHIN)
+            except KeyboardInterrupt:
+                return  # Ctrl-C reached the launcher as well, which says that the run was interrupted.
+        print(f"[rank{launched_rank()}]: {kind.__name__}: {str(error).splitlines()[0]}", file=sys.stderr)
 
     return hook
 
@@ -339,7 +356,8 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
     run: the launcher stops the others, and the error says which worker,
     how, and whether the run resumes from its last checkpoint. An interrupt
     (Ctrl-C, SIGTERM) ends it in one line that says the same, with exit
-    status 128 + the signal's number (130 for Ctrl-C)."""
+    status 128 + the signal's number (130 for Ctrl-C), and the run's
+    log.txt ends with how to continue it, as a run of one process's does."""
     import logging
     import signal
 
@@ -363,6 +381,7 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
         run(launcher)
     except (SignalException, KeyboardInterrupt) as stop:
         number = int(getattr(stop, "sigval", signal.SIGINT))
+        _log_interrupt(Path(out or command.out), command.pipeline, config, nproc_per_node)
         print(f"graphseq: interrupted; {_what_now(Path(out or command.out), name, config)}", file=sys.stderr)
         return 128 + number
     except ChildFailedError as error:
@@ -409,6 +428,32 @@ def _check_command(args: Sequence[str], processes: int) -> tuple[argparse.Namesp
     config = read_config(path)
     apply_overrides(config, command.overrides)
     return command, config.get("pipeline") or path.stem, config
+
+
+def _log_interrupt(out: Path, pipeline: str, config: Dict[str, Any], processes: int) -> None:
+    """Appends to the run's log.txt, once its workers are stopped, the line
+    an interrupted run of one process logs: how to continue it (with
+    ``--nproc-per-node``). Rank 0 logs it itself when the interrupt reached
+    it (Ctrl-C reaches every process); SIGTERM to the launcher stops the
+    workers before they can."""
+    from .pipeline import continues_from, resumable_files, resume_command, stage_stored
+
+    log = out / "log.txt"
+    if not log.is_file() or not resumable_files(config):
+        return  # Stopped before the run wrote (its checks), or a run that cannot resume.
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    if lines and lines[-1].split(" ", 2)[-1].startswith("interrupted"):
+        return
+    if continues_from(out, config):
+        line = f"interrupted; continue with: {resume_command(pipeline, out)} --nproc-per-node {processes}"
+    elif stage_stored(out, None):
+        line = (f"interrupted before anything was stored to continue from; the same command starts it again "
+                f"in {shlex.quote(str(out))}")
+    else:
+        return
+    # One write to a file opened for appending, as the run's own log lines are.
+    with open(log, "a", encoding="utf-8") as file:
+        file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
 
 
 def _what_now(out: Path, name: str, config: Dict[str, Any]) -> str:

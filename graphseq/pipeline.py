@@ -814,14 +814,15 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
     precheck(config, data_root, data_mirror, objects, resumed if resume else ())
     if out.is_dir():  # A run that holds the folder refuses this one here, before any worker starts.
         _close_lock(_lock_out(out))
+    # What was there, seen before the barrier: after it, another worker may make --out first.
+    before = _snapshot(out)
+    made = [folder for folder in (out, *out.parents) if not folder.exists()]  # --out and new folders above it
     distributed.barrier()  # Every process has checked before rank 0 writes.
     # Checked: from here on the run writes.
     if threads is not None:
         torch.set_num_threads(threads)
     config = {"description": config.get("description", ""), "pipeline": name, "graphseq": __version__,
               "seed": seed, "runs": runs, **sections(config)}
-    before = _snapshot(out)
-    made = [folder for folder in (out, *out.parents) if not folder.exists()]  # --out and new folders above it
     lock = _lock_out(out) if out.is_dir() else None  # Refused here, a second run has written nothing.
     out.mkdir(parents=True, exist_ok=True)
     lock = lock if lock is not None else _lock_out(out)  # A folder made at once by two runs: one goes on.

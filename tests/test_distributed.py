@@ -1,6 +1,13 @@
 """Data-parallel training with two gloo processes on CPU: one step on two
-shards equals one step on their union, and rank 0 alone writes."""
+shards equals one step on their union, and rank 0 alone writes; a launch
+stopped by SIGTERM says in its log how to continue."""
 import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,7 +21,10 @@ from torch_geometric.nn import SAGEConv
 
 from graphseq import distributed
 from graphseq.data.neighbors import make_sampler
+from graphseq.pipeline import read_config, resolve_pipeline
 from graphseq.training import train_steps
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def union_batch():
@@ -151,6 +161,7 @@ def test_three_processes_train_the_seeds_of_one_when_three_does_not_divide_them(
 
 def test_a_worker_that_lost_its_peer_says_so_in_one_line(capsys, monkeypatch):
     monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)  # Not started by torch's launcher: no wait.
     passed_on = []
     hook = distributed._lost_peer_in_one_line(lambda *error: passed_on.append(error))
     lost = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:5. "
@@ -162,3 +173,67 @@ def test_a_worker_that_lost_its_peer_says_so_in_one_line(capsys, monkeypatch):
     other = ValueError("a bug")
     hook(ValueError, other, None)
     assert passed_on == [(ValueError, other, None)]
+
+
+def test_under_the_launcher_a_worker_that_lost_its_peer_leaves_the_word_to_it(capsys, monkeypatch):
+    # The launcher stops it once it sees the other worker's end, and that end is the run's last word
+    # (a refusal's one line); the worker speaks only if the launcher has not stopped it in time.
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    monkeypatch.setattr(distributed, "LAUNCHER_STOPS_WITHIN", 0.5)
+    hook = distributed._lost_peer_in_one_line(lambda *error: None)
+    started = time.monotonic()
+    hook(RuntimeError, RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:5"), None)
+    assert time.monotonic() - started >= 0.5
+    assert capsys.readouterr().err == "[rank1]: RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:5\n"
+
+
+def _ppi_launch(tmp_path, *extra):
+    """``graphseq run gat-ppi --nproc-per-node 2`` on generated PPI files, as a
+    process of its own session, with tiny settings and ``extra``."""
+    from graphseq.data.ppi import write_ppi_raw
+
+    mirror = tmp_path / "mirror"
+    write_ppi_raw(mirror / "PPI" / "raw", graphs=(4, 2, 2), nodes=30, features=12, labels=9)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS="1")
+    env.pop("WORLD_SIZE", None)
+    command = [sys.executable, "-m", "graphseq", "run", "gat-ppi", "--quiet", "--out", str(tmp_path / "run"),
+               "--data-root", str(tmp_path / "data"), "--data-mirror", str(mirror), "--set", "model.hidden_channels=8",
+               "--set", "model.heads=2", "--set", "model.output_heads=2", "--set", "train.eval_every=2",
+               "--set", "train.checkpoint_every=2", *extra, "--nproc-per-node", "2"]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="stops the launcher with SIGTERM")
+def test_a_launch_stopped_by_sigterm_logs_how_to_continue_it(tmp_path):
+    # Only the launcher's stderr said it; log.txt ended at the last step, as if the run had gone on.
+    out = tmp_path / "run"
+    launcher = _ppi_launch(tmp_path, "--set", "train.steps=100000")
+    try:
+        deadline = time.time() + 240
+        while not (out / "checkpoint.pt").exists():
+            assert launcher.poll() is None, launcher.communicate()[1][-3000:]
+            assert time.time() < deadline, "no checkpoint appeared"
+            time.sleep(0.05)
+        os.kill(launcher.pid, signal.SIGTERM)
+        _, stderr = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert launcher.returncode == 143, stderr[-3000:]
+    last = (out / "log.txt").read_text().splitlines()[-1]
+    assert last.split(" ", 2)[2] == f"interrupted; continue with: graphseq run gat-ppi --resume --out {out} " \
+                                    f"--nproc-per-node 2"
+
+
+def test_the_launcher_logs_an_interrupt_once_and_only_in_a_run_that_wrote_its_log(tmp_path):
+    config = read_config(resolve_pipeline("gat-ppi"))
+    distributed._log_interrupt(tmp_path, "gat-ppi", config, 2)
+    assert not (tmp_path / "log.txt").exists()  # Stopped in its checks: the run wrote nothing.
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    said = "2026-01-01 10:00:00 interrupted; continue with: graphseq run gat-ppi --resume --out run\n"
+    (tmp_path / "log.txt").write_text("2026-01-01 09:59:59 gat-ppi step 2: train_loss 0.7\n" + said)
+    distributed._log_interrupt(tmp_path, "gat-ppi", config, 2)  # Ctrl-C: rank 0 logged it already.
+    assert (tmp_path / "log.txt").read_text().endswith("train_loss 0.7\n" + said)
