@@ -223,11 +223,17 @@ def with_self_loops(edge_index: Tensor, num_nodes: int, sort: bool = False) -> T
     """The edges without their self-loops, followed by one loop on each of
     the nodes ``0 .. num_nodes - 1`` (PyG's ``remove_self_loops`` then
     ``add_self_loops``): the graph GAT attends along. With ``sort``, the
-    result is ordered by target (:func:`sort_by_target`)."""
+    result is ordered by target (:func:`sort_by_target`).
+
+    Under :func:`torch.jit.trace`, ``num_nodes`` may be a traced size (a 0-d
+    tensor such as ``x.size(0)``): the loops are then made from it, so the
+    trace adds as many as the graph it is given has nodes."""
     if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
         shape = list(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index).__name__
         raise ValueError(f"edge_index must be a [2, num_edges] tensor, got {shape}")
-    if not torch.compiler.is_compiling() and (
+    traced_size = torch.jit.is_tracing() and isinstance(num_nodes, Tensor) and num_nodes.dim() == 0 \
+        and not num_nodes.is_floating_point()
+    if not torch.compiler.is_compiling() and not traced_size and (
             not is_integer(num_nodes) or num_nodes < 0):
         raise ValueError(f"num_nodes must be a whole number >= 0, got {num_nodes!r}")
     edge_index = edge_index[:, edge_index[0] != edge_index[1]]

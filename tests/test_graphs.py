@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 import torch
 
@@ -118,6 +120,19 @@ def test_with_self_loops_replaces_loops_as_pyg_does():
     grouped = graphs.with_self_loops(edge_index, 5, sort=True)
     assert grouped[1].tolist() == [0, 0, 1, 1, 2, 3, 3, 4]
     assert grouped[:, :2].tolist() == [[1, 0], [0, 0]]  # Stable: each target's edges keep their order.
+
+
+def test_with_self_loops_traced_adds_a_loop_per_node_of_the_graph_given():
+    # Under torch.jit.trace the node count is a traced size (a 0-d tensor):
+    # the loops must follow it, not the count of the example graph.
+    def loops_on(x, edge_index):
+        return graphs.with_self_loops(edge_index, x.size(0))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        traced = torch.jit.trace(loops_on, (torch.zeros(3, 1), torch.tensor([[0, 1, 1], [1, 1, 2]])))
+    edge_index = torch.tensor([[2, 4, 3], [3, 4, 0]])
+    assert torch.equal(traced(torch.zeros(5, 1), edge_index), graphs.with_self_loops(edge_index, 5))
 
 
 def test_sort_by_target_reports_whether_it_sorted():

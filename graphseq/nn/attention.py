@@ -13,10 +13,10 @@ PyG's: ``message`` makes every edge's message in the user's edge order, so
 hooks, :mod:`torch_geometric.explain` and ``decomposed_layers`` see and
 change them. When nothing looks at the edges (no propagate, message,
 aggregate or edge_update hook, no explanation, no decomposition, not
-compiling) and torch's sparse CPU kernels
-serve the dtype, the fused path groups the edges by target once per graph
-(kept while the same ``edge_index`` comes back) and fuses ``message`` and the
-sum into sparse products (:mod:`graphseq.nn.sparse`); attention weights and
+compiling or tracing) and torch's sparse CPU kernels serve the dtype, the
+fused path groups the edges by target once per graph (kept while the
+same ``edge_index`` comes back) and fuses ``message`` and the sum into
+sparse products (:mod:`graphseq.nn.sparse`); attention weights and
 dropout still follow the user's edge order.
 """
 from __future__ import annotations
@@ -63,8 +63,9 @@ class AttentionGraph:
         size (tuple): ``(num_sources, num_targets)``.
         adjacency (Tensor, optional): the sparse adjacency the edges came
             from (rows = targets); attention weights are returned in it.
-        kept (Tensor, optional): the indices of the given edges that remain
-            (loops removed), to carry edge features along.
+        kept (Tensor, optional): the given edges that remain (loops
+            removed), as indices or as a boolean mask, to carry edge
+            features along.
         num_loops (int): how many self-loops were appended.
     """
 
@@ -110,7 +111,7 @@ class AttentionGraph:
         from ``fill_value`` as :func:`~torch_geometric.utils.add_self_loops` does."""
         if edge_attr is None or self.kept is None:
             return edge_attr
-        edge_attr = edge_attr.index_select(0, self.kept)
+        edge_attr = edge_attr[self.kept] if self.kept.dtype == torch.bool else edge_attr.index_select(0, self.kept)
         without_loops = self.edge_index[:, :self.num_edges - self.num_loops]
         if isinstance(fill_value, str):
             # Reduced over every target, loops or not (a bipartite graph has
@@ -203,7 +204,6 @@ class AttentionConv(MessagePassing):
         state["_graph_cache"] = None  # Made again after loading; its weak reference cannot be pickled.
         return state
 
-    @torch.compiler.disable
     def attention_graph(self, edge_index: Tensor, size: Tuple[int, int], self_loops: bool = False,
                         num_loops: Optional[int] = None) -> AttentionGraph:
         """The edges to attend along, from an ``edge_index`` tensor, an
@@ -214,18 +214,48 @@ class AttentionConv(MessagePassing):
         count, through ``.data`` or a shared NumPy array, are not seen: pass
         a new tensor after those).
 
-        :func:`torch.compile` leaves this method out of its graphs: its output
-        size depends on the data (removed self-loops) and it reads the cache,
-        so it runs as ordinary Python between the compiled parts.
+        Under :func:`torch.compile` and :func:`torch.jit.trace`, an
+        ``edge_index`` tensor's graph is made inside the compiled (traced)
+        code on every call and never kept, so that it follows the graph
+        given: a kept graph would be a constant of the trace. A sparse
+        adjacency or an :class:`EdgeIndex` is still made (and kept) as
+        ordinary Python, between the compiled parts.
         """
-        num_loops = min(size) if num_loops is None else num_loops
+        num_loops = fewer_nodes(size) if num_loops is None else num_loops
+        if (not (torch.compiler.is_compiling() or torch.jit.is_tracing()) or not isinstance(edge_index, Tensor)
+                or isinstance(edge_index, EdgeIndex) or is_torch_sparse_tensor(edge_index)):
+            return self._kept_graph(edge_index, size, self_loops, num_loops)
+        checks.check_edge_index(self, edge_index, size)
+        if not self_loops:
+            return AttentionGraph(edge_index, size)
+        # One selection whose size depends on the data, made last: compiled
+        # with fullgraph=False, the graph breaks there as PyG's GATConv does
+        # at remove_self_loops (two breaks), and the sizes that follow are
+        # one count, not two the compiler would have to reconcile.
+        kept = edge_index[0] != edge_index[1]
+        loops = torch.arange(num_loops, device=edge_index.device).expand(2, -1)
+        selected = torch.cat([kept, kept.new_ones(loops.size(1))])
+        edge_index = torch.cat([edge_index, loops], dim=1)[:, selected]
+        if torch.compiler.is_compiling():
+            # The count is the data's, but the loops are all there: tells the
+            # compiler that a graph with loops is never empty.
+            torch._check(edge_index.size(1) >= num_loops)
+        return AttentionGraph(edge_index, size, kept=kept, num_loops=num_loops)
+
+    @torch.compiler.disable
+    def _kept_graph(self, edge_index: Tensor, size: Tuple[int, int], self_loops: bool,
+                    num_loops: int) -> AttentionGraph:
+        """:meth:`attention_graph` through the cache of the last graph made.
+        :func:`torch.compile` leaves it out of its graphs (it reads the
+        cache's weak reference and stamp), so it runs as ordinary Python."""
         if is_torch_sparse_tensor(edge_index):
             return self._sparse_graph(edge_index, size, self_loops, num_loops)
         if isinstance(edge_index, EdgeIndex):
             edge_index = edge_index.as_tensor()
         if not isinstance(edge_index, Tensor):  # a list, say: named before the cache reads it
             checks.check_edge_index(self, edge_index, size)
-        key = (checks.kept_stamp(edge_index), size, self_loops, num_loops)
+        # Nothing is kept while tracing, where the graph would be a constant of the trace.
+        key = (None if torch.jit.is_tracing() else checks.kept_stamp(edge_index), size, self_loops, num_loops)
         cache = self._graph_cache
         if cache is not None and key[0] is not None and cache[0]() is edge_index and cache[1] == key:
             return cache[2]  # Checked when it was made.
@@ -270,12 +300,15 @@ class AttentionConv(MessagePassing):
 
     def use_fused_path(self, value: Tensor, graph: AttentionGraph) -> bool:
         """Whether the fused sparse path may run: nothing observes the edges,
-        we are not compiling nor under a torch.func transform or autocast
-        (which picks each op's precision), and the kernels serve ``value``'s
-        device and dtype."""
-        return (fused_kernels_apply(value) and graph.num_edges > 0 and not self.edges_observed()
-                and not torch.is_autocast_enabled(value.device.type)
-                and not torch.compiler.is_compiling() and plain_autograd())
+        we are not compiling or tracing (:func:`torch.jit.trace` records
+        tensor inputs only, and the sparse products take the edges' pattern)
+        nor under a torch.func transform or autocast (which picks each op's
+        precision), and the kernels serve ``value``'s device and dtype."""
+        # Compiling and tracing first: the number of edges may be one the
+        # compiler cannot compare with 0 (it depends on the data).
+        return (not torch.compiler.is_compiling() and not torch.jit.is_tracing()
+                and fused_kernels_apply(value) and graph.num_edges > 0 and not self.edges_observed()
+                and not torch.is_autocast_enabled(value.device.type) and plain_autograd())
 
     def attend(self, graph: AttentionGraph, value: Tensor, edge_attr: Optional[Tensor] = None,
                need_weights: bool = False, edge_inputs: Optional[Mapping[str, Tensor]] = None,
@@ -397,6 +430,16 @@ def head_dot(h: Tensor, att: Tensor) -> Tensor:
     eye = torch.eye(heads, dtype=att.dtype, device=att.device)
     blocks = (att.permute(1, 2, 0).unsqueeze(-1) * eye.view(heads, 1, 1, heads)).reshape(heads * channels, k * heads)
     return (h.reshape(-1, heads * channels) @ blocks).view(-1, k, heads)
+
+
+def fewer_nodes(size: Tuple[int, int]) -> int:
+    """The smaller of the two node counts of ``size``. Under
+    :func:`torch.jit.trace` the counts may be traced sizes (0-d tensors),
+    whose comparison in Python the trace would keep as a constant: their
+    minimum is then taken as a traced op."""
+    if torch.jit.is_tracing() and all(isinstance(n, Tensor) for n in size):
+        return torch.minimum(size[0], size[1])
+    return min(size)
 
 
 def num_rows(x: Optional[Tensor]) -> Optional[int]:

@@ -3,6 +3,7 @@ AD, autocast, pickling, and torch.nn's positional arguments. The fast paths'
 hand-written autograd Functions serve plain reverse mode only, so the layers
 step aside from them elsewhere and must give the same numbers."""
 import io
+import warnings
 
 import pytest
 import torch
@@ -154,3 +155,71 @@ def test_positional_arguments_mean_what_they_mean_for_torch(ours, theirs, args):
     assert (layer.num_layers, layer.dropout, layer.bidirectional) == (peer.num_layers, peer.dropout, peer.bidirectional)
     assert {name: p.shape for name, p in layer.named_parameters()} == \
         {name: p.shape for name, p in peer.named_parameters()}
+
+
+# A graph of six nodes to trace or compile on, and one of seven (node 6 alone,
+# reached by its self-loop only) that the trace or the compiled layer must follow.
+SMALL = (torch.randn(6, 4, generator=torch.Generator().manual_seed(1)),
+         torch.tensor([[0, 1, 2, 3, 3, 4, 0, 0], [1, 2, 3, 4, 4, 0, 0, 2]]),
+         torch.randn(8, 2, generator=torch.Generator().manual_seed(2)))
+OTHER = (torch.randn(7, 4, generator=torch.Generator().manual_seed(3)),
+         torch.tensor([[0, 1, 2, 5, 5], [1, 2, 5, 4, 5]]),
+         torch.randn(5, 2, generator=torch.Generator().manual_seed(4)))
+
+TRACED = {
+    "gat": (lambda: GATConv(4, 3, heads=2), 2),
+    "gat-edge-features": (lambda: GATConv(4, 3, heads=2, edge_dim=2), 3),
+    "self-attention": (lambda: SelfAttentionConv(4, 2), 2),
+    "metric": (lambda: MetricAttentionConv(4, 3, [4]), 2),
+}
+
+
+@pytest.mark.parametrize("name", list(TRACED), ids=list(TRACED))
+def test_jit_trace_follows_a_graph_of_another_size(name):
+    """torch.jit.trace records the graph's preparation, self-loops made from
+    the traced node count (not the example's six), and the message path;
+    a graph kept from an ordinary call does not enter the trace."""
+    torch.manual_seed(0)
+    make, num_inputs = TRACED[name]
+    layer = make().eval()
+    layer(*SMALL[:num_inputs])  # keeps a graph for these edges
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        traced = torch.jit.trace(layer, SMALL[:num_inputs])
+    for inputs in (SMALL[:num_inputs], OTHER[:num_inputs]):
+        assert torch.allclose(traced(*inputs), layer(*inputs), atol=1e-6)
+
+
+COMPILED = {
+    "gat": (lambda: GATConv(4, 3, heads=2), 2),
+    "gat-edge-features": (lambda: GATConv(4, 3, heads=2, edge_dim=2), 3),
+    "self-attention": (lambda: SelfAttentionConv(4, 2), 2),
+    "self-attention-dense": (lambda: SelfAttentionConv(4, 2), 1),
+    "metric": (lambda: MetricAttentionConv(4, 3, [4]), 2),
+    "transformer": (lambda: TransformerEncoderLayer(4, 2, 8, dropout=0.0), 2),
+    "transformer-dense": (lambda: TransformerEncoderLayer(4, 2, 8, dropout=0.0), 1),
+}
+
+
+@pytest.mark.parametrize("dynamic", [True, False], ids=["dynamic", "static"])
+@pytest.mark.parametrize("name", list(COMPILED), ids=list(COMPILED))
+def test_compiles_in_one_graph_that_follows_the_graph_given(name, dynamic):
+    """torch.compile(fullgraph=True) takes the graph's preparation (the
+    self-loops, whose count depends on the data) into the compiled graph,
+    so that outputs and input gradients equal eager ones on a graph of
+    another size too. (aot_eager: the graph and its backward as inductor
+    gets them, without a C++ compiler.)"""
+    torch.manual_seed(0)
+    make, num_inputs = COMPILED[name]
+    layer = make().eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, dynamic=dynamic, fullgraph=True, backend="aot_eager")
+    for x, *graph in (SMALL[:num_inputs], OTHER[:num_inputs]):
+        results = []
+        for run in (compiled, layer):
+            inputs = x.clone().requires_grad_()
+            out = run(inputs, *graph)
+            out.sin().sum().backward()
+            results.append((out, inputs.grad))
+        (out, grad), (expected, expected_grad) = results
+        assert torch.allclose(out, expected, atol=1e-5) and torch.allclose(grad, expected_grad, atol=1e-5)
