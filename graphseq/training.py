@@ -273,8 +273,10 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
         name = getattr(ctx, "pipeline", desc)
         kept = None if progress.best is None else \
             (f"kept ({select[0]})", progress.best["step"], progress.best[select[0]])
+        # A label that already starts with the pipeline's name (fewshot's) is not given it twice.
+        named = desc == name or desc.startswith(f"{name} ")
         plot_history(progress.history, Path(ctx.out) / curves,
-                     f"{name}{'' if desc == name else ' ' + desc}: {progress.step} steps", final=kept)
+                     f"{desc if named else f'{name} {desc}'}: {progress.step} steps", final=kept)
     if select is not None and progress.best_weights is not None:
         model.load_state_dict(progress.best_weights)
     best = progress.best if select is not None else (progress.history[-1] if progress.history else {})
@@ -470,10 +472,14 @@ def plot_history(history: List[Dict[str, float]], path: Union[str, Path], title:
     """Draws the history's losses (and, in a second panel, its other figures)
     against the step into a PNG, written atomically. ``final`` adds one
     marked point ``(label, step, value)``: to the panel of the figure its
-    label names, else to the loss panel."""
+    label names, else to the loss panel. The step axis spans the whole
+    history, and a panel whose figures stop being finite (a loss that
+    diverged to inf or NaN, which no line can show) is marked with a
+    vertical line at the first such step, "loss not finite from step N"."""
     # The object-oriented API with the Agg canvas: no pyplot, no global backend.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     keys = [k for k in history[0] if k not in ("step", "minutes")] if history else []
     for entry in history[1:]:
@@ -485,6 +491,8 @@ def plot_history(history: List[Dict[str, float]], path: Union[str, Path], title:
         return
     figure = Figure(figsize=(7 * len(panels), 4.5), dpi=100)
     FigureCanvasAgg(figure)
+    first, last = min(e["step"] for e in history), max(e["step"] for e in history)
+    pad = max(0.5, 0.03 * (last - first))
     for i, names in enumerate(panels):
         axes = figure.add_subplot(1, len(panels), i + 1)
         for name in names:
@@ -493,6 +501,18 @@ def plot_history(history: List[Dict[str, float]], path: Union[str, Path], title:
         if final is not None and (final[0] in names or any(n in final[0] for n in names)
                                   or (names is losses and not any(n in final[0] for n in others))):
             axes.plot(final[1], final[2], "*", markersize=12, label=final[0])
+        broken = [e["step"] for e in history for name in names
+                  if name in e and not math.isfinite(float(e[name]))]
+        if broken:
+            what = "loss" if names is losses else ", ".join(
+                n for n in names if any(n in e and not math.isfinite(float(e[n])) for e in history))
+            at = min(broken)
+            left = at <= (first + last) / 2  # the text on the side with room
+            axes.axvline(at, color="red", linestyle=":", linewidth=1.5)
+            axes.text(at, 0.97, f" {what} not finite from step {at} ", color="red",
+                      transform=axes.get_xaxis_transform(), va="top", ha="left" if left else "right", fontsize=9)
+        axes.set_xlim(first - pad, last + pad)
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes.set_xlabel("step")
         axes.grid(alpha=0.3)
         axes.legend()

@@ -274,7 +274,9 @@ def draw_attention(images: Sequence[Tensor], captions: Sequence[Sequence[str]],
             heat = attention_map(weights, size)
             heat = heat / heat.max().clamp_min(1e-12)
             axes.imshow((picture * (0.25 + 0.75 * heat[..., None])).numpy(), interpolation="nearest")
-            axes.imshow(heat.numpy(), cmap="inferno", alpha=0.35, interpolation="bilinear")
+            # Coloured on the whole range 0 (no weight) to 1 (the largest region's), not stretched to the
+            # map's own: attention spread evenly then reads as even, not as blobs of its noise.
+            axes.imshow(heat.numpy(), cmap="inferno", alpha=0.35, interpolation="bilinear", vmin=0.0, vmax=1.0)
             axes.set_title(f"{title}  ({float(weights.max()):.2f})", fontsize=8)
         row += height
     figure.suptitle("attention of each word over the image's regions (brightest: most weight; "
@@ -301,8 +303,13 @@ def _wrap(text: str, width: int) -> List[str]:
 HALF_BLOCKS = {(False, False): " ", (True, False): "\u2580", (False, True): "\u2584", (True, True): "\u2588"}
 
 
+# Below this spread of values (a share of the image's magnitude, at least 1) an
+# image is a blank page: its faint noise is not stretched into a pattern.
+MIN_CONTRAST = 0.05
+
+
 def image_blocks(image: Tensor, width: int = 20, ink_is_dark: bool = True,
-                 threshold: float = 0.5) -> List[str]:
+                 threshold: float = 0.5, min_contrast: float = MIN_CONTRAST) -> List[str]:
     """A grey image ``[height, width]`` (or ``[1, height, width]``; a colour
     image ``[3, height, width]`` is drawn in grey) as lines
     of half-block characters, ``width`` columns wide and about ``width / 2``
@@ -310,7 +317,13 @@ def image_blocks(image: Tensor, width: int = 20, ink_is_dark: bool = True,
     picture keeps its proportions). The image is scaled to ``width`` pixels
     by area averaging; its values are scaled to ``[0, 1]`` by its own
     minimum and maximum, and a pixel is ink where it is darker (or, without
-    ``ink_is_dark``, lighter) than ``threshold``."""
+    ``ink_is_dark``, lighter) than ``threshold``.
+
+    Pixels that are not finite (NaN, inf) are drawn as paper, and the
+    minimum and maximum are those of the finite ones. An image whose values
+    spread less than ``min_contrast`` times its magnitude (at least 1) is a
+    blank page: a constant image, or faint noise, is drawn as paper, not
+    stretched into ink."""
     if not is_integer(width) or width < 1:
         raise ValueError(f"image_blocks needs a whole number width >= 1, got {width!r}")
     if not (image.dim() == 2 or (image.dim() == 3 and image.size(0) in (1, 3))) or image.numel() == 0:
@@ -320,9 +333,17 @@ def image_blocks(image: Tensor, width: int = 20, ink_is_dark: bool = True,
     if image.dim() == 3:
         image = image.mean(dim=0)
     height = max(2, round(width * image.size(0) / image.size(1) / 2) * 2)
+    blank = [" " * width] * (height // 2)
+    finite = torch.isfinite(image)
+    if not finite.any():
+        return blank
+    low, high = image[finite].min(), image[finite].max()
+    image = torch.where(finite, image, high if ink_is_dark else low)  # paper
     small = F.adaptive_avg_pool2d(image[None, None], (height, width))[0, 0]
     low, high = small.min(), small.max()
-    small = (small - low) / (high - low) if high > low else torch.zeros_like(small)
+    if float(high - low) < min_contrast * max(1.0, abs(float(low)), abs(float(high))):
+        return blank
+    small = (small - low) / (high - low)
     ink = (small < threshold) if ink_is_dark else (small > threshold)
     return ["".join(HALF_BLOCKS[(bool(ink[row, col]), bool(ink[row + 1, col]))] for col in range(width))
             for row in range(0, height, 2)]

@@ -349,3 +349,57 @@ def test_random_states_are_restored_for_the_gpus_this_process_sees(monkeypatch):
     state["cuda"] = [torch.zeros(16, dtype=torch.uint8), torch.ones(16, dtype=torch.uint8)]
     training.set_rng_state(state)
     assert restored == [0]
+
+
+def _drawn_history(monkeypatch, tmp_path, history):
+    """The panels plot_history drew (caught where the figure is written)."""
+    import graphseq.training as training
+
+    caught = {}
+    monkeypatch.setattr(training, "write_png", lambda figure, path: caught.update(figure=figure))
+    training.plot_history(history, tmp_path / "curves.png", "t")
+    return caught["figure"].axes
+
+
+@pytest.mark.parametrize("losses, broken", [([2.0, math.inf, math.nan], 2), ([math.nan], 1),
+                                            ([2.0, 1.5, math.nan], 3)])
+def test_a_loss_that_stops_being_finite_is_marked_where_it_stopped(tmp_path, monkeypatch, losses, broken):
+    history = [{"step": i + 1, "train_loss": loss, "minutes": 0} for i, loss in enumerate(losses)]
+    (axes,) = _drawn_history(monkeypatch, tmp_path, history)
+    low, high = axes.get_xlim()
+    assert low < 1 and high > len(losses)  # the whole history, not the finite points alone
+    assert f"loss not finite from step {broken}" in [t.get_text().strip() for t in axes.texts]
+    assert [list(line.get_xdata()) for line in axes.get_lines() if line.get_linestyle() == ":"] == [[broken] * 2]
+
+
+def test_a_finite_history_is_not_marked_and_its_steps_are_ticked_in_whole_numbers(tmp_path, monkeypatch):
+    history = [{"step": 1, "train_loss": 2.0, "val_acc": 0.5}, {"step": 2, "train_loss": 1.0, "val_acc": 0.6}]
+    for axes in _drawn_history(monkeypatch, tmp_path, history):
+        assert not axes.texts
+        ticks = [t for t in axes.get_xticks() if axes.get_xlim()[0] <= t <= axes.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+@pytest.mark.parametrize("desc, title", [("test random_trained", "test random_trained: 2 steps"),
+                                         ("train", "test train: 2 steps"), ("test", "test: 2 steps"),
+                                         ("tested", "test tested: 2 steps")])
+def test_the_curves_title_names_the_pipeline_once(tmp_path, monkeypatch, desc, title):
+    """fewshot's labels start with the pipeline's name already (ctx.pipeline is "test" here)."""
+    import graphseq.training as training
+
+    titles = []
+    monkeypatch.setattr(training, "plot_history", lambda history, path, title, final=None: titles.append(title))
+    train(tmp_path, 2, desc=desc)
+    assert titles == [title]
+
+
+def test_paragraph_vector_passes_are_ticked_in_whole_numbers(tmp_path, monkeypatch):
+    """(The same whole-number step axis in the paragraph-vector stage's loss curves.)"""
+    import graphseq.stages.paragraph_vectors as stage
+
+    caught = {}
+    monkeypatch.setattr(stage, "write_png", lambda figure, path: caught.update(figure=figure))
+    stage._plot_losses({"dm": [{"fold": 0, "losses": [3.0, 2.0]}]}, tmp_path / "curves.png", "t")
+    (axes,) = caught["figure"].axes
+    ticks = [t for t in axes.get_xticks() if axes.get_xlim()[0] <= t <= axes.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)

@@ -151,3 +151,48 @@ def test_terminal_width_reads_columns_with_a_floor_of_40(monkeypatch):
     assert terminal_width() == 100
     monkeypatch.setenv("COLUMNS", "20")
     assert terminal_width() == 40
+
+
+def _attention_overlays(monkeypatch, tmp_path, attention):
+    """The attention layers drawn over each word's panel (caught where the figure is written)."""
+    import graphseq.views as views
+
+    caught = {}
+    monkeypatch.setattr(views, "write_png", lambda figure, path: caught.update(figure=figure))
+    image = torch.zeros(3, 64, 64)
+    image[:, :16, :16] = 1.0
+    draw_attention([image], [["w"]], [attention], tmp_path / "a.png", columns=4)
+    return [axes.get_images()[1] for axes in caught["figure"].axes if len(axes.get_images()) == 2]
+
+
+def test_attention_spread_evenly_is_drawn_even_and_focused_attention_focused(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    even = torch.full((2, 64), 1 / 64) + torch.randn(2, 64) * 1e-4  # the noise of a trained model
+    even = even / even.sum(1, keepdim=True)
+    for overlay in _attention_overlays(monkeypatch, tmp_path, even):
+        assert overlay.get_clim() == (0.0, 1.0)
+        shown = overlay.norm(overlay.get_array())
+        assert float(shown.max() - shown.min()) < 0.05  # one colour, not blobs of the noise
+    focused = torch.zeros(2, 64)
+    focused[:, 0] = 1.0
+    for overlay in _attention_overlays(monkeypatch, tmp_path, focused):
+        shown = overlay.norm(overlay.get_array())
+        assert float(shown.max()) == pytest.approx(1.0) and float(shown.min()) < 0.05
+
+
+@pytest.mark.parametrize("image", [torch.ones(28, 28), torch.zeros(28, 28), torch.full((28, 28), 0.5),
+                                   torch.ones(28, 28) + torch.randn(28, 28) * 1e-3,
+                                   torch.full((28, 28), float("nan"))],
+                         ids=["white", "black", "grey", "faint noise", "all NaN"])
+def test_image_blocks_draws_a_blank_page_as_paper(image):
+    assert image_blocks(image, 8) == [" " * 8] * 4
+    assert image_blocks(image, 8, ink_is_dark=False) == [" " * 8] * 4
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_image_blocks_draws_a_pixel_that_is_not_finite_as_paper(bad):
+    image = torch.ones(4, 4)
+    image[:, 2:] = 0.0  # ink on the right
+    expected = image_blocks(image, 4)
+    image[0, 0] = bad
+    assert image_blocks(image, 4) == expected == ["  \u2588\u2588"] * 2

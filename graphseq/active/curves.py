@@ -1,10 +1,12 @@
-"""Learning curves: test accuracy against the number of labels, one line
+"""Learning curves: accuracy on the evaluated nodes (``test``, or ``val``
+with ``learner.evaluate = "val"``) against the number of labels, one line
 per query strategy. With several seeds each line is the mean over seeds and
 the band around it one standard deviation, so that a gap between two
 strategies can be read against the seed-to-seed spread.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -15,27 +17,53 @@ from ..io import check_file_place, check_output_file, first_sentence, read_json,
 
 Curves = Dict[str, List[List[float]]]  # strategy -> [[num_labels, accuracy], ...]
 PLOT_NAME = "learning_curves.png"
+# The nodes the accuracy is measured on (curves.json and each seed's metrics
+# name them; runs written before they did measured on the test nodes).
+SPLIT_KEY = "evaluated_on"
 
 
-def mean_curve(curves: Sequence[List[List[float]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean and standard deviation over seeds at every number of labels that
-    every seed reached: ``(num_labels, mean, std)``, empty if they share none."""
+def mean_curve(curves: Sequence[List[List[float]]]) -> Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Mean and standard deviation over seeds at each number of labels:
+    ``(num_labels, mean, std)``, when every seed has the same label counts.
+    :obj:`None` when they differ (a skip at a person's prompt shifts one
+    seed's counts by one; a seed stopped early has fewer): a mean over the
+    counts they share would drop the others' points, and one over the i-th
+    model of each seed would put points at label counts no seed had, so such
+    seeds are drawn one by one (:func:`plot_learning_curves`)."""
     if not curves:
         raise ValueError("mean_curve needs the curve of at least one seed, got none")
-    shared = sorted(set.intersection(*(set(int(n) for n, _ in c) for c in curves)))
-    values = np.array([[dict((int(n), a) for n, a in c)[x] for x in shared] for c in curves])
-    return np.array(shared), values.mean(axis=0), values.std(axis=0, ddof=1 if len(curves) > 1 else 0)
+    counts = [[int(n) for n, _ in c] for c in curves]
+    if any(c != counts[0] for c in counts):
+        return None
+    values = np.array([[float(a) for _, a in c] for c in curves])
+    return np.array(counts[0]), values.mean(axis=0), values.std(axis=0, ddof=1 if len(curves) > 1 else 0)
+
+
+def final_accuracy(curves: Sequence[List[List[float]]]) -> tuple[float, float]:
+    """Mean and standard deviation over seeds of each seed's last accuracy
+    (its last model), whatever label count each seed stopped at."""
+    last = np.array([float(c[-1][1]) for c in curves if c])
+    if last.size == 0:
+        raise ValueError("final_accuracy needs a seed with at least one point, got none")
+    return float(last.mean()), float(last.std(ddof=1)) if last.size > 1 else 0.0
 
 
 def plot_learning_curves(runs: Sequence[Curves], path: str | Path, title: str,
-                         reference: Optional[float] = None) -> Path:
+                         reference: Optional[float] = None, split: str = "test") -> Path:
     """Draws the curves of one or more seeds into a PNG at ``path``;
-    ``reference`` (an accuracy) is drawn as a dashed line. The file is
-    written atomically, and a path that cannot be written is refused before
-    anything is drawn."""
+    ``reference`` (an accuracy) is drawn as a dashed line, ``split`` names
+    the nodes the accuracy was measured on. The file is written atomically,
+    and a path that cannot be written is refused before anything is drawn.
+
+    Seeds with the same label counts are drawn as their mean with a band of
+    one standard deviation; seeds whose counts differ (skipped items) are
+    drawn one by one, each point at its own label count. The legend's final
+    accuracy is the mean (± std) of each seed's last point either way.
+    Accuracies that are not a number leave a gap, and the legend counts them."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     runs = [{strategy: curve for strategy, curve in r.items() if curve} for r in runs]
     runs = [r for r in runs if r]  # A run stopped before its first model has no curve yet.
@@ -45,29 +73,39 @@ def plot_learning_curves(runs: Sequence[Curves], path: str | Path, title: str,
     figure, axes = plt.subplots(figsize=(8, 5.5), dpi=120)
     colours = plt.get_cmap("tab10")
     strategies = list(dict.fromkeys(strategy for r in runs for strategy in r))
+    apart = 0  # strategies whose seeds are drawn one by one
     for i, strategy in enumerate(strategies):
         curves = [r[strategy] for r in runs if strategy in r]
-        x, mean, std = mean_curve(curves)
-        if x.size == 0:
-            # Seeds with skipped items may share no label count: each seed's own curve, no mean.
+        final, spread = final_accuracy(curves)
+        label = f"{strategy} ({final:.3f}" + (f" ± {spread:.3f}" if len(curves) > 1 else "")
+        missing = sum(not math.isfinite(float(a)) for c in curves for _, a in c)
+        if missing:
+            label += f"; {missing} not a number, not drawn"
+        combined = mean_curve(curves)
+        if combined is None:
+            apart += 1
             for j, curve in enumerate(curves):
                 points = np.array(curve, dtype=float)
                 axes.plot(points[:, 0], points[:, 1], marker="o", markersize=2.5, color=colours(i % 10),
-                          alpha=0.6, label=f"{strategy} (seeds share no label count)" if j == 0 else None)
+                          alpha=0.7, label=f"{label}; each seed, label counts differ)" if j == 0 else None)
             continue
-        label = f"{strategy} ({mean[-1]:.3f}" + (f" ± {std[-1]:.3f})" if len(curves) > 1 else ")")
-        axes.plot(x, mean, marker="o", markersize=2.5, color=colours(i % 10), label=label)
+        x, mean, std = combined
+        axes.plot(x, mean, marker="o", markersize=2.5, color=colours(i % 10), label=label + ")")
         if len(curves) > 1:
             axes.fill_between(x, mean - std, mean + std, color=colours(i % 10), alpha=0.15)
     if reference is not None:
         axes.axhline(reference, color="black", linestyle="--", linewidth=1,
                      label=f"standard split ({reference:.3f})")
     axes.set_xlabel("labelled items")
-    axes.set_ylabel("test accuracy")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_ylabel(f"{split} accuracy")
     seeds = f"{len(runs)} seeds, mean ± std" if len(runs) > 1 else "1 seed"
+    if apart:
+        seeds = f"{len(runs)} seeds, " + ("each drawn" if apart == len(strategies) else
+                                          "mean ± std where their label counts agree")
     axes.set_title(f"{title}: learning curves ({seeds})")
     axes.grid(True, alpha=0.3)
-    axes.legend(title="strategy (final accuracy)", fontsize=8, loc="lower right")
+    axes.legend(title=f"strategy (final {split} accuracy)", fontsize=8, loc="best")
     figure.tight_layout()
     try:
         write_png(figure, path)
@@ -79,7 +117,9 @@ def plot_learning_curves(runs: Sequence[Curves], path: str | Path, title: str,
 def plot_run(run_dir: str | Path) -> Path:
     """Draws ``run_dir/learning_curves.png`` from the run's ``metrics.json``
     (every seed of that run: ``graphseq plot-curves DIR``). The folder of
-    one seed of a run of several (``DIR/seed-N``) draws that seed's curves."""
+    one seed of a run of several (``DIR/seed-N``) draws that seed's curves.
+    A run stopped before its first model has no point to draw, and is
+    refused in one line naming the file."""
     metrics_path = Path(run_dir) / "metrics.json"
     check_file_place(metrics_path)
     if not metrics_path.is_file():
@@ -92,17 +132,23 @@ def plot_run(run_dir: str | Path) -> Path:
         runs = [{strategy: [[int(n), float(accuracy)] for n, accuracy in curve]
                  for strategy, curve in r["curves"].items()}
                 for r in seeds if r.get("curves")]
+        runs = [r for r in runs if any(r.values())]  # A seed stopped before its first model has no point.
+        started = any("curves" in r for r in seeds)
+        splits = sorted({str(r.get(SPLIT_KEY) or "test") for r in seeds if r.get("curves")})
         reference = (metrics if one_seed else metrics.get("mean", {})).get("standard_split_accuracy")
         reference = None if reference is None else float(reference)
     except (AttributeError, TypeError, ValueError) as error:
         raise GraphseqError(f"{metrics_path} is damaged ({first_sentence(error)}); "
                             f"it was left as it is") from None
+    if not runs and started:
+        raise GraphseqError(f"{metrics_path} holds no point of a learning curve: the run stopped before "
+                            f"its first model")
     if not runs:
         raise GraphseqError(f"{metrics_path} holds no learning curves; was it an active-learning run?")
     title = str(metrics.get("pipeline") or (one_seed and _pipeline_of_seed(Path(run_dir))) or "active")
     if one_seed and "seed" in metrics:
         title += f", seed {metrics['seed']}"  # as the run drew it
-    return plot_learning_curves(runs, Path(run_dir) / PLOT_NAME, title, reference)
+    return plot_learning_curves(runs, Path(run_dir) / PLOT_NAME, title, reference, split="/".join(splits))
 
 
 def _pipeline_of_seed(seed_dir: Path) -> Optional[str]:

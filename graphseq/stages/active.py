@@ -12,13 +12,15 @@ instead (``graphseq.run(..., oracle=...)``), which reaches the stage as
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import List
 
 import torch
+from tqdm.contrib.logging import logging_redirect_tqdm
 
-from ..active.curves import PLOT_NAME, plot_learning_curves
+from ..active.curves import PLOT_NAME, SPLIT_KEY, plot_learning_curves
 from ..active.tasks import cora_task, polarity_task
 from ..active.learners import GCNLearner
 from ..active.loop import active_learning as run_loop
@@ -138,7 +140,8 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
     initial ones included, and neither may exceed the pool. ``reference``
     also trains on the dataset's standard training split for comparison
     (a task without one, polarity, refuses it). Metrics:
-    ``final_accuracy_<strategy>``, ``labels_<strategy>`` and the ``curves``.
+    ``final_accuracy_<strategy>``, ``labels_<strategy>``, the ``curves`` and
+    ``evaluated_on``, the nodes their accuracy is measured on (``test`` or ``val``).
     """
     task, data = ctx.require("task", "active_learning"), ctx.require("data", "active_learning")
     make_learner = ctx.require("make_learner", "active_learning")
@@ -162,12 +165,20 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
         first = {i: int(data.y[i]) for i in first}
 
     curves = {}
-    with LabelStore(Path(ctx.out) / STORE_NAME) as store:
+    progress = not ctx.quiet and the_oracle.source != "human"
+    # The loop logs each point of the curve while its bar is drawn: the lines go above the bar, not
+    # through it. Without a bar there is nothing to keep them off (and a quiet run's stderr is the log).
+    with LabelStore(Path(ctx.out) / STORE_NAME) as store, \
+            logging_redirect_tqdm(loggers=[ctx.log]) if progress else contextlib.nullcontext():
         for name in names:
-            outcome = run_loop(task, make_learner(), the_oracle, store, strategy=name, initial=first,
+            learner = make_learner()
+            # The nodes the accuracy is measured on: the learner's mask (test_mask or val_mask).
+            split = getattr(learner, "mask_name", "test_mask").removesuffix("_mask")
+            ctx.metrics[SPLIT_KEY] = split
+            outcome = run_loop(task, learner, the_oracle, store, strategy=name, initial=first,
                                budget=budget, batch_size=batch_size,
                                seed=ctx.seed + 1, resume=ctx.resume,
-                               progress=not ctx.quiet and the_oracle.source != "human", log=ctx.log,
+                               progress=progress, log=ctx.log,
                                resume_hint=ctx.resume_command)
             curves[name] = outcome.curve
             if outcome.curve:
@@ -180,8 +191,9 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
         learner = make_learner()
         learner.fit(data.train_mask.nonzero().view(-1), data.y[data.train_mask])
         ctx.metrics["standard_split_accuracy"] = learner.accuracy()
+        split = getattr(learner, "mask_name", "test_mask").removesuffix("_mask")
         ctx.log.info(f"standard split ({int(data.train_mask.sum())} labels): "
-                     f"test accuracy {ctx.metrics['standard_split_accuracy']:.4f}")
+                     f"{split} accuracy {ctx.metrics['standard_split_accuracy']:.4f}")
     ctx.metrics["curves"] = curves
     ctx.curves = curves
 
@@ -201,14 +213,16 @@ def active_curves(ctx, *, title: str = ""):
         return
     title = title or ctx.pipeline
     reference = ctx.metrics.get("standard_split_accuracy")
+    split = ctx.metrics.get(SPLIT_KEY, "test")
     out = Path(ctx.out)
-    write_json(out / "curves.json", {"curves": curves, "standard_split_accuracy": reference})
-    plot_learning_curves([curves], out / PLOT_NAME, f"{title}, seed {ctx.seed}", reference)
+    write_json(out / "curves.json", {"curves": curves, "standard_split_accuracy": reference, SPLIT_KEY: split})
+    plot_learning_curves([curves], out / PLOT_NAME, f"{title}, seed {ctx.seed}", reference, split=split)
     parent = out.parent
     if out.name == f"seed-{ctx.seed}" and (parent / "config.toml").is_file():
         started = (parent / "config.toml").stat().st_mtime
         seeds = [read_json(p) for p in sorted(parent.glob("seed-*/curves.json"))
                  if p.stat().st_mtime >= started]
         references = [s["standard_split_accuracy"] for s in seeds if s.get("standard_split_accuracy") is not None]
+        splits = sorted({str(s.get(SPLIT_KEY) or "test") for s in seeds})  # runs before it was kept: test
         plot_learning_curves([s["curves"] for s in seeds], parent / PLOT_NAME, title,
-                             sum(references) / len(references) if references else None)
+                             sum(references) / len(references) if references else None, split="/".join(splits))

@@ -225,6 +225,7 @@ def _plot_losses(results: Dict[str, List[Dict[str, Any]]], path, title: str) -> 
     """The training loss per pass, one line per fold, a panel per mode."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     figure = Figure(figsize=(6 * len(results), 4.5), dpi=100)
     FigureCanvasAgg(figure)
@@ -234,6 +235,7 @@ def _plot_losses(results: Dict[str, List[Dict[str, Any]]], path, title: str) -> 
             axes.plot(range(1, len(row["losses"]) + 1), row["losses"], "o-", markersize=3, label=f"fold {row['fold']}")
         axes.set_title(f"SPV-{mode.upper()}")
         axes.set_xlabel("pass over the training sentences")
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # passes are whole
         axes.set_ylabel("negative-sampling loss per word")
         axes.grid(alpha=0.3)
         axes.legend(fontsize=7)

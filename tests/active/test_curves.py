@@ -38,7 +38,7 @@ def test_one_seeds_figure_is_titled_with_its_run_and_seed(tmp_path, monkeypatch)
 
     drawn = {}
     monkeypatch.setattr(curves, "plot_learning_curves",
-                        lambda runs, path, title, reference: drawn.update(runs=runs, title=title, reference=reference))
+                        lambda runs, path, title, reference, split="test": drawn.update(runs=runs, title=title, reference=reference))
     (tmp_path / "metrics.json").write_text(json.dumps(METRICS))
     seed = tmp_path / "seed-0"
     seed.mkdir()
@@ -93,8 +93,7 @@ def test_plot_curves_refuses_a_figure_path_it_cannot_write(tmp_path, capsys):
 def test_seeds_that_share_no_label_count_are_drawn_each_on_its_own(tmp_path):
     from graphseq.active.curves import mean_curve, plot_learning_curves
 
-    x, mean, std = mean_curve([[[1, 0.5]], [[2, 0.6]]])
-    assert x.size == mean.size == std.size == 0
+    assert mean_curve([[[1, 0.5]], [[2, 0.6]]]) is None  # drawn seed by seed
     path = plot_learning_curves([{"m": [[1, 0.5]]}, {"m": [[2, 0.6]]}], tmp_path / "c.png", "t")
     assert path.read_bytes()[:4] == b"\x89PNG"
 
@@ -104,3 +103,83 @@ def test_mean_curve_of_no_seeds_is_refused():
 
     with pytest.raises(ValueError, match="mean_curve needs the curve of at least one seed, got none"):
         mean_curve([])
+
+
+def _drawn(monkeypatch, tmp_path, runs, **options):
+    """The Axes plot_learning_curves drew (caught where the figure is written)."""
+    import graphseq.active.curves as curves
+
+    caught = {}
+    monkeypatch.setattr(curves, "write_png", lambda figure, path: caught.update(figure=figure))
+    curves.plot_learning_curves(runs, tmp_path / "c.png", "t", **options)
+    return caught["figure"].axes[0]
+
+
+def test_seeds_whose_label_counts_differ_are_drawn_point_by_point(tmp_path, monkeypatch):
+    """A skip at a person's prompt shifts one seed's label counts: no point
+    is dropped, and the final accuracy is each seed's last."""
+    runs = [{"margin": [[13, 0.1], [27, 0.2], [41, 0.3], [42, 0.4]]},
+            {"margin": [[14, 0.15], [28, 0.25], [42, 0.5]]}]
+    axes = _drawn(monkeypatch, tmp_path, runs)
+    lines = [line for line in axes.get_lines() if line.get_label() and not line.get_label().startswith("_")]
+    drawn = sorted((float(x), float(y)) for line in axes.get_lines() for x, y in zip(line.get_xdata(),
+                                                                                      line.get_ydata()))
+    assert drawn == sorted((float(n), a) for r in runs for n, a in r["margin"])
+    (label,) = [line.get_label() for line in lines]
+    assert label.startswith("margin (0.450 ± 0.071")  # mean and std of 0.4 and 0.5
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == [label]
+    assert axes.get_title() == "t: learning curves (2 seeds, each drawn)"
+
+
+def test_seeds_with_the_same_label_counts_are_drawn_as_their_mean(tmp_path, monkeypatch):
+    runs = [{"m": [[2, 0.2], [4, 0.4]]}, {"m": [[2, 0.4], [4, 0.6]]}]
+    axes = _drawn(monkeypatch, tmp_path, runs)
+    (line,) = axes.get_lines()
+    assert list(line.get_xdata()) == [2, 4] and list(line.get_ydata()) == pytest.approx([0.3, 0.5])
+    assert line.get_label() == "m (0.500 ± 0.141)"
+
+
+def test_the_legend_is_placed_where_it_covers_least(tmp_path, monkeypatch):
+    axes = _drawn(monkeypatch, tmp_path, [{"m": [[2, 0.2], [4, 0.9]]}])
+    assert axes.get_legend()._loc in (0, "best")  # matplotlib keeps "best" as 0
+
+
+def test_label_counts_are_ticked_in_whole_numbers(tmp_path, monkeypatch):
+    axes = _drawn(monkeypatch, tmp_path, [{"m": [[2, 0.2], [3, 0.9]]}])
+    ticks = [t for t in axes.get_xticks() if axes.get_xlim()[0] <= t <= axes.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_the_axis_and_legend_name_the_nodes_measured(tmp_path, monkeypatch):
+    axes = _drawn(monkeypatch, tmp_path, [{"m": [[2, 0.2], [4, 0.9]]}], split="val")
+    assert axes.get_ylabel() == "val accuracy"
+    assert axes.get_legend().get_title().get_text() == "strategy (final val accuracy)"
+
+
+def test_plot_curves_names_the_split_a_run_measured_and_old_runs_measured_test(tmp_path, monkeypatch):
+    import graphseq.active.curves as curves
+
+    drawn = {}
+    monkeypatch.setattr(curves, "plot_learning_curves",
+                        lambda runs, path, title, reference, split="test": drawn.update(split=split))
+    (tmp_path / "metrics.json").write_text(json.dumps(METRICS))  # written before the split was kept
+    curves.plot_run(tmp_path)
+    assert drawn == {"split": "test"}
+    (tmp_path / "metrics.json").write_text(json.dumps(
+        {**METRICS, "runs": [{**r, "evaluated_on": "val"} for r in METRICS["runs"]]}))
+    curves.plot_run(tmp_path)
+    assert drawn == {"split": "val"}
+
+
+def test_a_run_stopped_before_its_first_model_is_named_and_said_so(tmp_path, capsys):
+    metrics = {"pipeline": "active-cora", "runs": [{"seed": 0, "labels_margin": 0, "curves": {"margin": []}}]}
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    assert main(["plot-curves", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"graphseq: error: {tmp_path / 'metrics.json'} holds no point of a "
+                                       f"learning curve: the run stopped before its first model\n")
+
+
+def test_an_accuracy_that_is_not_a_number_is_said_in_the_legend(tmp_path, monkeypatch):
+    axes = _drawn(monkeypatch, tmp_path, [{"m": [[2, 0.2], [4, float("nan")], [6, 0.5]]}])
+    (text,) = [t.get_text() for t in axes.get_legend().get_texts()]
+    assert text == "m (0.500; 1 not a number, not drawn)"

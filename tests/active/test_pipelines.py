@@ -3,6 +3,7 @@ drives them: in-process with the simulated oracle, and as a `graphseq run
 --oracle human` process fed through a pipe, killed, resumed and
 interrupted. Small budgets and few epochs keep each run to seconds."""
 import hashlib
+import json
 import os
 import re
 import select
@@ -396,3 +397,33 @@ def test_a_budget_beyond_the_pool_is_refused_before_any_label_is_stored(key, val
         graphseq.run("active-polarity", out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True,
                      overrides=overrides)
     assert not (tmp_path / "run").exists()
+
+
+def test_validation_curves_are_named_val_in_the_metrics_the_log_and_curves_json(tmp_path, data_root, mirror):
+    overrides = {"learner.epochs": 3, "active.initial": 2, "active.batch_size": 3, "active.budget": 5,
+                 "active.compare": ["random"], "learner.evaluate": "val"}
+    run = graphseq.run("active-cora", out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True,
+                       overrides=overrides)["runs"][0]
+    assert run["evaluated_on"] == "val"
+    assert json.loads((tmp_path / "curves.json").read_text())["evaluated_on"] == "val"
+    log = (tmp_path / "log.txt").read_text()
+    assert "standard split (140 labels): val accuracy " in log and "test accuracy" not in log
+
+
+def test_log_lines_of_the_loop_go_above_its_progress_bar(tmp_path, data_root, mirror, monkeypatch):
+    """The loop logs each point of the curve while its bar is drawn: through tqdm, not onto the bar."""
+    import graphseq.stages.active as stages
+    from tqdm.contrib.logging import _TqdmLoggingHandler
+
+    handlers = []
+    loop = stages.run_loop
+
+    def watched(*args, **kwargs):
+        handlers.append([type(h) for h in kwargs["log"].handlers])
+        return loop(*args, **kwargs)
+
+    monkeypatch.setattr(stages, "run_loop", watched)
+    graphseq.run("active-cora", out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=False,
+                 overrides={"learner.epochs": 2, "active.initial": 2, "active.batch_size": 2, "active.budget": 4,
+                            "active.compare": ["random"], "active.reference": False})
+    assert handlers and all(_TqdmLoggingHandler in h for h in handlers)
