@@ -777,6 +777,54 @@ class ChainRNN(ChainRecurrence):
         return args
 
 
+# oneDNN's single-precision matrix product (torch.nn.LSTM's on a CPU) runs
+# the steps' products up to twice as fast as torch.mm (MKL) on some CPUs,
+# but costs more to launch: it serves products of at least these sizes, and
+# only the layouts it runs fast (rows of a whole, a weight stored either
+# way); others (a transposed ``a``) can run a thousand times slower.
+_ONEDNN_ROWS = 8
+_ONEDNN_PRODUCT = 1 << 21  # rows * inner * columns
+
+
+def _onednn_linear():
+    """torch's oneDNN linear op, or None where this build has none or it
+    does not answer as it does in torch 2.13 (a private op, whose signature
+    another release may change: tried once on a small product)."""
+    global _ONEDNN_LINEAR
+    if _ONEDNN_LINEAR is False:
+        _ONEDNN_LINEAR = None
+        try:
+            if torch.backends.mkldnn.is_available():
+                linear = torch.ops.mkldnn._linear_pointwise
+                a, weight = torch.arange(6.0).view(2, 3), torch.arange(12.0).view(4, 3)
+                with torch.no_grad():
+                    if torch.equal(linear(a, weight, None, "none", [], ""), a @ weight.t()):
+                        _ONEDNN_LINEAR = linear
+        except Exception:  # any failure of a private op leaves torch.mm to serve
+            _ONEDNN_LINEAR = None
+    return _ONEDNN_LINEAR
+
+
+_ONEDNN_LINEAR = False  # not looked up yet
+
+
+def _matmul(a: Tensor, b: Tensor, add: Optional[Tensor] = None) -> Tensor:
+    """``add + a @ b`` (``add`` broadcast, or left out when None) for the
+    fused steps, which run without autograd: through oneDNN for large
+    single-precision products on a CPU (unless ``torch.backends.mkldnn`` is
+    disabled), else torch's ``mm``/``addmm``. The two differ by rounding."""
+    rows, inner = a.shape
+    if a.dtype == torch.float32 and b.dtype == torch.float32 and a.device.type == "cpu" \
+            and rows >= _ONEDNN_ROWS and rows * inner * b.size(1) >= _ONEDNN_PRODUCT \
+            and a.stride(1) == 1 and (b.is_contiguous() or b.t().is_contiguous()) \
+            and not torch.is_grad_enabled() and torch.backends.mkldnn.enabled:
+        linear = _onednn_linear()
+        if linear is not None:
+            out = linear(a, b.t(), None, "none", [], "")  # a @ b, b.t() as a linear's weight
+            return out if add is None else out.add_(add)
+    return a.mm(b) if add is None else torch.addmm(add, a, b)
+
+
 class _DeferredRecurrentGrad(torch.autograd.Function):
     r"""The identity on the input projection ``W_ih x + b`` of every node,
     whose backward adds the gradient of ``W_hh``: the gradient of a step's
@@ -833,7 +881,7 @@ class _LSTMStep(torch.autograd.Function):
         h = message[:, :width]
         if messages is not None:
             messages.append(h)  # for W_hh's gradient (see _DeferredRecurrentGrad)
-        gates = torch.addmm(inputs, h, w_hh)  # [B, 4 * hidden]: i, f, g, o
+        gates = _matmul(h, w_hh, inputs)  # [B, 4 * hidden]: i, f, g, o
         g = gates[:, 2 * hidden:3 * hidden].tanh()
         i, f, _, o = gates.sigmoid_().chunk(4, dim=1)  # (g's block of it unused)
         state = torch.empty_like(message)  # [B, width + hidden]
@@ -882,7 +930,7 @@ class _LSTMStep(torch.autograd.Function):
         d_message = None
         if ctx.needs_input_grad[2]:
             d_message = torch.empty_like(message)
-            torch.mm(d_gates, w_hh.t(), out=d_message[:, :width])
+            d_message[:, :width] = _matmul(d_gates, w_hh.t())
             torch.mul(d_c, f, out=d_message[:, width:])
         return d_gates, None, d_message, None, d_w_hr, None, None
 
@@ -1040,10 +1088,7 @@ class _GRUStep(torch.autograd.Function):
     def forward(ctx, inputs: Tensor, exact_inputs: Tensor, h: Tensor, w_hh: Tensor,
                 hidden_bias: Optional[Tensor], messages: None, carried: int):
         hidden = h.size(1)
-        if hidden_bias is None:
-            recurrent = h.mm(w_hh)  # [B, 3 * hidden]: r, z, n parts of W_hh h (+ b_hn)
-        else:
-            recurrent = torch.addmm(hidden_bias, h, w_hh)
+        recurrent = _matmul(h, w_hh, hidden_bias)  # [B, 3 * hidden]: r, z, n parts of W_hh h (+ b_hn)
         rz = torch.add(inputs[:, :2 * hidden], recurrent[:, :2 * hidden]).sigmoid_()
         r, z = rz.chunk(2, dim=1)
         n = torch.addcmul(inputs[:, 2 * hidden:], r, recurrent[:, 2 * hidden:]).tanh_()
@@ -1077,7 +1122,7 @@ class _GRUStep(torch.autograd.Function):
         torch.mul(d_n, recurrent[:, 2 * hidden:], out=d_r)
         d_inputs[:, :2 * hidden].mul_(rz * (1 - rz))
         d_recurrent = torch.cat([d_inputs[:, :2 * hidden], d_n * r], dim=1)
-        d_prev = torch.addmm(d_h.mul_(z), d_recurrent, w_hh.t()) if ctx.needs_input_grad[2] else None
+        d_prev = _matmul(d_recurrent, w_hh.t(), d_h.mul_(z)) if ctx.needs_input_grad[2] else None
         d_w_hh = h.t().mm(d_recurrent) if ctx.needs_input_grad[3] else None
         d_bias = d_recurrent.sum(0) if hidden_bias is not None and ctx.needs_input_grad[4] else None
         return d_inputs, None, d_prev, d_w_hh, d_bias, None, None

@@ -183,6 +183,71 @@ def test_fused_lstm_gradients_repeat_with_retain_graph():
     assert torch.equal(first, second)
 
 
+
+def onednn_products(run):
+    """How many of oneDNN's matrix products ``run()`` calls."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        run()
+    return sum(event.count for event in profile.key_averages() if event.key == "mkldnn::_linear_pointwise")
+
+
+@pytest.mark.parametrize("ours_class,theirs_class", [(ChainLSTM, torch.nn.LSTM), (ChainGRU, torch.nn.GRU)],
+                         ids=["lstm", "gru"])
+def test_large_float32_steps_multiply_through_onednn_and_equal_torch(ours_class, theirs_class):
+    """Steps wide enough (here 48 chains of hidden size 128) multiply by
+    W_hh through oneDNN, forward and backward, as torch.nn.LSTM does on a
+    CPU: faster than torch.mm there, and the same numbers as torch's layer
+    to float32 rounding, gradients included. With torch.backends.mkldnn
+    disabled they go through torch.mm."""
+    from graphseq.nn.recurrent import _onednn_linear
+    if _onednn_linear() is None:
+        pytest.skip("this torch build has no oneDNN")
+    torch.manual_seed(21)
+    lengths = [3 + k % 4 for k in range(48)]
+    ours = ours_class(8, 128)
+    theirs = theirs_class(8, 128)
+    theirs.load_state_dict(ours.state_dict())
+    sequences = [torch.randn(n, 8) for n in lengths]
+    edge_index, batch = chain(lengths), lengths_to_batch(lengths)
+    results = []
+
+    def run():
+        ours.zero_grad()
+        inputs = torch.cat(sequences).requires_grad_()
+        out, final = ours(inputs, edge_index, batch)
+        (out.sin().sum() + as_tuple(final)[0].square().sum()).backward()
+        results.append([out, *as_tuple(final), inputs.grad] + [p.grad for p in ours.parameters()])
+
+    assert onednn_products(run) > 0
+    with torch.backends.mkldnn.flags(enabled=False):
+        assert onednn_products(run) == 0
+    their_sequences = leaves(sequences)
+    out, final = theirs(pack_sequence(their_sequences, enforce_sorted=False))
+    (packed_outputs(out, lengths).sin().sum() + as_tuple(final)[0].square().sum()).backward()
+    expected = [packed_outputs(out, lengths), *as_tuple(final), torch.cat([s.grad for s in their_sequences])] \
+        + [p.grad for p in theirs.parameters()]
+    for fast, plain, reference in zip(*results, expected):
+        assert torch.allclose(fast, reference, atol=1e-4) and torch.allclose(fast, plain, atol=1e-4)
+
+
+def test_onednn_products_keep_to_the_layouts_it_runs_fast():
+    """A transposed left factor (oneDNN's reference kernel: a thousand times
+    slower) and products under autograd go through torch.mm; the numbers
+    are the same to rounding either way."""
+    from graphseq.nn.recurrent import _matmul, _onednn_linear
+    if _onednn_linear() is None:
+        pytest.skip("this torch build has no oneDNN")
+    torch.manual_seed(22)
+    a, b, add = torch.randn(64, 256), torch.randn(256, 256), torch.randn(256)
+    transposed = a.t().contiguous().t()
+    with torch.no_grad():
+        assert onednn_products(lambda: _matmul(a, b, add)) == 1
+        assert onednn_products(lambda: _matmul(a, b.t().contiguous().t())) == 1  # weight stored either way
+        assert onednn_products(lambda: _matmul(transposed, b)) == 0
+        assert torch.allclose(_matmul(a, b, add), torch.addmm(add, a, b), atol=1e-4)
+        assert torch.allclose(_matmul(transposed, b), a.mm(b), atol=1e-4)
+    assert onednn_products(lambda: _matmul(a, b)) == 0
+
 def test_one_chain_without_batch_equals_an_unbatched_sequence():
     torch.manual_seed(2)
     ours = ChainLSTM(3, 4)
