@@ -280,7 +280,7 @@ def test_greedy_attention_has_a_row_per_word_and_the_end():
 
 @pytest.mark.parametrize("temperature", [float("nan"), float("inf")])
 def test_caption_image_refuses_a_temperature_that_is_not_finite_before_reading_anything(tmp_path, temperature):
-    with pytest.raises(GraphseqError, match="a finite temperature >= 0"):
+    with pytest.raises(GraphseqError, match="^--temperature must be a finite number >= 0, got "):
         caption_image(tmp_path / "no-run", tmp_path / "no-image.png", samples=2, temperature=temperature)
 
 
@@ -307,13 +307,13 @@ def test_words_refuse_ids_outside_the_vocabulary_and_the_vocabulary_needs_the_sp
 
 
 @pytest.mark.parametrize("decode, message", [
-    (lambda m, x: greedy(m, x, max_length=-1), "max_length >= 1; got 1, 0, 0.0, -1"),
-    (lambda m, x: greedy(m, x, max_length=0), "max_length >= 1"),
+    (lambda m, x: greedy(m, x, max_length=-1), "^max_length must be at least 1 word, got -1$"),
+    (lambda m, x: greedy(m, x, max_length=0), "^max_length must be at least 1 word, got 0$"),
     (lambda m, x: greedy(m, x, max_length=101), "^max_length must be at most 100 words, got 101"),
-    (lambda m, x: sample(m, x, temperature=-1.0), "a finite temperature >= 0"),
-    (lambda m, x: sample(m, x, temperature=float("nan")), "a finite temperature >= 0"),
-    (lambda m, x: beam_search(m, x, beam_size=0), "beam_size >= 1"),
-    (lambda m, x: beam_search(m, x, max_length=-1), "max_length >= 1"),
+    (lambda m, x: sample(m, x, temperature=-1.0), "^temperature must be a finite number >= 0, got -1.0$"),
+    (lambda m, x: sample(m, x, temperature=float("nan")), "^temperature must be a finite number >= 0, got nan$"),
+    (lambda m, x: beam_search(m, x, beam_size=0), "^beam_size must be at least 1, got 0$"),
+    (lambda m, x: beam_search(m, x, max_length=-1), "^max_length must be at least 1 word, got -1$"),
 ])
 def test_decoding_refuses_what_caption_image_refuses(decode, message):
     with pytest.raises(GraphseqError, match=message):
