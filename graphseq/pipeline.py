@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import re
 import shlex
 import shutil
 import statistics
@@ -132,6 +133,15 @@ def validate_config(config: Dict[str, Any], source: str) -> None:
         if not isinstance(value, RUN_KEYS[key]) or isinstance(value, bool):
             raise GraphseqError(f"{source}: {key} must be {RUN_KEYS[key].__name__}, got {value!r}")
     for name, table in sections(config).items():
+        if name in RUN_KEYS:  # config.toml's run settings would overwrite it, and the run its name
+            raise GraphseqError(f"{source}: [{name}]: {name} is a setting of the run ({', '.join(RUN_KEYS)}), "
+                                f"not a stage's table; rename the table")
+        if not name or "." in name:
+            raise GraphseqError(f"{source}: [{json.dumps(name, ensure_ascii=False)}]: a table's name must be "
+                                f"non-empty and hold no '.', which --set TABLE.KEY splits at; rename the table")
+        if not isinstance(table.get("stage", name), str):
+            raise GraphseqError(f"{source}: {name}.stage must be a stage's name (a string), "
+                                f"got {table['stage']!r}")
         try:
             fn = get_stage(table.get("stage", name))
         except GraphseqError as error:  # which file, which table
@@ -275,7 +285,10 @@ def precheck(config: Dict[str, Any], data_root: str | os.PathLike | None = None,
     """Each stage's precheck (see :func:`~graphseq.stages.registry.stage`),
     in the pipeline's order: what only the whole pipeline or its data can
     tell, checked before the run writes anything; ``resumed``, the folders
-    a ``--resume`` continues, for what they hold."""
+    a ``--resume`` continues, for what they hold. First, that each table
+    has what it needs from the tables before it (its data, its model)."""
+    from .stages import check_order  # (the stages' registry walks the tables it describes)
+    check_order([(name, table.get("stage", name)) for name, table in sections(config).items()])
     check = Precheck(*data_places(data_root, data_mirror), dict(options or {}), resumed=tuple(resumed))
     for name, table in sections(config).items():
         kind = table.get("stage", name)
@@ -317,9 +330,12 @@ def dump_toml(config: Dict[str, Any]) -> str:
             return "[" + ", ".join(value(x) for x in v) + "]"
         raise TypeError(f"cannot write {v!r} as TOML")
 
+    def key(name: str) -> str:  # a bare key where TOML allows one, else a quoted one ("modèle", "my data")
+        return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name, ensure_ascii=False)
+
     lines = [f"{k} = {value(v)}" for k, v in config.items() if not isinstance(v, dict)]
     for name, table in sections(config).items():
-        lines += ["", f"[{name}]"] + [f"{k} = {value(v)}" for k, v in table.items()]
+        lines += ["", f"[{key(name)}]"] + [f"{key(k)} = {value(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -354,7 +370,8 @@ class Context:
 
     def require(self, name: str, stage: str) -> Any:
         if not hasattr(self, name):
-            raise GraphseqError(f"stage {stage!r} needs {name!r}, which no earlier stage made; "
+            where = f"[{self.table}] ({stage})" if self.table else f"stage {stage!r}"  # (a stage called by hand)
+            raise GraphseqError(f"{where} needs {name!r}, which no table before it made; "
                                 f"check the order of the pipeline's tables")
         return getattr(self, name)
 

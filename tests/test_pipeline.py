@@ -695,3 +695,73 @@ def test_a_failed_run_removes_the_folders_it_made_and_keeps_the_empty_ones_it_fo
     with pytest.raises(GraphseqError, match="this stage failed"):
         run(pipeline, out=out, quiet=True)
     assert _entries(out, folder_times=False) == before  # scratch/, which the run made, went; the rest is as it was
+
+
+# What each table needs from the tables before it (its data, its model) is checked before a run writes: a stage
+# given another family's product crashed with a traceback, some after earlier stages had stored files.
+CHARS = 'stage = "char_corpus"\ntext_file = "{text}"\n'
+WALKS = [
+    (f'[data]\n{CHARS}[model]\nstage = "char_lm"\nhidden_size = 8\n[train]\nstage = "train_nodes"\nmax_epochs = 1\n',
+     "[train] (train_nodes) needs a graph dataset, but the latest data comes from [data] (char_corpus: a text "
+     "corpus)"),
+    ('[data]\nstage = "planetoid"\n[model]\nstage = "char_lm"\nhidden_size = 8\n[train]\nstage = "tbptt"\n'
+     'steps = 2\n', "[model] (char_lm) needs a text corpus, but the latest data comes from [data] (planetoid: a "
+     "graph dataset)"),
+    ('[data]\nstage = "planetoid"\n[model]\nstage = "fewshot_gnn"\n',
+     "[model] (fewshot_gnn) needs a few-shot dataset, but the latest data comes from [data] (planetoid: a graph "
+     "dataset)"),
+    ('[data]\nstage = "planetoid"\n[model]\nstage = "gat"\n[train]\nstage = "train_episodes"\nsteps = 2\n',
+     "[train] (train_episodes) needs a few-shot dataset, but the latest data comes from [data] (planetoid: a "
+     "graph dataset)"),
+    ('[data]\nstage = "planetoid"\n[model]\nstage = "gat"\n[train]\nstage = "train_nodes"\nmax_epochs = 1\n'
+     '[sample]\nstage = "char_sample"\nlength = 10\n',
+     "[sample] (char_sample) needs a text corpus, but the latest data comes from [data] (planetoid: a graph "
+     "dataset)"),
+    (f'[cora]\nstage = "planetoid"\n[text]\n{CHARS}[gat]\nstage = "gat"\n[train_gat]\nstage = "train_nodes"\n',
+     "[gat] (gat) needs a graph dataset or a dataset of graphs, but the latest data comes from [text] "
+     "(char_corpus: a text corpus)"),
+    # The training stored its checkpoint, then [plot] found no curves: the folder could neither rerun nor resume.
+    (f'[data]\n{CHARS}[model]\nstage = "char_lm"\nhidden_size = 8\n[train]\nstage = "tbptt"\nsteps = 2\n'
+     'batch_size = 2\nwindow = 8\neval_chars = 64\n[plot]\nstage = "active_curves"\n',
+     '[plot] (active_curves) needs learning curves; no table before it makes one: add a table before it with '
+     'stage = "active_learning"'),
+    ('[net]\nstage = "gat"\n[loader]\nstage = "planetoid"\n[fit]\nstage = "train_nodes"\nmax_epochs = 1\n',
+     "[net] (gat) needs a graph dataset or a dataset of graphs; no table before it loads one: move a data table "
+     "([loader]) before it"),
+    ('[loader]\nstage = "planetoid"\n[fit]\nstage = "train_nodes"\nmax_epochs = 1\n[net]\nstage = "gat"\n',
+     "[fit] (train_nodes) needs a graph network; no table before it makes one: move a model table ([net]) before "
+     "it"),
+    ('[data]\nstage = "planetoid"\n[train]\nstage = "train_nodes"\nmax_epochs = 1\n',
+     '[train] (train_nodes) needs a graph network; no table before it makes one: add a table before it with '
+     'stage = "gat" or stage = "inductive_gat"'),
+]
+
+
+@pytest.mark.parametrize("text,message", WALKS)
+def test_a_table_given_what_its_stage_cannot_use_is_refused_before_anything_is_written(tmp_path, capsys, text,
+                                                                                        message):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("ROMEO: But soft, what light through yonder window breaks?\n" * 80, encoding="utf-8")
+    path = tmp_path / "mine.toml"
+    path.write_text(text.replace("{text}", corpus.as_posix()), encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--quiet", "--threads", "1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"graphseq: error: {message}\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", sorted(available_pipelines()))
+def test_every_shipped_pipeline_gives_each_table_what_it_needs(name):
+    from graphseq.stages import check_order
+    config = read_config(resolve_pipeline(name))
+    check_order([(table, section.get("stage", table)) for table, section in config.items()
+                 if isinstance(section, dict)])
+
+
+def test_a_missing_product_found_by_a_stage_names_its_table(tmp_path):
+    import torch
+    from graphseq.pipeline import Context
+    ctx = Context("mine", tmp_path, torch.device("cpu"), 0, tmp_path, None, table="net")
+    with pytest.raises(GraphseqError, match=re.escape("[net] (gat) needs 'num_features', which no table before it "
+                                                      "made; check the order of the pipeline's tables")):
+        ctx.require("num_features", "gat")

@@ -1,6 +1,8 @@
 """Parameter domains: each says what it allows, and every stage declares one
 for every numeric parameter, with defaults inside it."""
+import inspect
 import math
+import re
 
 import pytest
 
@@ -56,3 +58,18 @@ def test_a_check_of_no_parameter_is_refused_at_registration():
     with pytest.raises(ValueError, match="lr"):
         stage("test_typo_stage", checks={"lr": positive})(lambda ctx, *, rate=1.0: None)
     assert "test_typo_stage" not in STAGES
+
+
+# The context attribute each ctx.require asks for, by the slot of the registry's `needs` that promises it.
+SLOT_OF = {"data": "data", "num_features": "data", "num_classes": "data", "task": "data", "model": "model",
+           "make_model": "model", "make_learner": "model", "encoder": "encoder", "corpus": "corpus",
+           "tokenizer": "tokenizer", "trained": "trained", "curves": "curves", "pretrained": "pretrained"}
+
+
+@pytest.mark.parametrize("name", sorted(n for n in STAGES if STAGES[n].__module__.startswith("graphseq.stages.")))
+def test_every_stage_declares_what_it_takes_from_earlier_tables(name):
+    # The runner refuses a wrongly ordered pipeline by these declarations, before a file is written; a stage
+    # whose ctx.require has none found it only when it ran, after the stages before it had stored theirs.
+    asked = re.findall(r'ctx\.require\("(\w+)"', inspect.getsource(STAGES[name]))
+    assert all(attribute in SLOT_OF for attribute in asked)
+    assert {SLOT_OF[attribute] for attribute in asked} <= set(SPECS[name].needs)

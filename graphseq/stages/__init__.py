@@ -2,8 +2,8 @@
 each module holds one kind of work (loading data, building a model, training,
 evaluating, reporting).
 """
-from .registry import (SPECS, STAGES, Precheck, StageSpec, get_stage, stage, stage_params,  # noqa: F401
-                       stage_spec)
+from .registry import (SPECS, STAGES, Precheck, StageSpec, check_order, get_stage, stage,  # noqa: F401
+                       stage_params, stage_spec)
 
 # Stage modules register themselves on import.
 from . import planetoid, models, node_training  # noqa: F401,E402

@@ -46,7 +46,8 @@ def _note_no_standard_split(check, **_) -> None:
 
 
 @stage("active_cora", checks={"name": Domain(f"one of {', '.join(NAMES)}", lambda v: v.lower() in NAMES)},
-       precheck=_note_standard_split)
+       precheck=_note_standard_split,
+       makes={"data": "pool"})
 def active_cora(ctx, *, name: str = "cora"):
     """Cora (or another Planetoid graph) as a pool of papers to label."""
     ctx.task, ctx.data = cora_task(ctx.data_root, ctx.data_mirror, name)
@@ -55,7 +56,8 @@ def active_cora(ctx, *, name: str = "cora"):
 
 
 @stage("active_polarity", checks={"neighbours": at_least(1), "limit": non_negative},
-       precheck=_note_no_standard_split)
+       precheck=_note_no_standard_split,
+       makes={"data": "pool"})
 def active_polarity(ctx, *, neighbours: int = 10, limit: int = 0):
     """Sentence-polarity snippets as nodes of a TF-IDF k-nearest-neighbour graph."""
     ctx.task, ctx.data = polarity_task(ctx.data_root, ctx.data_mirror, neighbours, limit=limit)
@@ -65,7 +67,8 @@ def active_polarity(ctx, *, neighbours: int = 10, limit: int = 0):
 
 @stage("active_gcn", checks={"hidden": at_least(1), "epochs": at_least(1), "lr": positive,
                              "weight_decay": non_negative, "dropout": probability,
-                             "evaluate": one_of("test", "val")})
+                             "evaluate": one_of("test", "val")},
+       makes={"model": "learner"}, needs={"data": "pool"})
 def active_gcn(ctx, *, hidden: int = 16, epochs: int = 200, lr: float = 0.01,
                weight_decay: float = 5e-4, dropout: float = 0.5, evaluate: str = "test"):
     """The learner retrained every round: a two-layer GCN. The learning
@@ -75,7 +78,7 @@ def active_gcn(ctx, *, hidden: int = 16, epochs: int = 200, lr: float = 0.01,
     data = ctx.require("data", "active_gcn")
     num_classes = len(ctx.require("task", "active_gcn").class_names)
     if not isinstance(getattr(data, f"{evaluate}_mask", None), torch.Tensor):
-        raise GraphseqError(f"learner.evaluate = {evaluate!r}: this task has no {evaluate} nodes "
+        raise GraphseqError(f"{ctx.table}.evaluate = {evaluate!r}: this task has no {evaluate} nodes "
                             f"(active-polarity holds out test sentences only)")
     ctx.make_learner = lambda: GCNLearner(data, num_classes, ctx.device, seed=ctx.seed, hidden=hidden,
                                           epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout,
@@ -99,14 +102,14 @@ def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int)
 def _check_active(check, *, budget: int, initial: int, oracle: str, labels: str, reference: bool, **_) -> None:
     # What the stage would find only after the run folder is made.
     if budget < initial:  # The loop refuses it too, but only after labels.sqlite is made.
-        raise GraphseqError(f"active.budget ({budget}) is smaller than the initial labelled set "
-                            f"(active.initial = {initial}); the budget counts the initial labels too")
+        raise GraphseqError(f"{check.table}.budget ({budget}) is smaller than the initial labelled set "
+                            f"({check.table}.initial = {initial}); the budget counts the initial labels too")
     kind = check.options.get("oracle", oracle)  # An oracle object handed to graphseq.run, or a name.
     if labels and getattr(kind, "source", kind) != "file":
         raise GraphseqError(f"a labels file ({labels}) is answered only by oracle = \"file\" "
                             f"(--oracle file), not {getattr(kind, 'source', kind)!r}")
     if reference and check.facts.get("standard_split") is False:
-        raise GraphseqError("active.reference = true has no use here: this task has no standard training "
+        raise GraphseqError(f"{check.table}.reference = true has no use here: this task has no standard training "
                             "split to compare with (active-polarity holds out test sentences only); "
                             "set it to false")
 
@@ -121,7 +124,8 @@ BY_ORACLE = {"compare": ("simulated",), "noise": ("simulated",), "strategy": ("h
     "initial": at_least(1), "batch_size": at_least(1), "oracle": one_of(*ORACLES), "noise": probability,
     "labels": Domain("empty, or the path of an existing file", lambda v: not v or Path(v).is_file())},
     options=("oracle", "labels"), resumes=STORE_NAME, resume_may_change=("budget",), precheck=_check_active,
-    applies={key: {"oracle": oracles} for key, oracles in BY_ORACLE.items()})
+    applies={key: {"oracle": oracles} for key, oracles in BY_ORACLE.items()},
+    makes={"curves": "curves"}, needs={"data": "pool", "model": "learner"})
 def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin", "least_confidence",
                                                   "degree", "pagerank", "age", "coreset"),
                     strategy: str = "margin", budget: int = 140, initial: int = 14, batch_size: int = 14,
@@ -148,7 +152,7 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
     size = task.pool.numel()
     for key, value in (("initial", initial), ("budget", budget)):  # before labels.sqlite is made
         if value > size:
-            raise GraphseqError(f"active.{key} = {value} is more than the {size} items of the pool, which the "
+            raise GraphseqError(f"{ctx.table}.{key} = {value} is more than the {size} items of the pool, which the "
                                 f"run would run out of; set it to {size} at most")
     kind = ctx.options.get("oracle", oracle)  # An oracle object handed to graphseq.run, or a name.
     the_oracle = make_oracle(kind, labels, data.y, noise, ctx.seed)
@@ -198,7 +202,7 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
     ctx.curves = curves
 
 
-@stage("active_curves")
+@stage("active_curves", needs={"curves": "curves"})
 def active_curves(ctx, *, title: str = ""):
     """Plots this run's learning curves into ``learning_curves.png``.
 

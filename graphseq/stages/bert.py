@@ -111,13 +111,14 @@ def _corpus_documents(data_root: Path, data_mirror, folder: str, texts: list, ex
     return documents + kept, "shared", excluded
 
 
-def _split_corpus(documents: List[Document], held_out: float) -> tuple[List[Document], List[Document]]:
+def _split_corpus(documents: List[Document], held_out: float, table: str = "corpus"
+                  ) -> tuple[List[Document], List[Document]]:
     """The training and held-out documents; next-sentence prediction draws
     its false pairs from another document, so a part with sentence pairs
     needs two documents or more (else every pair it scores is a true one)."""
     train, held = split_held_out(documents, held_out, seed=0)
     for part, docs, fix in (("training", train, "give more documents"),
-                            ("held-out", held, "give more documents or raise corpus.held_out")):
+                            ("held-out", held, f"give more documents or raise {table}.held_out")):
         if len(docs) < 2 and any(len(doc) > 1 for doc in docs):
             raise GraphseqError(f"the corpus has {len(documents)} documents and its {part} part {len(docs)}: "
                                 f"next-sentence prediction takes its false pairs from another document, so "
@@ -130,13 +131,14 @@ def _check_corpus(check, *, folder: str, texts: list, exclude_folds: list, folds
     # Read once more before a write, for bert-polarity, whose pretrainings come after its first file.
     documents, _, _ = _corpus_documents(check.data_root, check.data_mirror, folder, texts, exclude_folds, folds,
                                         fold_seed)
-    _split_corpus(documents, held_out)
+    _split_corpus(documents, held_out, check.table)
 
 
 @stage("bert_corpus", checks={"texts": each(one_of(*SHARED_TEXTS), distinct=True), "exclude_folds": FOLD_LIST,
                               "folds": at_least(3), "fold_seed": between(0, MAX_SEED), "held_out": fraction},
        precheck=_check_corpus,
-       applies={key: {"folder": ("",)} for key in ("texts", "exclude_folds", "folds", "fold_seed")})
+       applies={key: {"folder": ("",)} for key in ("texts", "exclude_folds", "folds", "fold_seed")},
+       makes={"corpus": "pretraining"})
 def bert_corpus(ctx, *, folder: str = "", texts: list = list(SHARED_TEXTS), exclude_folds: list = [],
                 folds: int = 10, fold_seed: int = 0, held_out: float = 0.05) -> None:
     """The pretraining documents: every ``*.txt`` of ``folder`` (one document
@@ -147,7 +149,7 @@ def bert_corpus(ctx, *, folder: str = "", texts: list = list(SHARED_TEXTS), excl
     ``held_out`` fraction of the documents is kept for scoring."""
     documents, source, excluded = _corpus_documents(ctx.data_root, ctx.data_mirror, folder, texts, exclude_folds,
                                                     folds, fold_seed, ctx.log)
-    train, held = _split_corpus(documents, held_out)
+    train, held = _split_corpus(documents, held_out)  # (its precheck refused a split under the table's name)
     ctx.corpus = PretrainingCorpus(train, held, source, [] if folder else list(texts), excluded, folds, fold_seed)
     ctx.log.info(f"corpus: {len(train):,} documents ({sum(map(len, train)):,} sentences) for training, "
                  f"{len(held):,} held out")
@@ -184,7 +186,8 @@ def check_tokenizer(folder: Path, record: str, weights: str, fix: str, prefix: s
 
 @stage("bert_tokenizer", checks={"vocab_size": at_least(16), "min_frequency": at_least(1)},
        resume_reads=(TOKENIZER_FILE,),
-       applies={"vocab_size": {"file": ("",)}, "min_frequency": {"file": ("",)}})
+       applies={"vocab_size": {"file": ("",)}, "min_frequency": {"file": ("",)}},
+       makes={"tokenizer": "wordpiece"}, needs={"corpus": "pretraining"})
 def bert_tokenizer(ctx, *, vocab_size: int = 8000, min_frequency: int = 2, file: str = "") -> None:
     """A WordPiece vocabulary of at most ``vocab_size`` pieces trained on the
     training documents (or the tokenizer ``file``, a ``tokenizer.json`` of
@@ -221,7 +224,7 @@ def bert_tokenizer(ctx, *, vocab_size: int = 8000, min_frequency: int = 2, file:
                 tokenizer.save(path)
                 if tokenizer.vocab_size > vocab_size:
                     ctx.log.warning(f"tokenizer: it holds {tokenizer.vocab_size:,} pieces, more than "
-                                    f"tokenizer.vocab_size = {vocab_size:,}, because the special tokens and "
+                                    f"{ctx.table}.vocab_size = {vocab_size:,}, because the special tokens and "
                                     f"every character of the corpus need a piece each")
         ctx.tokenizer_sha256 = file_sha256(path)
     ctx.tokenizer = tokenizer
@@ -249,7 +252,8 @@ def _check_model(check, *, hidden_size: int, num_layers: int, num_heads: int, fe
 
 @stage("bert_model", checks={"hidden_size": at_least(1), "num_layers": at_least(1), "num_heads": at_least(1),
                              "feedforward_size": at_least(1), "max_len": at_least(MIN_MAX_LEN),
-                             "dropout": DROPOUT, "activation": one_of("gelu", "relu")}, precheck=_check_model)
+                             "dropout": DROPOUT, "activation": one_of("gelu", "relu")}, precheck=_check_model,
+       makes={"model": "bert"}, needs={"tokenizer": "wordpiece"})
 def bert_model(ctx, *, hidden_size: int = 128, num_layers: int = 2, num_heads: int = 4,
                feedforward_size: int = 512, max_len: int = 64, dropout: float = 0.1,
                activation: str = "gelu", norm_first: bool = False) -> None:
@@ -321,7 +325,8 @@ def score_pretraining(model: BertForPretraining, batches: List[TokenGraphs], dev
        resumes=CHECKPOINT, resume_may_change=("minutes",), data_parallel=True,
        resume_notes={"steps": "the learning rate warms up and decays to zero over the steps the run was "
                               "started with, so more steps would be another schedule (start a new run, "
-                              "with another --out, to pretrain longer)"})
+                              "with another --out, to pretrain longer)"},
+       needs={"corpus": "pretraining", "tokenizer": "wordpiece", "model": "bert"})
 def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1e-3, warmup: float = 0.06,
                   weight_decay: float = 0.01, clip: float = 1.0, mask_rate: float = 0.15, amp: bool = True,
                   eval_every: int = 250, eval_examples: int = 2000, checkpoint_every: int = 250,
@@ -437,22 +442,22 @@ def _pretrain_group(ctx, out: Path, overrides: List[str]) -> None:
         data_root=ctx.data_root, data_mirror=ctx.data_mirror, quiet=ctx.quiet, resume=started)
 
 
-def _groups(groups: int, folds: int) -> List[List[int]]:
+def _groups(groups: int, folds: int, table: str) -> List[List[int]]:
     """The ``folds`` test folds cut into ``groups`` contiguous groups."""
     if groups > folds:
-        raise GraphseqError(f"pretrain.groups = {groups} is more than the {folds} folds")
+        raise GraphseqError(f"{table}.groups = {groups} is more than the {folds} folds")
     return [part.tolist() for part in torch.arange(folds).tensor_split(groups)]
 
 
-def _group_overrides(pretrain_set: list, part: List[int], folds: int, fold_seed: int) -> List[str]:
+def _group_overrides(pretrain_set: list, part: List[int], folds: int, fold_seed: int, table: str) -> List[str]:
     """The settings of the pretraining that serves the test folds ``part``."""
     for entry in pretrain_set:
         section, _, name = entry.split("=", 1)[0].partition(".")
         key = f"{section.strip()}.{name.strip()}"
         if key in GROUP_KEYS:
-            raise GraphseqError(f"pretrain.pretrain_set: {key} is not allowed; bert-polarity sets "
-                                f"{', '.join(GROUP_KEYS)} itself from its folds (set pretrain.folds and "
-                                f"pretrain.fold_seed instead)")
+            raise GraphseqError(f"{table}.pretrain_set: {key} is not allowed; bert-polarity sets "
+                                f"{', '.join(GROUP_KEYS)} itself from its folds (set {table}.folds and "
+                                f"{table}.fold_seed instead)")
     return list(pretrain_set) + [f"corpus.exclude_folds={part}", f"corpus.folds={folds}",
                                  f"corpus.fold_seed={fold_seed}"]
 
@@ -478,7 +483,8 @@ def _check_pretrained_groups(check, *, runs: list, groups: int, folds: int, fold
             _load_pretraining(folder)  # a damaged model or tokenizer file is named now, not after plan.json
         served = set(plan)
     else:
-        overrides = _group_overrides(pretrain_set, _groups(groups, folds)[0], folds, fold_seed)
+        overrides = _group_overrides(pretrain_set, _groups(groups, folds, check.table)[0], folds, fold_seed,
+                                     check.table)
         try:
             config = checked_config("bert-pretrain", overrides)
         except GraphseqError as error:
@@ -491,7 +497,8 @@ def _check_pretrained_groups(check, *, runs: list, groups: int, folds: int, fold
 @stage("bert_pretrained_groups", checks={"runs": TEXT_LIST, "groups": at_least(1), "folds": at_least(3),
                                          "fold_seed": between(0, MAX_SEED), "pretrain_set": TEXT_LIST},
        resumes=PLAN_FILE, precheck=_check_pretrained_groups,
-       applies={"groups": {"runs": ([],)}, "pretrain_set": {"runs": ([],)}})
+       applies={"groups": {"runs": ([],)}, "pretrain_set": {"runs": ([],)}},
+       makes={"pretrained": "bert_groups"})
 def bert_pretrained_groups(ctx, *, runs: list = [], groups: int = 2, folds: int = 10, fold_seed: int = 0,
                            pretrain_set: list = []) -> None:
     """The pretrained model each test fold fine-tunes from, written to
@@ -507,10 +514,10 @@ def bert_pretrained_groups(ctx, *, runs: list = [], groups: int = 2, folds: int 
     if runs:
         plan, ctx.pending_pretraining = _runs_plan(runs, folds, fold_seed), {}
     else:
-        parts = _groups(groups, folds)
+        parts = _groups(groups, folds, ctx.table)
         plan = {fold: ctx.out / f"pretrain-{g}" for g, part in enumerate(parts) for fold in part}
         ctx.pending_pretraining = {ctx.out / f"pretrain-{g}": (part, _group_overrides(pretrain_set, part, folds,
-                                                                                     fold_seed))
+                                                                                     fold_seed, ctx.table))
                                    for g, part in enumerate(parts)}
     for folder in dict.fromkeys(plan.values()):  # a resumed run's pretrainings, before plan.json is written
         check_pretraining_tokenizer(folder, "put the run's own tokenizer.json back" if runs else
@@ -607,7 +614,8 @@ def _check_finetune(check, *, run_folds: list, **_) -> None:
                                 "warmup": between(0, 1), "weight_decay": non_negative, "clip": non_negative,
                                 "evals_per_epoch": at_least(1), "max_steps": non_negative},
        resume_may_change=("run_folds",), resume_reads=(FOLDS_FILE,), precheck=_check_finetune,
-       applies={"scratch_lr": {"scratch": (True,)}})
+       applies={"scratch_lr": {"scratch": (True,)}},
+       needs={"pretrained": "bert_groups"})
 def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int = 32, lr: float = 1e-3,
                   scratch_lr: float = 0.0, pool: str = "cls", pretrained_pooler: bool = False, warmup: float = 0.1,
                   weight_decay: float = 0.01, clip: float = 1.0, amp: bool = True, evals_per_epoch: int = 2,

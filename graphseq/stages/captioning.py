@@ -71,12 +71,14 @@ def _note_splits(check, *, val: int, test: int, test_unseen: Optional[int] = Non
     check.facts["caption_val"], check.facts["caption_test"] = val, test > 0
     check.facts["caption_empty"] = [name for name, size in (("test", test), ("test_unseen", test_unseen))
                                     if size == 0]
+    check.facts["caption_data_table"] = check.table  # which the refusals of later tables name
 
 
 @stage("shapes_captions", checks={
     "seed": between(0, MAX_SEED), "train": at_least(1), "val": at_least(1), "test": non_negative,
     "test_unseen": non_negative, "image_size": IMAGE_SIZE, "max_objects": between(1, MAX_OBJECTS)},
-    precheck=_note_splits)
+    precheck=_note_splits,
+    makes={"data": "captions"})
 def shapes_captions(ctx, *, seed: int = 0, train: int = 8000, val: int = 500, test: int = 1000,
                     test_unseen: int = 1000, image_size: int = 64, max_objects: int = 3) -> None:
     """The generated shapes set (:mod:`graphseq.data.shapes`): ``train``,
@@ -95,7 +97,8 @@ def shapes_captions(ctx, *, seed: int = 0, train: int = 8000, val: int = 500, te
 @stage("coco_captions", checks={
     "train_split": one_of(*COCO_SPLITS), "eval_split": one_of(*COCO_SPLITS), "val": at_least(1),
     "test": non_negative, "max_train": non_negative, "image_size": IMAGE_SIZE, "min_count": at_least(1)},
-    precheck=_note_splits)
+    precheck=_note_splits,
+    makes={"data": "captions"})
 def coco_captions(ctx, *, train_split: str = "train2014", eval_split: str = "val2014",
                   val: int = 5000, test: int = 5000, max_train: int = 0, image_size: int = 128,
                   min_count: int = 5, download: bool = True) -> None:
@@ -114,7 +117,7 @@ def coco_captions(ctx, *, train_split: str = "train2014", eval_split: str = "val
         train_set = train_set.subset(range(min(max_train, len(train_set))))
     if len(held_out) < val + test:
         raise GraphseqError(f"COCO {eval_split} has {len(held_out)} images, fewer than val={val} + test={test}; "
-                            f"lower data.val or data.test")
+                            f"lower {ctx.table}.val or {ctx.table}.test")
     splits = {"train": train_set, "val": held_out.subset(range(val))}
     if test > 0:  # An empty split would score nothing (BLEU of no captions is no number).
         splits["test"] = held_out.subset(range(val, val + test))
@@ -168,7 +171,8 @@ def attribute_scores(model: AttributeClassifier, data: CaptionSet, targets: Tens
 @stage("caption_encoder", checks={
     "channels": CHANNELS, "pretrain_steps": non_negative, "batch_size": at_least(1), "lr": positive,
     "max_attributes": at_least(1), "eval_every": at_least(1)}, resumes=ENCODER_CHECKPOINT,
-    applies={key: {"from_run": ("",)} for key in ("pretrain_steps", "batch_size", "lr", "eval_every")})
+    applies={key: {"from_run": ("",)} for key in ("pretrain_steps", "batch_size", "lr", "eval_every")},
+    makes={"encoder": "image"}, needs={"data": "captions"})
 def caption_encoder(ctx, *, channels: list = [16, 32, 64, 128], pretrain_steps: int = 1500,
                     batch_size: int = 64, lr: float = 0.002, max_attributes: int = 1000,
                     eval_every: int = 250, from_run: str = "") -> None:
@@ -255,15 +259,17 @@ def _copy_encoder(ctx, encoder: ConvEncoder, run_dir: Path, names: List[str]) ->
 def _check_heads(check, *, decoder: str, hidden_size: int, heads: int, **_) -> None:
     # Before the encoder's pretraining writes its checkpoint.
     check.facts["caption_decoder"] = decoder  # for evaluate_captions' precheck of its attention figure
+    check.facts["caption_model_table"] = check.table
     if decoder == "attention" and hidden_size % heads:
-        raise GraphseqError(f"model.heads = {heads} must divide model.hidden_size = {hidden_size}")
+        raise GraphseqError(f"{check.table}.heads = {heads} must divide {check.table}.hidden_size = {hidden_size}")
 
 
 @stage("captioner", checks={
     "decoder": one_of(*DECODERS), "embedding_dim": at_least(1), "hidden_size": at_least(1),
     "num_layers": at_least(1), "heads": at_least(1), "attention_layers": at_least(1), "dropout": probability},
        precheck=_check_heads,
-       applies={"heads": {"decoder": ("attention",)}, "attention_layers": {"decoder": ("attention",)}})
+       applies={"heads": {"decoder": ("attention",)}, "attention_layers": {"decoder": ("attention",)}},
+       makes={"model": "captioner"}, needs={"data": "captions", "encoder": "image"})
 def captioner(ctx, *, decoder: str = "attention", embedding_dim: int = 64, hidden_size: int = 128,
               num_layers: int = 1, heads: int = 1, attention_layers: int = 2,
               dropout: float = 0.0) -> None:
@@ -383,10 +389,10 @@ def _check_decoder_started(folder: Path) -> None:
 
 
 def _check_eval_images(check, *, eval_images: int, **_) -> None:
-    val = check.facts.get("caption_val")
+    val, data = check.facts.get("caption_val"), check.facts.get("caption_data_table", "data")
     if val is not None and eval_images > val:
         raise GraphseqError(f"{check.table}.eval_images = {eval_images} is more than the {val} validation "
-                            f"images (data.val = {val}); lower it to {val} or less, or raise data.val")
+                            f"images ({data}.val = {val}); lower it to {val} or less, or raise {data}.val")
     for folder in check.resumed:  # the run's folders that --resume continues
         _check_decoder_started(folder)
 
@@ -395,7 +401,8 @@ def _check_eval_images(check, *, eval_images: int, **_) -> None:
     "steps": at_least(1), "batch_size": at_least(1), "lr": positive, "final_lr_fraction": probability,
     "clip": non_negative, "encoder_lr": positive, "eval_every": at_least(1), "eval_images": at_least(1),
     "max_length": between(1, MAX_CAPTION_WORDS), "checkpoint_every": at_least(1)}, resume_may_change=("steps",),
-    resume_reads=(CHECKPOINT,), precheck=_check_eval_images, applies={"encoder_lr": {"finetune_encoder": (True,)}})
+    resume_reads=(CHECKPOINT,), precheck=_check_eval_images, applies={"encoder_lr": {"finetune_encoder": (True,)}},
+    needs={"data": "captions", "model": "captioner"})
 def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float = 0.002,
                     final_lr_fraction: float = 0.1, clip: float = 5.0, finetune_encoder: bool = False,
                     encoder_lr: float = 0.0002, eval_every: int = 500, eval_images: int = 500,
@@ -462,27 +469,30 @@ def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float =
 
 def _check_evaluation(check, *, figure_images: int, splits: List[str], **_) -> None:
     # The precheck sees the settings with their defaults: a value other than the default was set.
+    data, model = check.facts.get("caption_data_table", "data"), check.facts.get("caption_model_table", "model")
     if figure_images != stage_params(evaluate_captions)["figure_images"]:
         decoder = check.facts.get("caption_decoder", "attention")
         if decoder != "attention":
-            raise GraphseqError(f"{check.table}.figure_images = {figure_images} has no use when model.decoder "
+            raise GraphseqError(f"{check.table}.figure_images = {figure_images} has no use when {model}.decoder "
                                 f"= {decoder!r}: the attention figure applies only with 'attention'; leave it out")
         if not check.facts.get("caption_test", True):
-            raise GraphseqError(f"{check.table}.figure_images = {figure_images} has no use when data.test = 0: "
-                                f"the figure is of test images, so it applies only with data.test > 0; "
+            raise GraphseqError(f"{check.table}.figure_images = {figure_images} has no use when {data}.test = 0: "
+                                f"the figure is of test images, so it applies only with {data}.test > 0; "
                                 f"leave it out")
     # A split the data set to 0 images would not be scored. (COCO has no test_unseen split at all: that
     # one is said in the log.) A run started before this was refused still continues.
     for name in splits:
         if name in check.facts.get("caption_empty", ()) and not check.resumed:
-            raise GraphseqError(f"{check.table}.splits = {list(splits)!r} names {name!r}, but data.{name} = 0 draws no "
-                                f"{name} images; leave {name!r} out of {check.table}.splits, or set data.{name} above 0")
+            raise GraphseqError(f"{check.table}.splits = {list(splits)!r} names {name!r}, but {data}.{name} = 0 "
+                                f"draws no {name} images; leave {name!r} out of {check.table}.splits, or set "
+                                f"{data}.{name} above 0")
 
 
 @stage("evaluate_captions", checks={
     "splits": each(one_of(*SPLITS), distinct=True), "beam_size": at_least(1),
     "max_length": between(1, MAX_CAPTION_WORDS), "batch_size": at_least(1), "figure_images": non_negative},
-    precheck=_check_evaluation, applies={"figure_images": {"splits": SCORES_TEST}})
+    precheck=_check_evaluation, applies={"figure_images": {"splits": SCORES_TEST}},
+    needs={"data": "captions", "model": "captioner"})
 def evaluate_captions(ctx, *, splits: list = ["val", "test", "test_unseen"], beam_size: int = 3,
                       max_length: int = 20, batch_size: int = 100, figure_images: int = 4) -> None:
     """Captions every image of each split (those the data has: COCO has no

@@ -69,6 +69,7 @@ class FewShotData:
 def _note_ways(check, *, ways: int, val_characters: int = 1, **_) -> None:
     check.facts["fewshot_ways"] = ways  # for fewshot_oracle's precheck of a labels file
     check.facts["fewshot_validation"] = val_characters > 0  # for train_episodes' precheck of its eval_* keys
+    check.facts["fewshot_data_table"] = check.table  # which the refusals of later tables name
 
 
 def _check_episodes(splits: Dict[str, FewShotClasses], ways: int, shots: int, unlabelled: int,
@@ -87,7 +88,8 @@ def _check_episodes(splits: Dict[str, FewShotClasses], ways: int, shots: int, un
 
 @stage("omniglot", checks={"ways": at_least(2), "shots": at_least(1), "unlabelled": at_least(0),
                            "train_characters": at_least(1), "val_characters": at_least(0),
-                           "split_seed": at_least(0), "size": at_least(8)}, precheck=_note_ways)
+                           "split_seed": at_least(0), "size": at_least(8)}, precheck=_note_ways,
+       makes={"data": "episodes"})
 def omniglot(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, train_characters: int = 1200,
              val_characters: int = 100, split_seed: int = 0, size: int = 28, rotations: bool = True) -> None:
     """Omniglot episodes: ``ways`` classes, ``shots`` labelled and
@@ -134,7 +136,8 @@ def _check_miniimagenet(check, *, ways: int, shots: int, unlabelled: int, **_) -
 
 
 @stage("miniimagenet", checks={"ways": at_least(2), "shots": at_least(1), "unlabelled": at_least(0),
-                               "size": at_least(8)}, precheck=_check_miniimagenet)
+                               "size": at_least(8)}, precheck=_check_miniimagenet,
+       makes={"data": "episodes"})
 def miniimagenet(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, size: int = 84) -> None:
     """Mini-ImageNet episodes from the Ravi & Larochelle splits (64 training,
     16 validation and 20 test classes of 600 images)."""
@@ -148,13 +151,15 @@ def miniimagenet(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, siz
 
 def _note_model(check, *, active: bool, **_) -> None:
     check.facts["fewshot_active"] = active  # for fewshot_oracle's precheck
+    check.facts["fewshot_model_table"] = check.table  # which the refusals of later tables name
 
 
 @stage("fewshot_gnn", checks={"embedding": one_of("", *EMBEDDINGS), "embedding_dim": at_least(0),
                               "unknown_label": one_of(*UNKNOWN_LABELS), "num_layers": at_least(1),
                               "growth": at_least(1), "metric_ratios": each(positive),
                               "metric_width": at_least(0), "last_dropout": probability},
-       precheck=_note_model)
+       precheck=_note_model,
+       makes={"model": "fewshot"}, needs={"data": "episodes"})
 def fewshot_gnn(ctx, *, embedding: str = "", embedding_dim: int = 0, unknown_label: str = "zeros",
                 num_layers: int = 2, growth: int = 48, metric_ratios: Sequence[float] = (2.0, 1.5, 1.0, 1.0),
                 metric_width: int = 0, last_norm: bool = True, last_dropout: float = 0.3,
@@ -240,19 +245,20 @@ def wilson_interval(correct: int, total: int, z: float = 1.959964) -> Tuple[floa
 def _note_training(check, *, name: str, init: str = "", query: str = "learned", **settings) -> None:
     # For fewshot_oracle's precheck: each training's name, and whether the model it trains (the
     # latest one built) has a query head.
-    active = check.facts.get("fewshot_active", False)
+    active, model = check.facts.get("fewshot_active", False), check.facts.get("fewshot_model_table", "model")
     check.facts.setdefault("fewshot_trainings", {})[name] = active
+    check.facts.setdefault("fewshot_training_models", {})[name] = model
     if "fewshot_active" in check.facts and not active and query != "learned":
-        raise GraphseqError(f"{check.table}.query = {query!r} has no use when model.active = false: the query "
-                            f"applies only to an active model (model.active = true); leave it out")
+        raise GraphseqError(f"{check.table}.query = {query!r} has no use when {model}.active = false: the query "
+                            f"applies only to an active model ({model}.active = true); leave it out")
     if not check.facts.get("fewshot_validation", True):
         # The precheck sees the settings with their defaults: a value other than the default was set.
-        defaults = stage_params(train_episodes)
+        defaults, data = stage_params(train_episodes), check.facts.get("fewshot_data_table", "data")
         for key in ("eval_every", "eval_episodes", "eval_batch_size"):
             if settings.get(key, defaults[key]) != defaults[key]:
                 raise GraphseqError(f"{check.table}.{key} = {settings[key]!r} has no use when "
-                                    f"data.val_characters = 0: it applies only with validation characters "
-                                    f"(data.val_characters > 0); leave it out")
+                                    f"{data}.val_characters = 0: it applies only with validation characters "
+                                    f"({data}.val_characters > 0); leave it out")
     if init:
         _init_weights(Path(init))  # a damaged file is refused before the run folder is written
 
@@ -265,7 +271,8 @@ def _note_training(check, *, name: str, init: str = "", query: str = "learned", 
                                   "per_support": at_least(1)},
         resumes=CHECKPOINT, resume_may_change=("steps",), resume_reads=("checkpoint-*.pt",),
         precheck=_note_training,
-        applies={"eval_every": {"eval_episodes": positive}, "eval_batch_size": {"eval_episodes": positive}})
+        applies={"eval_every": {"eval_episodes": positive}, "eval_batch_size": {"eval_episodes": positive}},
+       makes={"trained": "fewshot_trained"}, needs={"data": "episodes", "model": "fewshot"})
 def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float = 1e-3,
                    halve_every: int = 10000, weight_decay: float = 0.0, labelled_only: bool = False,
                    query: str = "learned", eval_every: int = 2000, eval_episodes: int = 2000,
@@ -400,13 +407,15 @@ def _initialise(model: FewShotModel, path: Path, log) -> None:
 
 def _check_queries(check, *, queries: List[str], **_) -> None:
     if "fewshot_active" in check.facts and not check.facts["fewshot_active"] and list(queries) != ["learned"]:
-        raise GraphseqError(f"{check.table}.queries = {list(queries)!r} has no use when model.active = false: "
-                            f"the queries apply only to an active model (model.active = true); leave it out")
+        model = check.facts.get("fewshot_model_table", "model")
+        raise GraphseqError(f"{check.table}.queries = {list(queries)!r} has no use when {model}.active = false: "
+                            f"the queries apply only to an active model ({model}.active = true); leave it out")
 
 
 @stage("test_episodes", checks={"episodes": at_least(1), "batch_size": at_least(1),
                                  "queries": each(one_of(*QUERY_MODES), distinct=True), "name": NAME},
-        resume_may_change=("episodes", "batch_size"), resume_reads=("test*.json",), precheck=_check_queries)
+        resume_may_change=("episodes", "batch_size"), resume_reads=("test*.json",), precheck=_check_queries,
+       needs={"data": "episodes", "model": "fewshot"})
 def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled_only: bool = False,
                   queries: List[str] = ("learned",), name: str = "") -> None:
     """Tests the model on ``episodes`` episodes of the test classes (the same
@@ -581,16 +590,17 @@ def _describe_episode(batch, episode: int, asked: int, before: torch.Tensor, way
     return lines
 
 
-def _check_training(table: str, training: str, trainings: Dict[str, bool]) -> None:
+def _check_training(table: str, training: str, trainings: Dict[str, bool], models: Dict[str, str] = {}) -> None:
     """The training the oracle asks for exists, and its model has a query
     head (``trainings``: each training's name, and whether its model has one;
-    ``table``: the oracle's table, which the refusals name)."""
+    ``table``: the oracle's table, which the refusals name; ``models``: each
+    training's model table, where known)."""
     if training not in trainings:
         raise GraphseqError(f"{table}.training = {training!r}: no earlier training of that name; "
                             f"the trainings of this pipeline: {', '.join(repr(n) for n in trainings)}")
     if not trainings[training]:
         raise GraphseqError(f"{table}.training = {training!r} trains a model without a query head; the oracle "
-                            f"needs an active model (model.active = true)")
+                            f"needs an active model ({models.get(training, 'model')}.active = true)")
 
 
 def _stored_answers(table: str, path: Path, strategy: str, episodes: int, ways: Optional[int]) -> Dict[int, str]:
@@ -627,7 +637,8 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
     if "oracle" in check.options:
         return  # An oracle object answers as it is.
     if "fewshot_trainings" in check.facts:  # Else the stage itself says what it needs.
-        _check_training(check.table, training, check.facts["fewshot_trainings"])
+        _check_training(check.table, training, check.facts["fewshot_trainings"],
+                        check.facts.get("fewshot_training_models", {}))
     if oracle == "file":
         answers = make_oracle(oracle, labels, torch.zeros(0), 0.0, 0)  # a missing or unreadable file
         if "fewshot_ways" in check.facts:
@@ -641,7 +652,8 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
         resume_reads=(STORE_NAME, ORACLE_RECORD), precheck=_check_oracle,
         applies={"episodes": {"oracle": ORACLES}, "query": {"oracle": ORACLES}, "training": {"oracle": ORACLES},
                  "noise": {"oracle": ("simulated",)}, "labels": {"oracle": ("file",)},
-                 "picture_width": {"oracle": ("human",)}})
+                 "picture_width": {"oracle": ("human",)}},
+       needs={"data": "episodes", "trained": "fewshot_trained"})
 def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "", noise: float = 0.0,
                    query: str = "learned", training: str = "", picture_width: int = 20) -> None:
     """An active model asks, in each of ``episodes`` test episodes, for the

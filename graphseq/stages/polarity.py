@@ -69,11 +69,11 @@ FOLD_LIST = Domain("a list of distinct fold numbers (empty: every fold)",
                    and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v))
 
 
-def _chosen_folds(test_folds: List[int], folds: int) -> List[int]:
+def _chosen_folds(test_folds: List[int], folds: int, table: str) -> List[int]:
     chosen = list(test_folds) or list(range(folds))
     bad = [i for i in chosen if not 0 <= i < folds]
     if bad:
-        raise GraphseqError(f"data.test_folds: fold(s) {', '.join(map(str, bad))} out of range "
+        raise GraphseqError(f"{table}.test_folds: fold(s) {', '.join(map(str, bad))} out of range "
                             f"0..{folds - 1}")
     return chosen
 
@@ -81,7 +81,7 @@ def _chosen_folds(test_folds: List[int], folds: int) -> List[int]:
 def _check_vocabulary(check, *, folds: int, split_seed: int, test_folds: List[int], min_freq: int, **_) -> None:
     # Each chosen fold's vocabulary, before the run writes a file: one of <unk> alone trains a model
     # that sees every sentence as the same string of unknown words (accuracy 0.5).
-    chosen = _chosen_folds(test_folds, folds)
+    chosen = _chosen_folds(test_folds, folds, check.table)
     if min_freq <= 1:
         return  # Every training word is kept.
     sentences, _ = load_polarity(check.data_root, check.data_mirror)
@@ -89,14 +89,15 @@ def _check_vocabulary(check, *, folds: int, split_seed: int, test_folds: List[in
     all_folds = cv_folds(len(sentences), folds, split_seed)
     for i in chosen:
         if len(Vocabulary.of_words((words[j] for j in all_folds[i][0].tolist()), min_freq=min_freq)) <= 1:
-            raise GraphseqError(f"data.min_freq = {min_freq}: no word occurs that often in the training "
+            raise GraphseqError(f"{check.table}.min_freq = {min_freq}: no word occurs that often in the training "
                                 f"sentences of fold {i}, so its vocabulary would hold <unk> alone; "
-                                f"lower data.min_freq")
+                                f"lower {check.table}.min_freq")
 
 
 @stage("sentence_polarity", checks={"folds": at_least(3), "split_seed": between(0, MAX_SEED),
                                     "test_folds": FOLD_LIST, "min_freq": at_least(1)},
-       resume_may_change=("test_folds",), precheck=_check_vocabulary)
+       resume_may_change=("test_folds",), precheck=_check_vocabulary,
+       makes={"data": "sentences"})
 def sentence_polarity(ctx, *, folds: int = 10, split_seed: int = 0, test_folds: List[int] = [],
                       min_freq: int = 1) -> None:
     """The 10,662 snippets, lower-cased and split into words, and ``folds``
@@ -107,7 +108,7 @@ def sentence_polarity(ctx, *, folds: int = 10, split_seed: int = 0, test_folds: 
     chosen fold no other word is refused before the run writes a file."""
     sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
     all_folds = cv_folds(len(sentences), folds, split_seed)
-    chosen = _chosen_folds(test_folds, folds)
+    chosen = _chosen_folds(test_folds, folds, ctx.table)
     ctx.data = SentenceFolds([tokenize(s) for s in sentences], torch.as_tensor(labels, dtype=torch.long),
                              all_folds, chosen, min_freq)
     train, val, test = all_folds[chosen[0]]
@@ -117,7 +118,8 @@ def sentence_polarity(ctx, *, folds: int = 10, split_seed: int = 0, test_folds: 
 
 
 @stage("bilstm_classifier", checks={"embedding_dim": at_least(1), "hidden_size": at_least(1),
-                                    "num_layers": at_least(1), "dropout": probability, "pool": one_of(*POOLS)})
+                                    "num_layers": at_least(1), "dropout": probability, "pool": one_of(*POOLS)},
+       makes={"model": "classifier"})
 def bilstm_classifier(ctx, *, embedding_dim: int = 300, hidden_size: int = 150, num_layers: int = 1,
                       dropout: float = 0.5, pool: str = "max") -> None:
     """A bidirectional chain-LSTM sentence classifier, built afresh for each
@@ -234,7 +236,8 @@ def _mean_std(values: List[float]) -> Tuple[float, float]:
 @stage("train_sentences", checks={"max_epochs": at_least(1), "patience": at_least(0), "batch_size": at_least(1),
                                   "lr": positive, "weight_decay": non_negative, "clip": positive,
                                   "max_batches": non_negative},
-       resumes=FOLDS_FILE, resume_reads=("fold-*.pt",))
+       resumes=FOLDS_FILE, resume_reads=("fold-*.pt",),
+       needs={"data": "sentences", "model": "classifier"})
 def train_sentences(ctx, *, max_epochs: int = 10, patience: int = 3, batch_size: int = 50, lr: float = 4e-3,
                     weight_decay: float = 0.0, clip: float = 5.0, test: bool = True,
                     max_batches: int = 0) -> None:

@@ -18,6 +18,36 @@ from ..errors import GraphseqError
 STAGES: Dict[str, Callable[..., Any]] = {}
 SPECS: Dict[str, "StageSpec"] = {}
 
+# What stages hand on to later ones (``makes``, ``needs``): each product fills
+# a slot of the context, named as a user reads it, and is of one kind. The
+# runner walks a pipeline's tables with these before it writes anything.
+SLOTS: Dict[str, str] = {  # slot -> what a message calls it ("the latest data comes from ...")
+    "data": "data", "model": "model", "encoder": "image encoder", "corpus": "corpus", "tokenizer": "tokenizer",
+    "trained": "trained model", "curves": "learning curves", "pretrained": "pretrained models",
+}
+KINDS: Dict[str, str] = {  # kind -> what it is, as a message says it
+    "graph": "a graph dataset",                     # one graph with node masks (planetoid)
+    "graphs": "a dataset of graphs",                # training, validation and test graphs (ppi)
+    "pool": "an active-learning pool",              # a graph and its pool of unlabelled nodes
+    "text": "a text corpus",                        # characters (char_corpus)
+    "episodes": "a few-shot dataset",               # classes to draw episodes from
+    "captions": "a caption dataset",                # images and their captions
+    "sentences": "a sentence-polarity dataset",     # labelled sentences in folds
+    "gnn": "a graph network",                       # a node (or graph) classifier
+    "char": "a character language model",
+    "fewshot": "a few-shot model",
+    "image": "an image encoder",
+    "captioner": "a captioner",
+    "classifier": "a sentence classifier",
+    "learner": "an active learner",
+    "bert": "a BERT model",
+    "pretraining": "a pretraining corpus",
+    "wordpiece": "a WordPiece tokenizer",
+    "fewshot_trained": "a trained few-shot model",
+    "curves": "learning curves",
+    "bert_groups": "pretrained BERT models",
+}
+
 
 @dataclass(frozen=True)
 class StageSpec:
@@ -34,6 +64,8 @@ class StageSpec:
     resume_notes: Dict[str, str] = field(default_factory=dict)  # why --resume may not change a key
     applies: Dict[str, Dict[str, Condition]] = field(default_factory=dict)  # key -> {key: values or domain}
     splits: Tuple[str, ...] = ()             # keys whose value the processes share out (a batch size)
+    makes: Dict[str, str] = field(default_factory=dict)              # slot -> kind it hands on
+    needs: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # slot -> kinds it accepts
 
 
 @dataclass
@@ -58,7 +90,8 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
           resumes: str = "", resume_may_change: Sequence[str] = (),
           data_parallel: bool | Dict[str, Tuple[Any, ...]] = False, precheck: Optional[Callable[..., None]] = None,
           resume_reads: Sequence[str] = (), resume_notes: Dict[str, str] | None = None,
-          applies: Dict[str, Dict[str, Condition]] | None = None, splits: Sequence[str] = ()
+          applies: Dict[str, Dict[str, Condition]] | None = None, splits: Sequence[str] = (),
+          makes: Dict[str, str] | None = None, needs: Dict[str, str | Sequence[str]] | None = None
           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Registers ``fn`` as the stage ``name``; a second stage of the same name is refused.
 
@@ -111,6 +144,12 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
             batch size of streams or graphs), which must divide evenly by
             their number; a launch that they do not divide is refused
             before any process starts.
+        makes: what the stage hands on to later tables, slot by slot, from
+            :data:`SLOTS` to a kind of :data:`KINDS`: ``{"data": "graph"}``.
+        needs: what it takes from earlier tables, a kind or the kinds it
+            accepts per slot: ``{"data": ("graph", "graphs")}``. Before a
+            run writes anything, the runner refuses a table that needs what
+            no table before it makes, or another kind than the latest maker's.
     """
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -125,13 +164,20 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
         if unknown:
             raise ValueError(f"stage {name!r} declares {', '.join(unknown)}, which are no parameters of "
                              f"{fn.__qualname__}")
+        wants = {slot: (kinds,) if isinstance(kinds, str) else tuple(kinds) for slot, kinds in (needs or {}).items()}
+        strange = [f"{slot}: {kind}" for slot, kinds in [*(makes or {}).items(), *wants.items()]
+                   for kind in ((kinds,) if isinstance(kinds, str) else kinds)
+                   if slot not in SLOTS or kind not in KINDS]
+        if strange:
+            raise ValueError(f"stage {name!r} makes or needs {', '.join(strange)}, which are no slot and kind "
+                             f"of graphseq.stages.registry.SLOTS and KINDS")
         fn.data_parallel = bool(data_parallel)  # with some settings, at least
         STAGES[name] = fn
         SPECS[name] = StageSpec(name, dict(checks or {}), tuple(options), resumes, tuple(resume_may_change),
                                 dict(data_parallel) if isinstance(data_parallel, dict) else data_parallel,
                                 precheck, tuple(resume_reads), dict(resume_notes or {}),
                                 {key: dict(conditions) for key, conditions in (applies or {}).items()},
-                                tuple(splits))
+                                tuple(splits), dict(makes or {}), wants)
         return fn
 
     return register
@@ -153,3 +199,30 @@ def stage_params(fn: Callable[..., Any]) -> Dict[str, Any]:
     params = list(inspect.signature(fn).parameters.values())[1:]  # the first is ctx
     return {p.name: p.default for p in params
             if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+
+
+def check_order(tables: Sequence[Tuple[str, str]]) -> None:
+    """Walks a pipeline's ``(table, stage)`` pairs in order and refuses the
+    first table that needs what no table before it makes (``needs`` of
+    :func:`stage`), or another kind of it than the latest table that makes
+    it: a run checks this before it writes anything."""
+    made: Dict[str, Tuple[str, str, str]] = {}  # slot -> (table, stage, kind) of its latest maker
+    for position, (table, name) in enumerate(tables):
+        spec = stage_spec(name)
+        for slot, kinds in spec.needs.items():
+            wanted = " or ".join(KINDS[kind] for kind in kinds)
+            if slot in made:
+                maker, maker_stage, kind = made[slot]
+                if kind not in kinds:
+                    raise GraphseqError(f"[{table}] ({name}) needs {wanted}, but the latest {SLOTS[slot]} "
+                                        f"comes from [{maker}] ({maker_stage}: {KINDS[kind]})")
+                continue
+            verb = "loads" if slot == "data" else "makes"
+            later = [later for later, later_stage in tables[position + 1:]
+                     if stage_spec(later_stage).makes.get(slot) in kinds]
+            makers = sorted(stage_name for stage_name, other in SPECS.items() if other.makes.get(slot) in kinds)
+            advice = (f"move a {slot} table ([{later[0]}]) before it" if later else
+                      "add a table before it with " + " or ".join(f'stage = "{m}"' for m in makers))
+            raise GraphseqError(f"[{table}] ({name}) needs {wanted}; no table before it {verb} one: {advice}")
+        for slot, kind in spec.makes.items():
+            made[slot] = (table, name, kind)

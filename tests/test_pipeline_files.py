@@ -1,0 +1,68 @@
+"""Pipeline files a user writes: a table's name that TOML must quote survives
+config.toml (which is itself a pipeline file, read again by a repeat or a
+resume), and a name the runner cannot use, or a stage that is not a name, is
+refused before anything is written."""
+import pytest
+
+from graphseq.cli import main
+from graphseq.pipeline import dump_toml, read_config
+
+CHARLM = """description = "charlm with tables of the user's naming"
+[data]
+stage = "char_corpus"
+[{model}]
+stage = "char_lm"
+hidden_size = 8
+[train]
+stage = "tbptt"
+steps = 2
+batch_size = 4
+eval_chars = 200
+"""
+
+
+@pytest.mark.parametrize("name", ["modèle", "my model", "mod-el_2"])
+def test_a_table_name_toml_must_quote_is_written_back_so_that_it_reads_the_same(tmp_path, name):
+    path = tmp_path / "mine.toml"
+    path.write_text(CHARLM.format(model=f'"{name}"'), encoding="utf-8")
+    config = read_config(path)
+    again = tmp_path / "again.toml"
+    again.write_text(dump_toml(config), encoding="utf-8")
+    assert read_config(again) == config  # '[modèle]' unquoted was malformed TOML
+
+
+def test_a_run_with_a_quoted_table_name_repeats_from_its_config_toml(tmp_path, capsys, mirror, data_root):
+    path = tmp_path / "mine.toml"
+    path.write_text(CHARLM.format(model='"modèle"'), encoding="utf-8")
+    out = tmp_path / "run"
+    places = ["--quiet", "--threads", "1", "--data-root", str(data_root), "--data-mirror", str(mirror)]
+    assert main(["run", str(path), *places, "--out", str(out)]) == 0, capsys.readouterr().err
+    assert main(["run", str(out / "config.toml"), *places, "--resume", "--out", str(out),
+                 "--set", "train.steps=3"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("table, message", [
+    ('"model.v2"', "[\"model.v2\"]: a table's name must be non-empty and hold no '.'"),
+    ('""', "[\"\"]: a table's name must be non-empty and hold no '.'"),
+    ("seed", "[seed]: seed is a setting of the run (description, pipeline, graphseq, seed, runs), not a stage's "
+             "table; rename the table"),
+    ("pipeline", "[pipeline]: pipeline is a setting of the run"),
+])
+def test_a_table_name_the_runner_cannot_use_is_refused_before_writing(tmp_path, capsys, table, message):
+    path = tmp_path / "mine.toml"
+    path.write_text(CHARLM.format(model=table), encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"graphseq: error: {path}: {message}") and err.count("\n") == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("stage", ['["planetoid"]', '{ name = "planetoid" }'])
+def test_a_stage_that_is_not_a_name_is_refused_in_one_line(tmp_path, capsys, stage):
+    path = tmp_path / "mine.toml"
+    path.write_text(f"[data]\nstage = {stage}\n", encoding="utf-8")
+    assert main(["run", str(path), "--quiet", "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.startswith(f"graphseq: error: {path}: data.stage must be a stage's name "
+                                              f"(a string), got ")
+    assert not (tmp_path / "run").exists()
