@@ -289,6 +289,7 @@ def precheck(config: Dict[str, Any], data_root: str | os.PathLike | None = None,
     has what it needs from the tables before it (its data, its model)."""
     from .stages import check_order  # (the stages' registry walks the tables it describes)
     check_order([(name, table.get("stage", name)) for name, table in sections(config).items()])
+    _check_shared_files(config)
     check = Precheck(*data_places(data_root, data_mirror), dict(options or {}), resumed=tuple(resumed))
     for name, table in sections(config).items():
         kind = table.get("stage", name)
@@ -298,6 +299,28 @@ def precheck(config: Dict[str, Any], data_root: str | os.PathLike | None = None,
         params.update({k: v for k, v in table.items() if k != "stage"})
         check.table = name
         stage_spec(kind).precheck(check, **params)
+
+
+def _check_shared_files(config: Dict[str, Any]) -> None:
+    """Two tables whose stages continue from the same file (two ``tbptt``
+    tables: one ``checkpoint.pt``) would overwrite each other's, and a
+    resume would read one's for the other: refused, unless the stage takes
+    a ``name`` that tells their files apart and the tables give distinct ones."""
+    writers: Dict[tuple, str] = {}
+    for name, table in sections(config).items():
+        kind = table.get("stage", name)
+        spec, params = stage_spec(kind), stage_params(get_stage(kind))
+        if not spec.resumes:
+            continue
+        key = (spec.resumes, table.get("name", params["name"]) if "name" in params else None)
+        if key in writers:
+            other = writers[key]
+            advice = ("give them distinct names (name = ...)" if "name" in params
+                      else "run them as two pipelines")
+            raise GraphseqError(f"[{name}] ({kind}) continues from {spec.resumes}, as [{other}] "
+                                f"({sections(config)[other].get('stage', other)}) does: the two would overwrite "
+                                f"each other's and a resume would read one's for the other; {advice}")
+        writers[key] = name
 
 
 def checked_config(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] | None = None

@@ -2,8 +2,11 @@
 config.toml (which is itself a pipeline file, read again by a repeat or a
 resume), and a name the runner cannot use, or a stage that is not a name, is
 refused before anything is written."""
+from pathlib import Path
+
 import pytest
 
+from graphseq import GraphseqError
 from graphseq.cli import main
 from graphseq.pipeline import dump_toml, read_config
 
@@ -66,3 +69,28 @@ def test_a_stage_that_is_not_a_name_is_refused_in_one_line(tmp_path, capsys, sta
     assert capsys.readouterr().err.startswith(f"graphseq: error: {path}: data.stage must be a stage's name "
                                               f"(a string), got ")
     assert not (tmp_path / "run").exists()
+
+
+def test_two_tables_that_continue_from_one_file_are_refused_before_writing(tmp_path, capsys):
+    path = tmp_path / "mine.toml"
+    path.write_text(CHARLM.format(model="model") + "[more]\nstage = \"tbptt\"\nsteps = 3\n", encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--quiet", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        "graphseq: error: [more] (tbptt) continues from checkpoint.pt, as [train] (tbptt) does: the two would "
+        "overwrite each other's and a resume would read one's for the other; run them as two pipelines\n")
+    assert not out.exists()
+
+
+def test_trainings_told_apart_by_their_names_may_share_a_pipeline(tmp_path):
+    from graphseq.pipeline import precheck, resolve_pipeline
+
+    text = Path(resolve_pipeline("fewshot-omniglot-5w1s")).read_text(encoding="utf-8")
+    again = '\n[train_again]\nstage = "train_episodes"\nname = "again"\n'
+    path = tmp_path / "mine.toml"
+    path.write_text(text + again, encoding="utf-8")
+    precheck(read_config(path), data_root=tmp_path / "data", data_mirror=tmp_path / "none")  # no refusal
+    path.write_text(text + again.replace('name = "again"\n', ""), encoding="utf-8")
+    with pytest.raises(GraphseqError, match=r"^\[train_again\] \(train_episodes\) continues from checkpoint.pt, "
+                                            r"as \[train\] \(train_episodes\) does: .*give them distinct names"):
+        precheck(read_config(path), data_root=tmp_path / "data", data_mirror=tmp_path / "none")
