@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 import time
 from contextlib import contextmanager
@@ -436,21 +435,17 @@ def _log_interrupt(out: Path, pipeline: str, config: Dict[str, Any], processes: 
     ``--nproc-per-node``). Rank 0 logs it itself when the interrupt reached
     it (Ctrl-C reaches every process); SIGTERM to the launcher stops the
     workers before they can."""
-    from .pipeline import continues_from, resumable_files, resume_command, stage_stored
+    from .pipeline import interrupted_line
 
     log = out / "log.txt"
-    if not log.is_file() or not resumable_files(config):
-        return  # Stopped before the run wrote (its checks), or a run that cannot resume.
+    if not log.is_file():
+        return  # Stopped before the run wrote (its checks).
     lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     if lines and lines[-1].split(" ", 2)[-1].startswith("interrupted"):
         return
-    if continues_from(out, config):
-        line = f"interrupted; continue with: {resume_command(pipeline, out)} --nproc-per-node {processes}"
-    elif stage_stored(out, None):
-        line = (f"interrupted before anything was stored to continue from; the same command starts it again "
-                f"in {shlex.quote(str(out))}")
-    else:
-        return
+    line = interrupted_line(pipeline, out, config, None, f" --nproc-per-node {processes}")
+    if line is None:
+        return  # A run that cannot resume, or stored nothing.
     # One write to a file opened for appending, as the run's own log lines are.
     with open(log, "a", encoding="utf-8") as file:
         file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")

@@ -306,7 +306,7 @@ def _check_shared_files(config: Dict[str, Any]) -> None:
     tables: one ``checkpoint.pt``) would overwrite each other's, and a
     resume would read one's for the other: refused, unless the stage takes
     a ``name`` that tells their files apart and the tables give distinct ones."""
-    writers: Dict[tuple, str] = {}
+    writers: Dict[tuple, str] = {}  # (file, name) -> "[table] (stage)" that continues from it
     for name, table in sections(config).items():
         kind = table.get("stage", name)
         spec, params = stage_spec(kind), stage_params(get_stage(kind))
@@ -314,13 +314,12 @@ def _check_shared_files(config: Dict[str, Any]) -> None:
             continue
         key = (spec.resumes, table.get("name", params["name"]) if "name" in params else None)
         if key in writers:
-            other = writers[key]
             advice = ("give them distinct names (name = ...)" if "name" in params
                       else "run them as two pipelines")
-            raise GraphseqError(f"[{name}] ({kind}) continues from {spec.resumes}, as [{other}] "
-                                f"({sections(config)[other].get('stage', other)}) does: the two would overwrite "
-                                f"each other's and a resume would read one's for the other; {advice}")
-        writers[key] = name
+            raise GraphseqError(f"[{name}] ({kind}) continues from {spec.resumes}, as {writers[key]} does: the "
+                                f"two would overwrite each other's and a resume would read one's for the other; "
+                                f"{advice}")
+        writers[key] = f"[{name}] ({kind})"
 
 
 def checked_config(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] | None = None
@@ -592,6 +591,23 @@ def continues_from(out: Path, config: Dict[str, Any]) -> bool:
     """Whether ``out`` (or one of its seed folders) holds a file a stage of
     the pipeline continues from, so that ``--resume`` has something to read."""
     return any(path.is_file() for file in resumable_files(config) for path in (out / file, *out.glob(f"seed-*/{file}")))
+
+
+def interrupted_line(pipeline: str | os.PathLike, out: Path, config: Dict[str, Any],
+                     before: Optional[Dict[Path, tuple]], resume_options: str = "") -> Optional[str]:
+    """What the log of a run interrupted in ``out`` ends with: how to
+    continue it (``resume_options`` added to the command, ``--nproc-per-node
+    N`` for a launch), or that the same command starts it again where a stage
+    stored a file since ``before`` but nothing to continue from; None for a
+    pipeline that cannot resume or a run that stored nothing."""
+    if not resumable_files(config):
+        return None
+    if continues_from(out, config):
+        return f"interrupted; continue with: {resume_command(pipeline, out)}{resume_options}"
+    if stage_stored(out, before):
+        return (f"interrupted before anything was stored to continue from; the same command starts it again "
+                f"in {shlex.quote(str(out))}")
+    return None
 
 
 def _read_on_resume(folder: Path, config: Dict[str, Any]) -> List[Path]:
@@ -877,12 +893,10 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         return _run_seeds(config, name, out, seed, runs, torch_device, resume, quiet, log, objects,
                           data_root, data_mirror, pipeline, changed)
     except BaseException as error:
-        if isinstance(error, KeyboardInterrupt) and log is not None and resumable_files(config):
-            if continues_from(out, config):
-                log.info(f"interrupted; continue with: {resume_command(pipeline, out)}")
-            elif stage_stored(out, before):
-                log.info(f"interrupted before anything was stored to continue from; the same command "
-                         f"starts it again in {shlex.quote(str(out))}")
+        if isinstance(error, KeyboardInterrupt) and log is not None:
+            line = interrupted_line(pipeline, out, config, before)
+            if line is not None:
+                log.info(line)
         _close(log)
         if distributed.is_main() and (not resume or isinstance(error, GraphseqError)):
             _undo_runner_writes(out, before)

@@ -176,9 +176,7 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
             logging_redirect_tqdm(loggers=[ctx.log]) if progress else contextlib.nullcontext():
         for name in names:
             learner = make_learner()
-            # The nodes the accuracy is measured on: the learner's mask (test_mask or val_mask).
-            split = getattr(learner, "mask_name", "test_mask").removesuffix("_mask")
-            ctx.metrics[SPLIT_KEY] = split
+            ctx.metrics[SPLIT_KEY] = _evaluated_on(learner)
             outcome = run_loop(task, learner, the_oracle, store, strategy=name, initial=first,
                                budget=budget, batch_size=batch_size,
                                seed=ctx.seed + 1, resume=ctx.resume,
@@ -195,11 +193,15 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
         learner = make_learner()
         learner.fit(data.train_mask.nonzero().view(-1), data.y[data.train_mask])
         ctx.metrics["standard_split_accuracy"] = learner.accuracy()
-        split = getattr(learner, "mask_name", "test_mask").removesuffix("_mask")
         ctx.log.info(f"standard split ({int(data.train_mask.sum())} labels): "
-                     f"{split} accuracy {ctx.metrics['standard_split_accuracy']:.4f}")
+                     f"{_evaluated_on(learner)} accuracy {ctx.metrics['standard_split_accuracy']:.4f}")
     ctx.metrics["curves"] = curves
     ctx.curves = curves
+
+
+def _evaluated_on(learner) -> str:
+    """The nodes a learner's accuracy is measured on (its mask: ``test`` or ``val``)."""
+    return getattr(learner, "mask_name", "test_mask").removesuffix("_mask")
 
 
 @stage("active_curves", needs={"curves": "curves"})

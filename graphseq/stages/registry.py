@@ -165,9 +165,8 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
             raise ValueError(f"stage {name!r} declares {', '.join(unknown)}, which are no parameters of "
                              f"{fn.__qualname__}")
         wants = {slot: (kinds,) if isinstance(kinds, str) else tuple(kinds) for slot, kinds in (needs or {}).items()}
-        strange = [f"{slot}: {kind}" for slot, kinds in [*(makes or {}).items(), *wants.items()]
-                   for kind in ((kinds,) if isinstance(kinds, str) else kinds)
-                   if slot not in SLOTS or kind not in KINDS]
+        declared = [*(makes or {}).items(), *((slot, kind) for slot, kinds in wants.items() for kind in kinds)]
+        strange = [f"{slot}: {kind}" for slot, kind in declared if slot not in SLOTS or kind not in KINDS]
         if strange:
             raise ValueError(f"stage {name!r} makes or needs {', '.join(strange)}, which are no slot and kind "
                              f"of graphseq.stages.registry.SLOTS and KINDS")
