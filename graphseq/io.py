@@ -179,10 +179,26 @@ def save_checkpoint(obj: Any, path: str | os.PathLike) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        interrupt = _interrupt_behind(error)
+        if interrupt is not None:
+            # Ctrl-C inside torch's zip writer: its clean-up then fails on the
+            # half-written record ("unexpected pos"), and that RuntimeError
+            # would hide the interrupt behind a traceback.
+            raise interrupt.with_traceback(None) from None
         raise
+
+
+def _interrupt_behind(error: BaseException | None) -> KeyboardInterrupt | None:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return error
+        seen.add(id(error))
+        error = error.__context__
+    return None
 
 
 def first_sentence(error: BaseException, limit: int = 120) -> str:

@@ -1,8 +1,10 @@
 """The step trainer: resuming continues exactly, the best weights by a
 validation figure come back, checkpoints are never torn, a budget is required."""
+import io
 import logging
 import math
 import time
+import traceback
 from types import SimpleNamespace
 
 import pytest
@@ -217,6 +219,39 @@ def test_a_folder_where_the_checkpoint_goes_is_refused_before_the_first_step(tmp
     assert not any((tmp_path / "checkpoint.pt").iterdir())
     with pytest.raises(GraphseqError, match="checkpoint.pt is a folder, not a checkpoint file"):
         load_checkpoint(tmp_path / "checkpoint.pt")
+
+
+def test_ctrl_c_inside_torch_save_stays_an_interrupt_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    """Ctrl-C while torch writes a record makes torch's own clean-up fail
+    ("unexpected pos"): that RuntimeError hid the interrupt, so an
+    interrupted run ended in a traceback instead of its one line."""
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint({"step": 1}, path)
+    before = path.read_bytes()
+    real_save = torch.save
+
+    class Interrupted(io.RawIOBase):  # the file torch writes into, until Ctrl-C arrives
+        def __init__(self, file):
+            self.file, self.writes = file, 0
+
+        def writable(self):
+            return True
+
+        def write(self, data):
+            self.writes += 1
+            if self.writes == 3:
+                raise KeyboardInterrupt
+            return self.file.write(data)
+
+    monkeypatch.setattr(torch, "save", lambda obj, f: real_save(obj, Interrupted(f)))
+    with pytest.raises(KeyboardInterrupt) as stop:
+        save_checkpoint({"step": 2, "weight": torch.ones(64, 64)}, path)
+    assert "RuntimeError" not in "".join(traceback.format_exception(stop.value))  # what the user would see
+    assert path.read_bytes() == before  # the last checkpoint still resumes
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left
+    monkeypatch.setattr(torch, "save", lambda obj, f: (_ for _ in ()).throw(RuntimeError("disk")))
+    with pytest.raises(RuntimeError, match="disk"):  # other failures go on as they were
+        save_checkpoint({"step": 2}, path)
 
 
 def test_a_truncated_checkpoint_is_named_with_the_first_sentence_of_the_reason(tmp_path):
