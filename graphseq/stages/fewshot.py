@@ -66,8 +66,9 @@ class FewShotData:
                               0 if labelled_only else self.unlabelled)
 
 
-def _note_ways(check, *, ways: int, val_characters: int = 1, **_) -> None:
+def _note_ways(check, *, ways: int, unlabelled: int = 0, val_characters: int = 1, **_) -> None:
     check.facts["fewshot_ways"] = ways  # for fewshot_oracle's precheck of a labels file
+    check.facts["fewshot_unlabelled"] = unlabelled  # for fewshot_gnn's precheck of an active model
     check.facts["fewshot_validation"] = val_characters > 0  # for train_episodes' precheck of its eval_* keys
     check.facts["fewshot_data_table"] = check.table  # which the refusals of later tables name
 
@@ -120,7 +121,7 @@ def omniglot(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, train_c
 def _check_miniimagenet(check, *, ways: int, shots: int, unlabelled: int, **_) -> None:
     """The classes and images each split's CSV lists, against the episodes,
     before a run writes and before any image is decoded and cached."""
-    _note_ways(check, ways=ways)
+    _note_ways(check, ways=ways, unlabelled=unlabelled)
     folder = find_miniimagenet(check.data_root, check.data_mirror)
     for name in MINIIMAGENET_SPLITS:
         path = folder / f"{name}.csv"
@@ -150,6 +151,10 @@ def miniimagenet(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, siz
 
 
 def _note_model(check, *, active: bool, **_) -> None:
+    if active and check.facts.get("fewshot_unlabelled", 1) < 1:
+        data = check.facts.get("fewshot_data_table", "data")
+        raise GraphseqError(f"{check.table}.active: an active model asks for the label of an unlabelled "
+                            f"image, and {data}.unlabelled = 0; set {data}.unlabelled to at least 1")
     check.facts["fewshot_active"] = active  # for fewshot_oracle's precheck
     check.facts["fewshot_model_table"] = check.table  # which the refusals of later tables name
 
@@ -169,9 +174,9 @@ def fewshot_gnn(ctx, *, embedding: str = "", embedding_dim: int = 0, unknown_lab
     dataset's CNN; ``unknown_label`` is ``zeros`` (the authors' code) or
     ``uniform`` (the paper); ``active`` adds the query head."""
     data = ctx.require("data", "fewshot_gnn")
-    if active and data.unlabelled < 1:
+    if active and data.unlabelled < 1:  # (a stage called by hand, without the precheck)
         raise GraphseqError("an active model asks for the label of an unlabelled image: "
-                            "set data.unlabelled to at least 1")
+                            "give the data at least 1 unlabelled image per class")
     config = FewShotConfig(num_ways=data.ways, embedding=embedding or data.name, embedding_dim=embedding_dim,
                            unknown_label=unknown_label, num_layers=num_layers, growth=growth,
                            metric_ratios=[float(r) for r in metric_ratios], metric_width=metric_width,

@@ -88,6 +88,9 @@ RENAMED = [
     ("fewshot-omniglot-active", {"model": "net"}, ["net.active=false", 'test.queries=["learned"]'],
      "oracle.training = '' trains a model without a query head; the oracle needs an active model "
      "(net.active = true)"),
+    ("fewshot-omniglot-5w1s", {"data": "chars", "model": "net"}, ["net.active=true"],
+     "net.active: an active model asks for the label of an unlabelled image, and chars.unlabelled = 0; set "
+     "chars.unlabelled to at least 1"),
     ("bert-polarity", {"pretrain": "groups"}, ["groups.groups=11"], "groups.groups = 11 is more than the 10 folds"),
     ("bert-polarity", {"pretrain": "groups"}, ['groups.pretrain_set=["corpus.folds=5"]'],
      "groups.pretrain_set: corpus.folds is not allowed; bert-polarity sets corpus.exclude_folds, corpus.folds, "
