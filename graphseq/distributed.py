@@ -202,8 +202,11 @@ def _end_with_the_launcher() -> None:
         pass
 
 
-# What gloo's error says when another process of the group went away.
-LOST_PEER = ("Connection closed by peer", "Connection reset by peer")
+# What gloo's error says when another process of the group went away: it read
+# the end of the connection, or the connection was reset, while reading ("Read
+# error ...: Connection reset by peer") or writing ("writev ...: Broken pipe"), or
+# it found the connection closed before a send or receive ("Socket closed ...").
+LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Socket closed")
 
 # How long a worker whose peer went away waits for torch's elastic launcher to
 # stop it. The launcher looks at its workers every 0.1 s (--monitor-interval)
@@ -403,6 +406,16 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
 # Set in the workers ``graphseq run --nproc-per-node N`` starts (their launcher has the last word;
 # cli.py reads it by this name).
 LAUNCHED = "GRAPHSEQ_LAUNCHED"
+
+
+def relaunch_options() -> str:
+    """What a command to continue this run adds to ``graphseq run ...
+    --resume``: `` --nproc-per-node N`` in a worker of ``graphseq run
+    --nproc-per-node N``, whose checkpoints resume only with as many
+    processes; nothing in a run of one process (or under torchrun, which
+    a person starts again with its own command line)."""
+    processes = launched_world_size()
+    return f" --nproc-per-node {processes}" if os.environ.get(LAUNCHED) and processes > 1 else ""
 
 
 def _check_command(args: Sequence[str], processes: int) -> tuple[argparse.Namespace, str, Dict[str, Any]]:

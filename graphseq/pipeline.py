@@ -894,7 +894,9 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
                           data_root, data_mirror, pipeline, changed)
     except BaseException as error:
         if isinstance(error, KeyboardInterrupt) and log is not None:
-            line = interrupted_line(pipeline, out, config, before)
+            # A launched worker's checkpoint resumes only with as many workers; the launcher then
+            # sees the line written and leaves it (see distributed._log_interrupt).
+            line = interrupted_line(pipeline, out, config, before, distributed.relaunch_options())
             if line is not None:
                 log.info(line)
         _close(log)
@@ -922,7 +924,7 @@ def _run_seeds(config: Dict[str, Any], name: str, out: Path, seed: int, runs: in
         log.info(f"resumed with {', '.join(changed)}; config.toml now records it, so graphseq run "
                  f"{out / 'config.toml'} would go straight to it, which need not repeat this resumed run "
                  f"(whose schedule was set for the first budget, then stretched)")
-    command = resume_command(pipeline, out)
+    command = resume_command(pipeline, out) + distributed.relaunch_options()
     results = []
     # Quiet: what stages and libraries print to stderr (PyG's "Processing...",
     # warnings) goes to log.txt instead of the console.

@@ -175,6 +175,33 @@ def test_a_worker_that_lost_its_peer_says_so_in_one_line(capsys, monkeypatch):
     assert passed_on == [(ValueError, other, None)]
 
 
+@pytest.mark.parametrize("said", ["Read error [127.0.0.1]:5: Connection reset by peer",
+                                  "writev [127.0.0.1]:5: Broken pipe", "Socket closed [127.0.0.1]:5"])
+def test_every_word_gloo_has_for_a_lost_peer_ends_the_worker_in_one_line(capsys, monkeypatch, said):
+    # A peer killed mid-collective: gloo's words depend on where this worker was (reading, writing, or
+    # about to), and each printed a traceback that buried the cause the launcher reports.
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    passed_on = []
+    hook = distributed._lost_peer_in_one_line(lambda *error: passed_on.append(error))
+    hook(RuntimeError, RuntimeError(f"[../third_party/gloo/gloo/transport/tcp/pair.cc:534] {said}"), None)
+    assert capsys.readouterr().err == f"[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] " \
+                                      f"{said}\n"
+    assert passed_on == []
+
+
+def test_only_a_worker_of_a_launch_adds_its_processes_to_the_resume_command(monkeypatch):
+    # Its checkpoint resumes only with as many processes, so the command a person copies must start them.
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv(distributed.LAUNCHED, "1")
+    assert distributed.relaunch_options() == " --nproc-per-node 2"
+    monkeypatch.delenv(distributed.LAUNCHED)  # torchrun's own worker: its command line is the person's
+    assert distributed.relaunch_options() == ""
+    monkeypatch.setenv(distributed.LAUNCHED, "1")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert distributed.relaunch_options() == ""
+
+
 def test_under_the_launcher_a_worker_that_lost_its_peer_leaves_the_word_to_it(capsys, monkeypatch):
     # The launcher stops it once it sees the other worker's end, and that end is the run's last word
     # (a refusal's one line); the worker speaks only if the launcher has not stopped it in time.
@@ -233,7 +260,8 @@ def test_the_launcher_logs_an_interrupt_once_and_only_in_a_run_that_wrote_its_lo
     distributed._log_interrupt(tmp_path, "gat-ppi", config, 2)
     assert not (tmp_path / "log.txt").exists()  # Stopped in its checks: the run wrote nothing.
     (tmp_path / "checkpoint.pt").write_bytes(b"")
-    said = "2026-01-01 10:00:00 interrupted; continue with: graphseq run gat-ppi --resume --out run\n"
+    said = ("2026-01-01 10:00:00 interrupted; continue with: graphseq run gat-ppi --resume --out run "
+            "--nproc-per-node 2\n")
     (tmp_path / "log.txt").write_text("2026-01-01 09:59:59 gat-ppi step 2: train_loss 0.7\n" + said)
     distributed._log_interrupt(tmp_path, "gat-ppi", config, 2)  # Ctrl-C: rank 0 logged it already.
     assert (tmp_path / "log.txt").read_text().endswith("train_loss 0.7\n" + said)

@@ -23,7 +23,7 @@ from graphseq.cli import main
 from graphseq.data.ppi import write_ppi_raw
 from graphseq.distributed import _what_now
 from graphseq.io import load_checkpoint
-from graphseq.pipeline import read_config, resolve_pipeline
+from graphseq.pipeline import read_config, resolve_pipeline, resume_command
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--set", "model.hidden_channels=8", "--set", "model.heads=2", "--set", "model.output_heads=2",
@@ -250,6 +250,12 @@ def test_an_interrupted_launch_ends_in_one_line_that_says_how_to_resume(tmp_path
     assert "Traceback" not in stderr and "SignalException" not in stderr
     assert stderr.strip().splitlines()[-1] == (f"graphseq: interrupted; the last checkpoint in {out} resumes: "
                                                f"run the same command with --resume")
+    # The command log.txt ends with starts the same two workers, which the checkpoint needs; written once
+    # (rank 0 writes it on Ctrl-C, the launcher after SIGTERM).
+    log = (out / "log.txt").read_text().splitlines()
+    resume = f"interrupted; continue with: {resume_command('gat-ppi', out)} --nproc-per-node 2"
+    assert log[-1].split(" ", 2)[2] == resume, "\n".join(log[-3:])
+    assert sum(line.split(" ", 2)[2].startswith("interrupted") for line in log) == 1, "\n".join(log[-3:])
 
 
 def test_resuming_with_another_number_of_processes_is_refused_before_any_worker_starts(tmp_path, ppi_mirror,
