@@ -33,16 +33,28 @@ import torch
 from graphseq.data.polarity import load_polarity
 from graphseq.data.pretraining import collate
 from graphseq.data.wordpiece import WordPieceTokenizer
+from graphseq.errors import GraphseqError
 from graphseq.models.bert import BertConfig, BertEncoder
 from graphseq.pipeline import resolve_device
 from timing import CLOCKS, at_least, check_agreement, median_times, run_script
 
 
 def workloads(sentences, tokenizer: WordPieceTokenizer, batch: int, max_len: int):
-    """Seeded batches of piece ids and segments: single sentences and sentence pairs."""
+    """Seeded batches of piece ids and segments: single sentences, sentence
+    pairs and sequences of ``max_len`` pieces, ``batch`` of each. A batch
+    larger than the sentences make is refused: the pairs (two sentences
+    each) or the full-length sequences (cut from all the pieces) would run
+    out, and the workloads would be printed as what they are not."""
     generator = torch.Generator().manual_seed(0)
     cls, sep = tokenizer.cls_id, tokenizer.sep_id
     order = torch.randperm(len(sentences), generator=generator).tolist()
+    stream = [piece for p in tokenizer.encode_batch([sentences[i] for i in order]) for piece in p]
+    limit = min(len(sentences) // 2, len(stream) // (max_len - 2))
+    if batch > limit:
+        raise GraphseqError(f"--batch {batch} is more than the data make; use at most {limit}: "
+                            f"{len(sentences) // 2} sentence pairs from {len(sentences)} sentences, "
+                            f"{len(stream) // (max_len - 2)} sequences of {max_len} pieces from their "
+                            f"{len(stream)} pieces")
     pieces = tokenizer.encode_batch([sentences[i] for i in order[:2 * batch]])
     singles = [[cls] + p[:max_len - 2] + [sep] for p in pieces[:batch]]
     pairs, segments = [], []
@@ -50,7 +62,6 @@ def workloads(sentences, tokenizer: WordPieceTokenizer, batch: int, max_len: int
         a, b = a[:max_len // 2 - 2], b[:max_len - 3 - min(len(a), max_len // 2 - 2)]
         pairs.append([cls] + a + [sep] + b + [sep])
         segments.append([0] * (len(a) + 2) + [1] * (len(b) + 1))
-    stream = [piece for p in tokenizer.encode_batch([sentences[i] for i in order]) for piece in p]
     full = [[cls] + stream[i * (max_len - 2):(i + 1) * (max_len - 2)] + [sep] for i in range(batch)]
     return {"fine-tuning (sentences)": collate(singles), "pretraining (sentence pairs)": collate(pairs, segments),
             f"no padding (every sequence {max_len} pieces: the layers alone)": collate(full)}
@@ -94,11 +105,12 @@ def main() -> None:
     for peer in theirs.values():
         peer.load_state_dict({k: v for k, v in ours.state_dict().items() if k.startswith("layers.")})
 
+    batches = workloads(sentences, tokenizer, args.batch, config.max_len)  # Refuses a --batch too large first.
     print(f"BERT encoder layers (hidden {config.hidden_size}, {config.num_layers} layers, {config.num_heads} heads, "
           f"feed-forward {config.feedforward_size}) vs torch.nn.TransformerEncoder, same weights, {args.batch} "
           f"sequences, on {device} ({torch.get_num_threads()} threads), median {args.clock} time of "
           f"{args.repeats} interleaved passes")
-    for name, graphs in workloads(sentences, tokenizer, args.batch, config.max_len).items():
+    for name, graphs in batches.items():
         graphs = graphs.to(device)
         sizes = torch.bincount(graphs.batch).tolist()
         with torch.no_grad():

@@ -11,7 +11,10 @@ checked to agree before they are timed.
 Sparse path: a random graph of 200k (or --edges) edges through the edge-wise
 softmax against PyG's ``TransformerConv`` (same heads and channels, its
 default root weight playing the part of our output projection), time and
-peak memory of forward+backward. Ours keeps the graph it prepared for as
+peak memory of forward+backward. Checked first on the same inputs: ours
+with TransformerConv's query, key and value weights, its output projection
+applied to the output of a TransformerConv without a root weight, must give
+ours. Ours keeps the graph it prepared for as
 long as the same ``edge_index`` tensor comes back, TransformerConv prepares
 it at every call; so ours is measured twice: given the same ``edge_index``
 at every step (``kept``: its graph made in the warm-up, outside the time and
@@ -110,10 +113,37 @@ def bench_dense(repeats: int, device: torch.device) -> None:
             print(f"{label:<40} {kind:<9} {t['ours'] * 1e3:9.2f} {peer * 1e3:9.2f} {t['ours'] / peer:9.2f}")
 
 
-def sparse_setup(layer: str, nodes: int, edges: int, channels: int, heads: int, device: torch.device):
+def sparse_inputs(nodes: int, edges: int, channels: int, device: torch.device):
+    """The seeded features and random graph that every sparse contender reads."""
     torch.manual_seed(0)
     x = torch.randn(nodes, channels, device=device, requires_grad=True)
     edge_index = torch.randint(0, nodes, (2, edges), device=device)
+    return x, edge_index
+
+
+def check_sparse(nodes: int, edges: int, channels: int, heads: int, device: torch.device) -> float:
+    """Stops the script unless ours computes what TransformerConv does on the
+    timed inputs. TransformerConv's root weight has no counterpart in ours
+    and our output projection none in it, so the peer here has no root
+    weight and ours has the peer's query, key and value weights (and random
+    biases, so that they count too); our output projection then applied to
+    the peer's output must give ours."""
+    x, edge_index = sparse_inputs(nodes, edges, channels, device)
+    conv = SelfAttentionConv(channels, heads).to(device)
+    peer = TransformerConv(channels, channels // heads, heads=heads, root_weight=False).to(device)
+    with torch.no_grad():
+        torch.nn.init.normal_(conv.in_proj_bias)
+        for linear, weight, bias in zip((peer.lin_query, peer.lin_key, peer.lin_value),
+                                        conv.in_proj_weight.chunk(3), conv.in_proj_bias.chunk(3)):
+            linear.weight.copy_(weight)
+            linear.bias.copy_(bias)
+        conv.eval(), peer.eval()
+        return check_agreement(f"sparse {nodes}, {edges}, {channels}, {heads}", conv(x, edge_index),
+                               conv.out_proj(peer(x, edge_index)))
+
+
+def sparse_setup(layer: str, nodes: int, edges: int, channels: int, heads: int, device: torch.device):
+    x, edge_index = sparse_inputs(nodes, edges, channels, device)
     if layer == "pyg":
         module = TransformerConv(channels, channels // heads, heads=heads).to(device)
         return lambda: module(x, edge_index).sum().backward()
@@ -183,6 +213,7 @@ def bench_sparse(repeats: int, device: torch.device, edges: int) -> None:
           f"{'ours MiB':>9} {'PyG MiB':>9} {'peak':>6} {'saved ours/PyG MiB':>19}")
     layers = ("ours", "ours-new", "pyg")
     for nodes, channels, heads in [(10_000, 64, 4), (20_000, 128, 8)]:
+        check_sparse(nodes, edges, channels, heads, device)
         t = median_times({layer: sparse_setup(layer, nodes, edges, channels, heads, device) for layer in layers},
                          repeats, device, warmup=2)
         memory = {layer: memory_in_subprocess(layer, nodes, edges, channels, heads, device) for layer in layers}

@@ -7,7 +7,10 @@ the machine's load falls on every setting alike.
     python benchmarks/bench_threads.py --repeats 2 --epochs 60
 
 Run it while the machine is busy (other jobs on every core) to see why the
-graphseq command sets OMP_WAIT_POLICY=PASSIVE.
+graphseq command sets OMP_WAIT_POLICY=PASSIVE. Every run reads CiteSeer
+from ``--data-root`` (default ``$GRAPHSEQ_DATA`` or ``./datasets``, both
+from where the script was started; ``--data-mirror`` likewise), though it
+runs in a temporary folder.
 """
 import argparse
 import json
@@ -15,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 from timing import at_least, run_script
 
@@ -39,13 +43,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=at_least(1), default=2)
     parser.add_argument("--epochs", type=at_least(3), default=60,
                         help="epochs a run (at least 3, so that the first, warm-up epoch is not the median)")
+    parser.add_argument("--data-root", default=os.environ.get("GRAPHSEQ_DATA", "datasets"),
+                        help="where CiteSeer is, or is downloaded to (default $GRAPHSEQ_DATA or ./datasets)")
+    parser.add_argument("--data-mirror", default=os.environ.get("GRAPHSEQ_MIRROR"),
+                        help="a local copy of the download sources (default $GRAPHSEQ_MIRROR)")
     args = parser.parse_args()
+    # The runs read the data through the variables graphseq.run reads, made
+    # absolute: each runs in a temporary folder, where a relative path (the
+    # default ./datasets) would name another, empty folder.
+    data = {"GRAPHSEQ_DATA": str(Path(args.data_root).resolve())}
+    if args.data_mirror:
+        data["GRAPHSEQ_MIRROR"] = str(Path(args.data_mirror).resolve())
     results = {name: [] for name in SETTINGS}
     for repeat in range(args.repeats):
         for name, extra in SETTINGS.items():
             env = {k: v for k, v in os.environ.items()
-                   if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY")}
-            env.update(extra)
+                   if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GRAPHSEQ_MIRROR")}
+            env.update(extra, **data)
             load = os.getloadavg()[0]
             done = subprocess.run([sys.executable, "-c", CODE.format(epochs=args.epochs)], env=env,
                                   capture_output=True, text=True, cwd=tempfile.gettempdir())

@@ -205,6 +205,11 @@ def main() -> None:
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    if not models:  # "--models ," would otherwise load the data and print an empty table.
+        parser.error(f"--models {args.models!r} names no model; choose from {', '.join(MODELS)}")
+    repeated = sorted({m for m in models if models.count(m) > 1})
+    if repeated:  # A model named twice would run twice a fold and count each fold twice.
+        parser.error(f"--models: model(s) {', '.join(repeated)} named more than once")
     # The runs listed beside and the output are checked now, not after hours of folds.
     settings, rule = spv_settings()
     spv_rows = finished_run(parser, "--spv", args.spv, "folds.json",

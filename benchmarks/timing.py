@@ -66,13 +66,18 @@ def run_script(main: Callable[[], None]) -> None:
         sys.exit(2)
 
 
-def check_agreement(what: str, ours, theirs, tolerance: float = 1e-4) -> float:
+def check_agreement(what: str, ours, theirs, rtol: float = 1e-4, atol: float = 1e-5) -> float:
     """The largest absolute difference between our output and the peer's
     (tensors of one shape, or sequences of them compared in turn), which the
-    two sides should compute alike. Past ``tolerance`` times the larger of 1
-    and the peer's largest magnitude (float32 rounding grows with the values),
-    or on a shape that differs, the script stops there, the reason on stderr
-    and exit status 1: a ratio of two different computations means nothing."""
+    two sides should compute alike. Each tensor of ours must lie within
+    ``atol + rtol * max|peer's|`` of the peer's, element by element. The
+    bound follows the tensor's own scale, small or large: float32 rounding
+    grows with the values summed into an element, which the largest value
+    measures, not the element itself (a near-zero difference of large terms
+    keeps their rounding, so an element-wise ``rtol`` would stop scripts that
+    agree to float32 precision). Past it, or on a shape that differs, the
+    script stops there, the reason on stderr and exit status 1: a ratio of
+    two different computations means nothing."""
     import torch
 
     ours = [ours] if isinstance(ours, torch.Tensor) else list(ours)
@@ -82,13 +87,15 @@ def check_agreement(what: str, ours, theirs, tolerance: float = 1e-4) -> float:
     if len(ours) != len(theirs) or any(a != b for a, b in shapes):
         sys.exit(f"{script}: error: {what}: the outputs differ in shape (ours, peer's: {shapes}); not timed")
     # torch's max, not Python's, which could pass over a NaN.
-    difference = float(torch.stack([(a.detach() - b.detach()).abs().max() for a, b in zip(ours, theirs)]).max())
-    limit = tolerance * max(1.0, float(torch.stack([b.detach().abs().max() for b in theirs]).max()))
+    differences = torch.stack([(a.detach() - b.detach()).abs().max() for a, b in zip(ours, theirs)])
+    limits = torch.stack([atol + rtol * b.detach().abs().max() for b in theirs])
+    worst = int((differences / limits).nan_to_num(float("inf")).argmax())
+    difference, limit = float(differences[worst]), float(limits[worst])
     if not difference <= limit:  # NaN too
         sys.exit(f"{script}: error: {what}: our output and the peer's differ by up to {difference:.1e}, more "
-                 f"than the {limit:.1e} that float32 rounding allows; they do not compute the same thing, so "
-                 f"nothing was timed")
-    return difference
+                 f"than the {limit:.1e} that float32 rounding allows at their scale; they do not compute the "
+                 f"same thing, so nothing was timed")
+    return float(differences.max())
 
 
 def median_times(steps: Dict[Hashable, Callable[[], object]], repeats: int, device: torch.device,
