@@ -11,11 +11,15 @@ place tried.
 
 The checks are reusable: a loader passes its table of :class:`Checksum`
 values, and :func:`check_file` checks any single file (one extracted from an
-archive, say).
+archive, say). :func:`check_folder_places` and :func:`check_writable` are
+what every loader asks before it writes under the data root: that its
+folders are folders (not files, not links to nothing) and that it may write
+there, so that a refusal names the folder instead of ending in a traceback.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import shutil
@@ -88,6 +92,44 @@ def check_file(path: Path, checksum: Checksum, place: str = "") -> None:
                                    f"replace it with a good copy")
 
 
+def check_folder_places(folders: Sequence[Path], goes_there: str) -> None:
+    """Refuses each of ``folders``, or the first of its parents that exists,
+    when it is not a folder: a file, a link to a file, or a link whose
+    target is gone. ``exists()`` takes a dangling link for nothing at all,
+    and ``mkdir`` then fails with a FileExistsError traceback, so names are
+    looked at with ``os.path.lexists``. ``goes_there`` says what the folder
+    is for ("the Omniglot cache goes there"), for the message. Called
+    before a loader writes anything."""
+    for folder in folders:
+        for path in (Path(folder), *Path(folder).parents):
+            if not os.path.lexists(path):
+                continue
+            if path.is_dir():
+                break
+            if path.is_symlink() and not path.exists():
+                raise GraphseqError(f"{path} is a link to {os.readlink(path)}, which does not exist "
+                                    f"({goes_there}); restore its target or remove the link, and run again")
+            raise GraphseqError(f"{path} is not a folder ({goes_there}); move it away and run again")
+
+
+def check_writable(folder: Path, why: str) -> None:
+    """Refuses, naming it, a ``folder`` (or the first of its parents that
+    exists, where it would be made) that this process may not write;
+    ``why`` begins the message ("cannot build the cache"). Asked before a
+    cache is deleted to be rebuilt, so that a read-only data root is refused
+    with the cache as it was, not half deleted."""
+    existing = next(path for path in (Path(folder), *Path(folder).parents) if os.path.lexists(path))
+    if not os.access(existing, os.W_OK):
+        raise GraphseqError(f"{why}: {existing} is not writable; make it writable, or choose a data root you "
+                            f"can write (--data-root or GRAPHSEQ_DATA)")
+
+
+def not_writable(error: BaseException) -> bool:
+    """Whether ``error`` says a place may not be written (permissions, a
+    read-only file system), not that a file is damaged."""
+    return isinstance(error, OSError) and error.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
 def _copy(source: Path, target: Path) -> None:
     """Copies ``source`` to ``target`` through a temporary file beside it, so
     a crash never leaves half a file under the name."""
@@ -117,6 +159,7 @@ def locate_raw_files(folder: str, names: Sequence[str], root: Path,
     """
     checksums = checksums or {}
     target = Path(root) / folder
+    check_folder_places([target], f"the {folder} files go there")
     for name in names:
         if (target / name).exists() and not (target / name).is_file():
             raise GraphseqError(f"{target / name} is not a file (a folder?); move it away and run again")
@@ -132,7 +175,14 @@ def locate_raw_files(folder: str, names: Sequence[str], root: Path,
                     if (source / name).is_file():
                         if name in checksums:
                             check_file(source / name, checksums[name], "in the mirror; nothing was copied")
-                        _copy(source / name, target / name)
+                        try:
+                            _copy(source / name, target / name)
+                        except OSError as error:
+                            if not_writable(error):  # A read-only data root, not a damaged file.
+                                raise GraphseqError(f"cannot copy {name} from the mirror into {target}: "
+                                                    f"{error.strerror}; make the data root writable, or "
+                                                    f"choose another (--data-root or GRAPHSEQ_DATA)") from None
+                            raise
                         copied.append(target / name)
                         missing.remove(name)
             if not missing:

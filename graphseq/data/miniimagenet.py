@@ -23,6 +23,7 @@ from ..errors import GraphseqError
 from ..io import load_checkpoint, read_utf8, save_checkpoint
 from .captions import as_rgb
 from .episodes import FewShotClasses
+from .files import check_folder_places
 
 FOLDER = "mini-imagenet"
 SPLITS = ("train", "val", "test")
@@ -33,7 +34,10 @@ CACHE_FORMAT = 2  # 2: images of more than 8 bits are no longer clipped
 
 
 def find_miniimagenet(root: Path, mirror: Optional[Path] = None) -> Path:
-    """The ``mini-imagenet`` folder of the data root, else of the mirror."""
+    """The ``mini-imagenet`` folder of the data root, else of the mirror.
+    The cache goes under the data root's, so anything but a folder there is
+    refused first, even when the mirror has the images."""
+    check_folder_places([Path(root) / FOLDER / "processed"], "the mini-ImageNet cache goes there")
     places = []
     for base in [Path(root)] + ([Path(mirror)] if mirror is not None else []):
         folder = base / FOLDER

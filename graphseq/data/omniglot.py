@@ -39,7 +39,7 @@ from torch import Tensor
 from ..checks import is_integer
 from ..errors import GraphseqError
 from ..io import load_checkpoint, read_utf8, save_checkpoint
-from .files import Checksum, check_file, download_url
+from .files import Checksum, check_file, check_folder_places, download_url
 from .episodes import FewShotClasses
 
 FOLDER = "omniglot-py"
@@ -48,6 +48,7 @@ URL = "https://raw.githubusercontent.com/brendenlake/omniglot/master/python/{par
 ZIP_MD5 = {"images_background": "68d2efa1b9178cc56df9314c21c6e718",
            "images_evaluation": "6b91aef0f799c5bb55b94e3f2daec811"}
 NUM_CHARACTERS, NUM_DRAWERS = 1623, 20
+DRAWING_SIZE = 105  # pixels a side of every PNG
 # The characters of each alphabet, numbered character01 .. characterNN in the
 # zips (30 alphabets for background, 20 for evaluation: 964 + 659 = 1,623).
 ALPHABETS = {
@@ -205,11 +206,14 @@ def list_images(folder: Path) -> List[Path]:
 
 
 def _fingerprint(folder: Path, files: List[Path], size: int) -> str:
-    """What a cache is built from: each file's path and size, the output size
-    and the cache format. A changed, added or removed file changes it."""
+    """What a cache is built from: each file's path, size and modification
+    time (as ``make`` decides: an image redrawn at the same size in bytes
+    changes only the time), the output size and the cache format. A changed,
+    added or removed file changes it."""
     digest = hashlib.sha256(f"omniglot cache format {CACHE_FORMAT}, {size}x{size}\n".encode())
     for path in files:
-        digest.update(f"{path.relative_to(folder).as_posix()} {path.stat().st_size}\n".encode())
+        stat = path.stat()
+        digest.update(f"{path.relative_to(folder).as_posix()} {stat.st_size} {stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
 
@@ -234,10 +238,10 @@ def load_omniglot(root: Path, mirror: Optional[Path] = None, size: int = 28, dow
         raise GraphseqError(f"load_omniglot needs a size of at least 1 pixel, got {size!r}")
     log = log or logging.getLogger("graphseq")
     cache = Path(root) / FOLDER / "processed" / f"omniglot-{size}x{size}.pt"
-    for path, kind in ((cache.parent, "folder"), (cache, "file")):
-        if path.exists() and path.is_dir() != (kind == "folder"):
-            raise GraphseqError(f"{path} is not a {kind} (the Omniglot cache goes there); "
-                                f"move it away and run again")
+    # Refused before 32,000 PNGs are decoded for a cache that cannot be written.
+    check_folder_places([cache.parent], "the Omniglot cache goes there")
+    if cache.is_dir():
+        raise GraphseqError(f"{cache} is not a file (the Omniglot cache goes there); move it away and run again")
     folder = find_omniglot(root, mirror, download)
     files = list_images(folder)
     key = _fingerprint(folder, files, size)
@@ -299,6 +303,7 @@ def build_omniglot(folder: Path, files: List[Path], size: int,
             raise GraphseqError(f"cannot read {path}: {error.strerror}") from None
         try:
             with Image.open(io.BytesIO(data)) as image:
+                _check_drawing(image, path)
                 images[i] = np.asarray(image.convert("L").resize((size, size), Image.BOX))
         except UnidentifiedImageError:
             raise GraphseqError(f"{path} is not a readable PNG (not an image format PIL knows)") from None
@@ -318,6 +323,19 @@ def build_omniglot(folder: Path, files: List[Path], size: int,
                        "(no gap in the characterNN numbering shows which)"))
     tensor = torch.from_numpy(images).view(len(characters), NUM_DRAWERS, size, size)
     return Omniglot(tensor, list(characters))
+
+
+def _check_drawing(image, path: Path) -> None:
+    """Refuses a PNG that is not an Omniglot drawing: 105x105 pixels, black
+    and white or grey. Another size would be resized like the others and an
+    alpha channel dropped by ``convert("L")``, silently, so a foreign image
+    would pass for a drawing."""
+    if image.size != (DRAWING_SIZE, DRAWING_SIZE):
+        raise GraphseqError(f"{path} is {image.size[0]}x{image.size[1]} pixels, not an Omniglot drawing "
+                            f"({DRAWING_SIZE}x{DRAWING_SIZE}); replace it with a good copy")
+    if image.mode not in ("1", "L"):
+        raise GraphseqError(f"{path} has colour mode {image.mode}, not an Omniglot drawing (black and white "
+                            f"\"1\" or grey \"L\", no alpha); replace it with a good copy")
 
 
 def _check_all_characters(folder: Path, files: List[Path]) -> None:

@@ -4,9 +4,10 @@ checked against their known checksums before PyG reads them."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch_geometric.transforms as T
 from torch_geometric.data import Data
@@ -14,7 +15,8 @@ from torch_geometric.datasets import Planetoid
 
 from ..errors import GraphseqError
 from ..io import atomic_write_text, first_sentence
-from .files import Checksum, download_url, file_sha256, locate_raw_files
+from .files import (Checksum, check_folder_places, check_writable, download_url, file_sha256, locate_raw_files,
+                    not_writable, removed_if_failed)
 
 NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 RAW_SUFFIXES = ["x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"]
@@ -60,8 +62,11 @@ CHECKSUMS: Dict[str, Dict[str, Checksum]] = {
 def load_planetoid(name: str, root: Path, mirror: Optional[Path] = None,
                    split: str = "public", normalize_features: bool = True,
                    log: Optional[logging.Logger] = None) -> Data:
-    """Loads one Planetoid graph with its standard split masks. A torn
-    ``processed/`` cache (PyG's, beside ``raw/``) is rebuilt."""
+    """Loads one Planetoid graph with its standard split masks. PyG's
+    ``processed/`` cache beside ``raw/`` is used only as this loader built it
+    from these raw files; any other (torn, another dataset's, older) is
+    rebuilt. Raw files that PyG cannot read are named, and what this call
+    took into the root goes again."""
     canonical = NAMES.get(name.lower())
     if canonical is None:
         raise GraphseqError(f"unknown Planetoid dataset {name!r}; known: {', '.join(NAMES.values())}")
@@ -70,13 +75,13 @@ def load_planetoid(name: str, root: Path, mirror: Optional[Path] = None,
                             "folders, with split files whose checksums graphseq does not know); use public, "
                             "full or random")
     raw = [f"ind.{canonical.lower()}.{suffix}" for suffix in RAW_SUFFIXES]
+    raw_dir = Path(root) / canonical / "raw"
     processed = Path(root) / canonical / "processed"
-    # A file where a folder goes is refused before anything is written: the
-    # cache below is rebuilt by deleting the folder, never a file of the user's.
-    for path in (Path(root), Path(root) / canonical, Path(root) / canonical / "raw", processed):
-        if path.exists() and not path.is_dir():
-            raise GraphseqError(f"{path} is not a folder (the {canonical} files and PyG's cache of them go "
-                                f"there); move it away and run again")
+    # Anything but a folder where one goes is refused before anything is
+    # written: the cache below is rebuilt by deleting the folder, never a
+    # file of the user's.
+    check_folder_places([raw_dir, processed], f"the {canonical} files and PyG's cache of them go there")
+    taken = [file for file in raw if not os.path.lexists(raw_dir / file)]  # from the mirror or the web
 
     def download(raw_dir: Path) -> None:
         # File by file, as PyG's Planetoid.download does, but without
@@ -85,39 +90,108 @@ def load_planetoid(name: str, root: Path, mirror: Optional[Path] = None,
             if not (raw_dir / file).exists():
                 download_url(f"{URL}/{file}", raw_dir / file)
 
-    raw_dir = locate_raw_files(f"{canonical}/raw", raw, Path(root), mirror, download, CHECKSUMS[canonical])
     transform = T.NormalizeFeatures() if normalize_features else None
 
     def read() -> Data:
         return Planetoid(str(root), canonical, split=split, transform=transform)[0]
 
-    # PyG's cache of the raw files is used only as this loader built it (its
-    # stamp names data.pt's digest): another dataset's or version's data.pt,
-    # or a torn file beside it, is rebuilt from the raw files (checked above).
-    stamp = processed / STAMP
-    if processed.exists():
-        try:
-            kept = (processed / "data.pt").is_file() and stamp.read_text(encoding="utf-8") == _digest(processed)
-            graph = read() if kept else None
-        except Exception:  # torn
-            graph = None
-        if graph is not None:
-            return graph
-        (log or logging.getLogger("graphseq")).info(f"{processed} is not the cache this loader built; "
-                                                    f"rebuilding it")
-        shutil.rmtree(processed)
-    try:
-        graph = read()
-    except Exception as error:  # A raw file no checksum covers (generated data) that PyG cannot parse.
-        raise GraphseqError(f"cannot read the {canonical} files in {raw_dir}: {type(error).__name__}: "
-                            f"{first_sentence(error)}; one of them may be damaged") from None
-    atomic_write_text(stamp, _digest(processed))
+    with removed_if_failed(raw_dir):  # A refusal leaves no folder this call made.
+        locate_raw_files(f"{canonical}/raw", raw, Path(root), mirror, download, CHECKSUMS[canonical])
+        graph = _cached(canonical, raw_dir, processed, read, log or logging.getLogger("graphseq"))
+        if graph is None:
+            graph = _build(canonical, raw_dir, processed, read, taken, mirror)
     return graph
 
 
 STAMP = "graphseq-built.txt"
 
 
-def _digest(processed: Path) -> str:
-    """The SHA-256 of ``processed/data.pt``, as the stamp holds it."""
-    return f"data.pt sha256 {file_sha256(processed / 'data.pt')}\n"
+def _cached(canonical: str, raw_dir: Path, processed: Path, read: Callable[[], Data],
+            log: logging.Logger) -> Optional[Data]:
+    """The graph from PyG's cache when its stamp says this loader built it
+    from the raw files there now; else ``None``, with the cache deleted (a
+    read-only one is refused instead, named)."""
+    if not processed.exists():
+        return None
+    try:
+        kept = (processed / "data.pt").is_file() and (processed / STAMP).read_text(encoding="utf-8") == \
+            _stamp(canonical, raw_dir, processed)
+        graph = read() if kept else None
+    except Exception:  # torn
+        graph = None
+    if graph is not None:
+        return graph
+    for folder in (processed.parent, processed):  # Deleting it writes both.
+        check_writable(folder, f"{processed} is not the cache this loader built from the {canonical} files in "
+                               f"{raw_dir} (another dataset's, an older graphseq's, or torn) and cannot be "
+                               f"rebuilt")
+    log.info(f"{processed} is not the cache this loader built; rebuilding it")
+    shutil.rmtree(processed)
+    return None
+
+
+def _build(canonical: str, raw_dir: Path, processed: Path, read: Callable[[], Data], taken: List[str],
+           mirror: Optional[Path]) -> Data:
+    """Has PyG build its cache from the raw files, and stamps it. When PyG
+    cannot read a file (one no checksum covers: generated data), its cache
+    and the files this call took into the root go, and the file is named."""
+    check_writable(processed.parent, f"cannot build PyG's cache of the {canonical} files")
+    try:
+        graph = read()
+    except Exception as error:
+        shutil.rmtree(processed, ignore_errors=True)
+        if not_writable(error):
+            raise GraphseqError(f"cannot build PyG's cache of the {canonical} files in {processed}: "
+                                f"{error.strerror}; make the folder writable, or choose a data root you can "
+                                f"write (--data-root or GRAPHSEQ_DATA)") from None
+        refusal = _unreadable_files(canonical, raw_dir, taken, mirror, error)
+        for name in taken:  # So that a fixed mirror, or the download, is used next time.
+            (raw_dir / name).unlink(missing_ok=True)
+        raise refusal from None
+    atomic_write_text(processed / STAMP, _stamp(canonical, raw_dir, processed))
+    return graph
+
+
+def _unreadable_files(canonical: str, raw_dir: Path, taken: List[str], mirror: Optional[Path],
+                      error: Exception) -> GraphseqError:
+    """The refusal of raw files PyG could not read, naming the first that
+    does not read on its own where it came from: the data root, or the mirror
+    its copy was taken from."""
+    found = _unreadable(canonical, raw_dir)
+    if found is None:
+        return GraphseqError(f"cannot read the {canonical} files in {raw_dir} together: {type(error).__name__}: "
+                             f"{first_sentence(error)}; replace them with good copies")
+    file, reason = found
+    if file not in taken:
+        return GraphseqError(f"damaged dataset file {raw_dir / file}: {reason}; replace it with a good copy "
+                             f"(or delete it to fetch it again)")
+    source = Path(mirror) / canonical / "raw" / file if mirror is not None else None
+    if source is not None and source.is_file():
+        return GraphseqError(f"damaged dataset file {source}: {reason}; replace it with a good copy "
+                             f"(the copies taken into {raw_dir} were removed)")
+    return GraphseqError(f"damaged dataset file {raw_dir / file}: {reason}; it was removed, run again to fetch it")
+
+
+def _unreadable(canonical: str, raw_dir: Path) -> Optional[Tuple[str, str]]:
+    """The first raw file that PyG cannot read on its own, with why; ``None``
+    when each file reads and only their combination fails."""
+    from torch_geometric.io.planetoid import read_file
+
+    for suffix in RAW_SUFFIXES:
+        try:
+            read_file(str(raw_dir), canonical.lower(), suffix)  # PyG adds the "ind."
+        except Exception as error:  # Whatever unpickling or parsing raises.
+            return f"ind.{canonical.lower()}.{suffix}", f"{type(error).__name__}: {first_sentence(error)}"
+    return None
+
+
+def _stamp(canonical: str, raw_dir: Path, processed: Path) -> str:
+    """What ``processed/STAMP`` holds: the dataset, the size and SHA-256 of
+    each raw file the cache was built from, and the SHA-256 of PyG's
+    ``data.pt``. A cache copied from another dataset's folder, or left from
+    other raw files, does not match it (PyG itself looks only at names)."""
+    lines = [f"graphseq's cache of Planetoid {canonical}"]
+    for name in (f"ind.{canonical.lower()}.{suffix}" for suffix in RAW_SUFFIXES):
+        lines.append(f"{name} {(raw_dir / name).stat().st_size} bytes, sha256 {file_sha256(raw_dir / name)}")
+    lines.append(f"data.pt sha256 {file_sha256(processed / 'data.pt')}")
+    return "\n".join(lines) + "\n"

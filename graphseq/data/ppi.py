@@ -22,7 +22,8 @@ from torch_geometric.datasets import PPI
 
 from ..errors import GraphseqError
 from ..io import atomic_write_text, first_sentence
-from .files import file_sha256, locate_raw_files, removed_if_failed
+from .files import (check_folder_places, check_writable, file_sha256, locate_raw_files, not_writable,
+                    removed_if_failed)
 
 SPLITS = {"train": "train", "val": "valid", "test": "test"}  # PyG's split name -> raw file prefix
 RAW_FILES = [f"{prefix}_{name}" for prefix, name in
@@ -41,9 +42,9 @@ def load_ppi(root: Path, mirror: Optional[Path] = None,
     log = log or logging.getLogger("graphseq")
     folder = Path(root) / "PPI"
     raw, processed = folder / "raw", folder / "processed"
-    if processed.exists() and not processed.is_dir():  # It is deleted to rebuild the cache.
-        raise GraphseqError(f"{processed} is not a folder (PyG's cache of the PPI files goes there); "
-                            f"move it away and run again")
+    # Anything but a folder there is refused before anything is written: the
+    # cache is deleted to be rebuilt, never a file of the user's.
+    check_folder_places([raw, processed], "the PPI files and PyG's cache of them go there")
     fresh = {name for name in RAW_FILES if not (raw / name).exists()}
     cached = processed.exists()  # Before a download, which processes the files as it goes.
 
@@ -68,6 +69,9 @@ def load_ppi(root: Path, mirror: Optional[Path] = None,
                 data = None
             if data is not None:
                 return data
+            for place in (folder, processed):  # Deleting it writes both.
+                check_writable(place, f"{processed} is not the cache this loader built from the files in {raw} "
+                                      f"(of other raw files, an older graphseq's, or torn) and cannot be rebuilt")
             if cached:
                 log.info(
                     f"{processed} is not the cache this loader built from the files in {raw}; rebuilding it")
@@ -88,10 +92,15 @@ def load_ppi(root: Path, mirror: Optional[Path] = None,
                                     f"(the copies taken into {raw} were removed)") from None
             raise GraphseqError(f"damaged PPI file {path}: {error.reason}; it was removed, "
                                 f"run again to fetch it") from None
+    check_writable(folder, "cannot build PyG's cache of the PPI files")
     try:
         data = read()
     except Exception as error:  # Something the checks above do not cover.
         shutil.rmtree(processed, ignore_errors=True)
+        if not_writable(error):
+            raise GraphseqError(f"cannot build PyG's cache of the PPI files in {processed}: {error.strerror}; "
+                                f"make the folder writable, or choose a data root you can write "
+                                f"(--data-root or GRAPHSEQ_DATA)") from None
         raise GraphseqError(f"cannot read the PPI files in {raw}: {type(error).__name__}: "
                             f"{first_sentence(error)}; one of them may be damaged") from None
     atomic_write_text(stamp, _stamp(raw, processed))
@@ -102,13 +111,11 @@ STAMP = "graphseq-built.txt"  # As Planetoid's loader names its stamp.
 
 
 def _stamp(raw: Path, processed: Path) -> str:
-    """What ``processed/STAMP`` holds: the name, size and modification time
-    of each raw file (as ``make`` decides), then the SHA-256 of each file PyG
-    wrote from them."""
-    lines = []
-    for name in RAW_FILES:
-        stat = (raw / name).stat()
-        lines.append(f"{name} {stat.st_size} bytes, modified {stat.st_mtime_ns}")
+    """What ``processed/STAMP`` holds: the name, size and SHA-256 of each raw
+    file, then the SHA-256 of each file PyG wrote from them. Contents, not
+    modification times: a copy of a data root (``cp -r``, a read-only
+    mirror of it) keeps serving its cache."""
+    lines = [f"{name} {(raw / name).stat().st_size} bytes, sha256 {file_sha256(raw / name)}" for name in RAW_FILES]
     lines += [f"{split}.pt sha256 {file_sha256(processed / f'{split}.pt')}" for split in SPLITS]
     return "\n".join(lines) + "\n"
 

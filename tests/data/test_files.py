@@ -1,8 +1,10 @@
 """Raw dataset files are checked against their known checksums wherever they
 are found (data root, mirror, download): a damaged one stops the run with one
 line naming the file and the place, and never reaches the data root."""
+import errno
 import hashlib
 import os
+import re
 import shutil
 import stat
 
@@ -11,7 +13,10 @@ import pytest
 from graphseq.cli import main
 from graphseq.data import planetoid, polarity, text
 from graphseq.data.files import Checksum, DamagedFileError, check_file, locate_raw_files
+from graphseq.data.miniimagenet import load_miniimagenet
+from graphseq.data.omniglot import load_omniglot
 from graphseq.data.planetoid import load_planetoid
+from graphseq.data.ppi import load_ppi, write_ppi_raw
 from graphseq.data.polarity import load_polarity
 from graphseq.errors import GraphseqError
 from graphseq.io import load_checkpoint
@@ -177,7 +182,8 @@ def test_an_unreadable_file_without_a_checksum_is_a_one_line_error(tmp_path, wri
     write_fake_planetoid(tmp_path / "mirror" / "PubMed" / "raw", "PubMed")
     graph = tmp_path / "mirror" / "PubMed" / "raw" / "ind.pubmed.graph"
     graph.write_bytes(graph.read_bytes()[:100])
-    with pytest.raises(GraphseqError, match="cannot read the PubMed files in .* may be damaged"):
+    with pytest.raises(GraphseqError, match=r"^damaged dataset file \S*mirror/PubMed/raw/ind\.pubmed\.graph: "
+                                            r"UnpicklingError: .*replace it with a good copy"):
         load_planetoid("PubMed", tmp_path / "root", tmp_path / "mirror")
 
 
@@ -197,3 +203,73 @@ def test_a_folder_where_a_dataset_file_belongs_is_named(tmp_path, mirror):
     (tmp_path / "root" / "tinyshakespeare" / "input.txt").mkdir(parents=True)
     with pytest.raises(GraphseqError, match=r"tinyshakespeare/input.txt is not a file \(a folder\?\)"):
         text.load_tiny_shakespeare(tmp_path / "root", mirror)
+
+
+def _mirror_for(loader, mirror, request):
+    """Writes the generated files ``loader`` reads into ``mirror``."""
+    if loader == "planetoid":
+        request.getfixturevalue("write_fake_planetoid")(mirror / "PubMed" / "raw", "PubMed")
+    elif loader == "ppi":
+        write_ppi_raw(mirror / "PPI" / "raw", graphs=(2, 1, 1), nodes=10, features=4, labels=3)
+    elif loader == "omniglot":
+        request.getfixturevalue("write_fake_omniglot")(mirror)
+    else:
+        request.getfixturevalue("write_fake_miniimagenet")(mirror)
+
+
+LOADERS = {  # the folder each loader writes under the data root, and the loader
+    "planetoid": ("PubMed", lambda root, mirror: load_planetoid("PubMed", root, mirror)),
+    "ppi": ("PPI", lambda root, mirror: load_ppi(root, mirror)),
+    "omniglot": ("omniglot-py", lambda root, mirror: load_omniglot(root, mirror, size=28, download=False)),
+    "miniimagenet": ("mini-imagenet", lambda root, mirror: load_miniimagenet(root, mirror, "train")),
+}
+
+
+@pytest.mark.parametrize("kind", ["file", "dangling link"])
+@pytest.mark.parametrize("place", ["data root", "dataset folder"])
+@pytest.mark.parametrize("loader", LOADERS)
+def test_a_data_root_or_dataset_folder_that_is_not_a_folder_is_refused_by_name(tmp_path, request, monkeypatch,
+                                                                               loader, place, kind):
+    # They were FileExistsError and NotADirectoryError tracebacks, and
+    # Omniglot and mini-ImageNet decoded every image before failing to cache them.
+    from graphseq.data import miniimagenet, omniglot
+
+    monkeypatch.setattr(omniglot, "build_omniglot", lambda *a, **k: pytest.fail("decoded the PNGs"))
+    monkeypatch.setattr(miniimagenet, "_decode", lambda *a, **k: pytest.fail("decoded the images"))
+    mirror, base = tmp_path / "mirror", tmp_path / "base"
+    _mirror_for(loader, mirror, request)
+    folder, load = LOADERS[loader]
+    root = base / "root"
+    path = root if place == "data root" else root / folder
+    path.parent.mkdir(parents=True)
+    if kind == "file":
+        path.write_text("mine")
+        named = f"{path} is not a folder"
+    else:
+        path.symlink_to(tmp_path / "gone")
+        named = f"{path} is a link to {tmp_path / 'gone'}, which does not exist"
+    before = sorted(base.rglob("*"))
+    with pytest.raises(GraphseqError, match=f"^{re.escape(named)} \\(the .* goe?s? there\\); "):
+        load(root, mirror)
+    assert sorted(base.rglob("*")) == before
+    if kind == "file":
+        assert path.read_text() == "mine"
+    else:
+        assert path.is_symlink() and not os.path.lexists(tmp_path / "gone")
+
+
+def test_a_read_only_data_root_is_named_when_a_mirror_file_cannot_be_copied(tmp_path, monkeypatch):
+    # The OSError of the copy was a traceback.
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    (mirror / "data").mkdir(parents=True)
+    (mirror / "data" / "a.txt").write_bytes(GOOD)
+    root.mkdir()
+
+    def read_only(source, target, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(target))
+
+    monkeypatch.setattr(shutil, "copyfile", read_only)
+    with pytest.raises(GraphseqError, match=f"^cannot copy a.txt from the mirror into {re.escape(str(root / 'data'))}: "
+                                            f"Read-only file system; make the data root writable"):
+        locate_raw_files("data", ["a.txt"], root, mirror, checksums=CHECKSUMS)
+    assert list(root.iterdir()) == []

@@ -308,3 +308,41 @@ def test_the_alphabet_table_is_the_real_layout(mirror):
         found = {a.name: sorted(c.name for c in a.iterdir()) for a in (folder / part).iterdir() if a.is_dir()}
         assert found == {alphabet: [f"character{n:02d}" for n in range(1, count + 1)]
                          for alphabet, count in alphabets.items()}
+
+
+@pytest.mark.parametrize("mode, size, message", [
+    ("1", (104, 105), "is 104x105 pixels, not an Omniglot drawing (105x105)"),
+    ("L", (210, 210), "is 210x210 pixels, not an Omniglot drawing (105x105)"),
+    ("LA", (105, 105), "has colour mode LA, not an Omniglot drawing"),
+    ("RGBA", (105, 105), "has colour mode RGBA, not an Omniglot drawing"),
+])
+def test_a_png_that_is_not_a_drawing_is_refused_by_name(write_fake_omniglot, tmp_path, mode, size, message):
+    # It was resized like the others, its alpha channel dropped, silently.
+    import re
+
+    from PIL import Image
+
+    folder = write_fake_omniglot(tmp_path / "a")
+    path = next((folder / "images_background").rglob("*_04.png"))
+    Image.new(mode, size, 255 if mode != "1" else 1).save(path)
+    with pytest.raises(GraphseqError, match=f"^{re.escape(str(path))} {re.escape(message)}"):
+        load_omniglot(tmp_path / "a", None, size=28, download=False)
+    assert not (folder / "processed").exists()
+
+
+def test_a_drawing_edited_at_the_same_size_in_bytes_rebuilds_the_cache(write_fake_omniglot, tmp_path):
+    # The cache was keyed on the PNGs' paths and sizes only: the edit was never seen.
+    import os
+
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    folder = write_fake_omniglot(mirror)
+    first = load_omniglot(root, mirror, size=28, download=False)
+    edited = folder / "images_background" / "Alpha" / "character01" / "0001_01.png"
+    other = folder / "images_background" / "Beta" / "character01" / "0003_01.png"
+    assert edited.stat().st_size == other.stat().st_size  # so that only the modification time tells
+    stat = edited.stat()
+    edited.write_bytes(other.read_bytes())
+    os.utime(edited, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10 ** 9))
+    second = load_omniglot(root, mirror, size=28, download=False)
+    assert torch.equal(second.images[0, 0], first.images[2, 0])
+    assert not torch.equal(second.images[0, 0], first.images[0, 0])

@@ -1,3 +1,8 @@
+import errno
+import os
+import re
+import shutil
+
 import pytest
 
 from graphseq.data.planetoid import load_planetoid
@@ -84,3 +89,87 @@ def test_a_file_where_a_folder_goes_is_refused_before_anything_is_written(tmp_pa
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == sorted(
         {place, *(["PubMed"] if place != "PubMed" else [])})
     assert (root / place).read_text() == "mine"
+
+
+@pytest.mark.parametrize("stale", ["another dataset's folder", "other raw files"])
+def test_a_stamped_cache_of_other_files_is_rebuilt(tmp_path, write_fake_planetoid, stale):
+    # A processed/ copied from Cora into CiteSeer's folder, stamp and all, was
+    # used: CiteSeer trained on Cora. The stamp held only data.pt's digest.
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    write_fake_planetoid(mirror / "Cora" / "raw", "Cora", num_features=20)
+    write_fake_planetoid(mirror / "CiteSeer" / "raw", "CiteSeer", num_features=30)
+    assert load_planetoid("CiteSeer", root, mirror).num_features == 30
+    if stale == "another dataset's folder":
+        assert load_planetoid("Cora", root, mirror).num_features == 20
+        shutil.rmtree(root / "CiteSeer" / "processed")
+        shutil.copytree(root / "Cora" / "processed", root / "CiteSeer" / "processed")
+        expected = 30
+    else:  # A new version of the raw files in the root.
+        write_fake_planetoid(root / "CiteSeer" / "raw", "CiteSeer", num_features=40, seed=1)
+        expected = 40
+    assert load_planetoid("CiteSeer", root, mirror).num_features == expected
+    assert load_planetoid("CiteSeer", root, mirror).num_features == expected  # and the rebuilt cache serves
+
+
+@pytest.mark.parametrize("stale", ["unstamped", "another dataset's"])
+def test_a_read_only_cache_that_needs_rebuilding_is_refused_by_name_and_kept(tmp_path, write_fake_planetoid,
+                                                                             deny_writes, stale):
+    # Deleting it failed half-way with "cannot write pre_transform.pt", naming no folder.
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    write_fake_planetoid(mirror / "Cora" / "raw", "Cora", num_features=20)
+    write_fake_planetoid(mirror / "CiteSeer" / "raw", "CiteSeer", num_features=30)
+    load_planetoid("CiteSeer", root, mirror)
+    processed = root / "CiteSeer" / "processed"
+    if stale == "unstamped":
+        (processed / "graphseq-built.txt").unlink()
+    else:
+        load_planetoid("Cora", root, mirror)
+        shutil.rmtree(processed)
+        shutil.copytree(root / "Cora" / "processed", processed)
+    before = {path: path.read_bytes() for path in processed.iterdir()}
+    deny_writes(root)
+    with pytest.raises(GraphseqError, match=f"^{re.escape(str(processed))} is not the cache this loader built from "
+                                            f"the CiteSeer files in {re.escape(str(root / 'CiteSeer' / 'raw'))} "
+                                            f"\\(.*\\) and cannot be rebuilt: {re.escape(str(root / 'CiteSeer'))} "
+                                            f"is not writable; make it writable"):
+        load_planetoid("CiteSeer", root, mirror)
+    assert {path: path.read_bytes() for path in processed.iterdir()} == before
+
+
+@pytest.mark.parametrize("refusal", ["by its permissions", "by a failed write"])
+def test_a_read_only_root_without_a_cache_is_called_not_writable(tmp_path, write_fake_planetoid, deny_writes,
+                                                                 monkeypatch, refusal):
+    # The OSError of PyG's first write blamed the raw files: "one of them may be damaged".
+    root = tmp_path / "root"
+    write_fake_planetoid(root / "PubMed" / "raw", "PubMed")
+    if refusal == "by its permissions":
+        deny_writes(root)
+        expected = f"cannot build PyG's cache of the PubMed files: {root / 'PubMed'} is not writable; make it writable"
+    else:
+        import torch_geometric.io.fs as fs
+
+        def read_only(path, *args, **kwargs):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+
+        monkeypatch.setattr(fs, "makedirs", read_only)
+        expected = (f"cannot build PyG's cache of the PubMed files in {root / 'PubMed' / 'processed'}: "
+                    f"Read-only file system; make the folder writable")
+    before = sorted(root.rglob("*"))
+    with pytest.raises(GraphseqError, match=f"^{re.escape(expected)}"):
+        load_planetoid("PubMed", root)
+    assert sorted(root.rglob("*")) == before
+
+
+@pytest.mark.parametrize("where", ["mirror", "data root"])
+def test_an_unreadable_generated_file_is_named_and_what_was_taken_goes(tmp_path, write_fake_planetoid, where):
+    # The refusal named the folder ("one of them may be damaged") and left
+    # the copies from the mirror and processed/ in the root.
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    raw = (mirror if where == "mirror" else root) / "PubMed" / "raw"
+    write_fake_planetoid(raw, "PubMed")
+    (raw / "ind.pubmed.ty").write_bytes(b"junk")
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(GraphseqError, match=f"^damaged dataset file {re.escape(str(raw / 'ind.pubmed.ty'))}: "
+                                            f"UnpicklingError: .*; replace it with a good copy"):
+        load_planetoid("PubMed", root, mirror)
+    assert sorted(tmp_path.rglob("*")) == before

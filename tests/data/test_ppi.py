@@ -193,3 +193,36 @@ def test_graphs_whose_rows_are_not_together_are_named(tmp_path):
     with pytest.raises(GraphseqError, match=r"damaged PPI file \S*train_graph_id\.npy: the rows of graph 1 "
                                             r"are not together.*PyG"):
         load_ppi(tmp_path)
+
+
+def test_a_copied_data_root_keeps_serving_its_cache(tmp_path, deny_writes):
+    # The stamp held the raw files' modification times: a copy (cp -r) of a
+    # built root, read-only, was refused, and a writable one rebuilt.
+    import os
+    import shutil
+
+    first, copy = tmp_path / "first", tmp_path / "copy"
+    _raw(first)
+    load_ppi(first)
+    shutil.copytree(first, copy)
+    for path in (copy / "PPI" / "raw").iterdir():  # As cp -r leaves them: copied now.
+        stat = path.stat()
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10 ** 9))
+    processed = copy / "PPI" / "processed"
+    before = {path: path.stat().st_mtime_ns for path in processed.iterdir()}
+    deny_writes(copy)
+    assert len(load_ppi(copy)["train"]) == 2
+    assert {path: path.stat().st_mtime_ns for path in processed.iterdir()} == before  # served, not rebuilt
+
+
+def test_a_read_only_cache_of_other_raw_files_is_refused_by_name_and_kept(tmp_path, deny_writes):
+    write_ppi_raw(tmp_path / "PPI" / "raw", graphs=(2, 1, 1), nodes=10, features=4, labels=3)
+    load_ppi(tmp_path)
+    write_ppi_raw(tmp_path / "PPI" / "raw", graphs=(2, 1, 1), nodes=10, features=6, labels=3)
+    processed = tmp_path / "PPI" / "processed"
+    before = {path: path.read_bytes() for path in processed.iterdir()}
+    deny_writes(tmp_path)
+    with pytest.raises(GraphseqError, match=f"^{processed} is not the cache this loader built .* and cannot be "
+                                            f"rebuilt: {tmp_path / 'PPI'} is not writable; make it writable"):
+        load_ppi(tmp_path)
+    assert {path: path.read_bytes() for path in processed.iterdir()} == before
