@@ -449,18 +449,28 @@ class _OutputError(Exception):
 
 class _Output:
     """Standard output, whose failed writes are told apart from the OSErrors
-    of the files a command reads."""
+    of the files a command reads. A closed standard output (``>&-``, where
+    Python has no stream) takes every write and drops it, as ``print`` does
+    then; a person's oracle is refused in the run's checks instead."""
 
     def __init__(self, stream):
         self.stream = stream
 
+    @property
+    def closed(self) -> bool:
+        return self.stream is None or getattr(self.stream, "closed", False)
+
     def write(self, text: str) -> int:
+        if self.stream is None:
+            return len(text)
         try:
             return self.stream.write(text)
         except OSError as error:
             raise _OutputError(error) from None
 
     def flush(self) -> None:
+        if self.stream is None:
+            return
         try:
             self.stream.flush()
         except OSError as error:
@@ -483,6 +493,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # A name like Veličković under an ASCII locale: escaped, not a crash.
         if hasattr(stream, "reconfigure") and stream.errors == "strict":
             stream.reconfigure(errors="backslashreplace")
+    # Bytes that are no text in the locale's encoding, piped to the prompt, make an answer that is
+    # no class (and says so, naming the line), not a UnicodeDecodeError.
+    if hasattr(sys.stdin, "reconfigure") and getattr(sys.stdin, "errors", None) == "strict":
+        sys.stdin.reconfigure(errors="surrogateescape")
     stdout, sys.stdout = sys.stdout, _Output(sys.stdout)
     try:
         code = _command(argv)

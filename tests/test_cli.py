@@ -267,6 +267,13 @@ def test_names_outside_ascii_are_escaped_where_the_output_is_ascii():
     assert result.returncode == 0 and "Veli\\u010dkovi\\u0107" in result.stdout, result.stderr
 
 
+def test_a_closed_standard_output_drops_what_a_command_prints(monkeypatch, capsys):
+    # `graphseq list >&-`: Python has no sys.stdout then, and print drops its text; no traceback.
+    monkeypatch.setattr(sys, "stdout", None)
+    assert main(["list"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_threads_are_set_before_torch_loads():
     code = ("import sys; from graphseq import cli; "
             "sys.argv = ['graphseq', 'run', 'no-such-pipeline', '--threads', '1']; "

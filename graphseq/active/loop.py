@@ -194,16 +194,18 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
     skipped = set(store.skipped(strategy))
     queue = store.pending(strategy)  # The questions left of a round cut short.
     if len(labelled) + len(queue) > budget:  # a resumed run given a smaller budget
-        raise GraphseqError(f"the budget ({budget}) is smaller than the {len(labelled)} labels stored in {store.path}"
-                            + (f" and the {len(queue)} questions left of the round cut short" if queue else "")
-                            + f"; resume with a budget of {len(labelled) + len(queue)} or more")
+        left = f" and the {plural(len(queue), 'question')} left of the round cut short" if queue else ""
+        raise GraphseqError(f"the budget ({budget}) is smaller than the {plural(len(labelled), 'label')} stored in "
+                            f"{store.path}{left}; resume with a budget of {len(labelled) + len(queue)} or more")
     if resume:
-        log.info(f"{strategy}: resumed with {len(labelled)} labels, {len(skipped)} skipped items"
-                 + (f" and {len(queue)} questions left of the last round" if queue else ""))
+        log.info(f"{strategy}: resumed with {plural(len(labelled), 'label')}, "
+                 f"{plural(len(skipped), 'skipped item')}"
+                 + (f" and {plural(len(queue), 'question')} left of the last round" if queue else ""))
 
     pool = oracle.restrict(task.pool)
     stopped = False
-    bar = tqdm(total=budget, initial=len(labelled), desc=strategy, disable=not progress, leave=False)
+    # disable=None: no bar where stderr is no terminal (a log file), which its \r redraws would fill.
+    bar = tqdm(total=budget, initial=len(labelled), desc=strategy, disable=None if progress else True, leave=False)
     try:
         while True:
             probabilities = embeddings = None
@@ -247,7 +249,7 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                 if reply is QUIT:
                     stopped = True
                     # Wrapped to the width, but the command on a line of its own, whole, to copy.
-                    said = fit(f"stopped with {len(labelled)} labels stored in {store.path}",
+                    said = fit(f"stopped with {plural(len(labelled), 'label')} stored in {store.path}",
                                getattr(oracle, "width", None) or terminal_width())
                     oracle.tell("\n".join(said + ([f"continue with: {resume_hint}"] if resume_hint else [])))
                     break
@@ -278,6 +280,11 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
     finally:
         bar.close()
     return Outcome(store.rounds(strategy), len(labelled), stopped)
+
+
+def plural(count: int, noun: str) -> str:
+    """``"1 label"``, ``"2 labels"``: a count as a person says it."""
+    return f"{count} {noun}{'s' * (count != 1)}"
 
 
 def round_generator(seed: int, strategy: str, answers: int) -> torch.Generator:

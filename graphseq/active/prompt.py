@@ -3,13 +3,19 @@ what a person needs to decide about an item and reads the answer from a
 stream it is given (``sys.stdin`` at the terminal, an ``io.StringIO`` in
 tests, a pipe in scripts); it never calls ``input()``.
 
-Answers: a class name (a unique prefix is enough, any case) or number;
-``?`` help, ``s`` skip, ``u`` undo the last answer, ``q`` save and quit.
-Anything else is asked again and stores nothing. The end of the input
-counts as ``q``, and so does a last line without its line end (a stream
-cut off there could name another class by a prefix of the answer). Every
-line of a question and of the help fits the terminal's width: a longer one
-is wrapped at words, keeping its indent.
+Answers: a class name (a unique prefix is enough, any case, a space for
+an underscore) or number; ``?`` help, ``s`` skip, ``u`` undo the last
+answer, ``q`` save and quit. Anything else is asked again at a terminal
+and stores nothing; read from a pipe or a file it stops the run with an
+error naming the line, since the next line there was written for the next
+item and would be stored for this one. The end of the input counts as
+``q``, and so does a last line without its line end (a stream cut off
+there could name another class by a prefix of the answer). A byte-order
+mark before an answer is no part of it. At a terminal, keys typed while
+no question was shown (the model retraining) are dropped before the next
+question: they would answer one the person has not seen. Every line of a
+question and of the help fits the terminal's width: a longer one is
+wrapped at words, keeping its indent.
 """
 from __future__ import annotations
 
@@ -18,15 +24,23 @@ import sys
 import textwrap
 from typing import Optional, TextIO, Union
 
+try:
+    import termios
+except ImportError:  # Windows: no terminal line discipline to flush
+    termios = None
+
+from ..errors import GraphseqError
 from ..views import terminal_width
 from .oracles import QUIT, SKIP, UNDO, Question, Reply, parse_class, quoted
 
 NO_BREAK = "\u00a0"  # textwrap breaks lines at ASCII spaces only
+BOM = "\ufeff"  # what Windows editors (and PowerShell's pipes) put before the first line
 COMMANDS = {"s": SKIP, "skip": SKIP, "u": UNDO, "undo": UNDO, "q": QUIT, "quit": QUIT}
 
 HELP = """\
 Type the class of the item shown, by name or number; a unique prefix of the
-name is enough and case does not matter. Every answer is saved at once.
+name is enough, case does not matter, and a space does for an underscore.
+Every answer is saved at once.
   s   skip: no label for this item; it is not asked again, even after --resume
   u   undo: take back your last answer (or skip) and be asked it again
   q   save and quit: continue later with 'graphseq run ... --resume --out DIR'
@@ -37,14 +51,27 @@ type at least two of its letters."""
 
 def parse_reply(text: str, class_names) -> Union[Reply, str]:
     """A reply, ``"?"`` for help, or raises ValueError saying what is wrong."""
-    text = text.strip()
+    text = text.strip().removeprefix(BOM).strip()
     if not text:
         raise ValueError("type a class name or number (? for help)")
     if text == "?" or text.lower() == "help":
         return "?"
     if text.lower() in COMMANDS:
         return COMMANDS[text.lower()]
-    return parse_class(text, class_names)
+    try:
+        return parse_class(text, class_names)
+    except ValueError:
+        # "neural networks" for Neural_Networks: a person types the space they read the name with.
+        try:
+            return parse_class(words(text), [words(name) for name in class_names])
+        except ValueError:
+            pass
+        raise
+
+
+def words(name: str) -> str:
+    """``name`` with each run of spaces, underscores and hyphens as one space."""
+    return re.sub(r"[\s_-]+", " ", name).strip()
 
 
 class HumanOracle:
@@ -59,6 +86,7 @@ class HumanOracle:
         self.width = width  # None: the terminal's, read at every question (it may be resized).
         self.closed = False  # After q or the end of input, every question gets QUIT.
         self.shown_classes = False
+        self.lines = 0  # Lines read, so that a refused piped line can be named.
 
     def _width(self) -> int:
         return self.width if self.width is not None else terminal_width()
@@ -87,6 +115,7 @@ class HumanOracle:
     def ask(self, question: Question) -> Reply:
         if self.closed:
             return QUIT
+        self._drop_type_ahead()
         if not self.shown_classes:
             self._write(self.classes(question.class_names, "(? help, s skip, u undo, q quit)"))
             self.shown_classes = True
@@ -114,13 +143,19 @@ class HumanOracle:
                              f"answer)" if line else ")"))
                 self.closed = True
                 return QUIT
-            if not self.input.isatty():
+            self.lines += 1
+            line = line.removeprefix(BOM)
+            typed = self.input.isatty()
+            if not typed:
                 # No terminal echoes piped answers; echoing them makes the
                 # transcript read like a session (a long line cut to the width).
                 self._write(clip(line.rstrip("\n"), self._width() - len("label> ")))
             try:
                 reply = parse_reply(line, question.class_names)
             except ValueError as problem:
+                if not typed:
+                    self.closed = True
+                    raise self._refused(line, problem) from None
                 self._write(f"  {problem}")
                 continue
             if reply == "?":
@@ -131,6 +166,26 @@ class HumanOracle:
                 self.closed = True
             return reply
 
+    def _refused(self, line: str, problem: ValueError) -> GraphseqError:
+        """Why a piped line that is no answer stops the run: asked again, the
+        item would take the next line, written for the next item, and every
+        later answer would be stored one item off."""
+        what = "is empty" if not line.strip() else f"is no answer: {problem}"
+        return GraphseqError(f"input line {self.lines} {what}; an answer read from a pipe or a file is not asked "
+                             f"again (the next line would be stored for this item): the answers before it are "
+                             f"saved; correct the line and continue with --resume")
+
+    def _drop_type_ahead(self) -> None:
+        """Discards what was typed at the terminal since the last answer, while
+        the model retrained: it would answer a question not yet shown."""
+        if termios is None:
+            return
+        try:
+            if self.input.isatty():
+                termios.tcflush(self.input.fileno(), termios.TCIFLUSH)
+        except (OSError, ValueError, termios.error):
+            pass  # not a terminal after all (a wrapped stream); nothing typed ahead to drop
+
     def tell(self, text: str) -> None:
         """Writes ``text`` as it is: its lines may hold a command to copy,
         which a break would spoil (the terminal folds a long line itself)."""
@@ -138,6 +193,19 @@ class HumanOracle:
 
     def restrict(self, pool):
         return pool
+
+
+def check_streams(input: Optional[TextIO], output: Optional[TextIO]) -> None:
+    """Refuses a person's oracle whose standard input or output is closed
+    (``<&-``, ``>&-``; Python then has no stream at all): found in the
+    run's checks, before any file of the run is written, not at the first
+    question."""
+    for stream, role, remedy in ((input, "reads your answers from standard input",
+                                  "a terminal, a pipe or a file (< answers.txt)"),
+                                 (output, "shows its questions on standard output",
+                                  "a terminal or a file (> transcript.txt)")):
+        if stream is None or getattr(stream, "closed", False):
+            raise GraphseqError(f"the human oracle (--oracle human) {role}, which is closed; give it {remedy}")
 
 
 def fit(line: str, width: int) -> list[str]:

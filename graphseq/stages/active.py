@@ -25,7 +25,7 @@ from ..active.tasks import cora_task, polarity_task
 from ..active.learners import GCNLearner
 from ..active.loop import active_learning as run_loop
 from ..active.oracles import FileOracle, SimulatedOracle
-from ..active.prompt import HumanOracle
+from ..active.prompt import HumanOracle, check_streams
 from ..active.store import STORE_NAME, LabelStore
 from ..active.strategies import STRATEGIES
 from ..checks import Domain, at_least, each, non_negative, one_of, positive, probability
@@ -99,12 +99,21 @@ def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int)
     raise GraphseqError(f"unknown oracle {kind!r}; choose one of {', '.join(ORACLES)}")
 
 
+def check_human_streams() -> None:
+    """Refuses a person's oracle with standard input or output closed, in a
+    precheck: found at the first question, it would end a run whose folder
+    was written already."""
+    check_streams(sys.stdin, sys.stdout)
+
+
 def _check_active(check, *, budget: int, initial: int, oracle: str, labels: str, reference: bool, **_) -> None:
     # What the stage would find only after the run folder is made.
     if budget < initial:  # The loop refuses it too, but only after labels.sqlite is made.
         raise GraphseqError(f"{check.table}.budget ({budget}) is smaller than the initial labelled set "
                             f"({check.table}.initial = {initial}); the budget counts the initial labels too")
     kind = check.options.get("oracle", oracle)  # An oracle object handed to graphseq.run, or a name.
+    if kind == "human":
+        check_human_streams()
     if labels and getattr(kind, "source", kind) != "file":
         raise GraphseqError(f"a labels file ({labels}) is answered only by oracle = \"file\" "
                             f"(--oracle file), not {getattr(kind, 'source', kind)!r}")

@@ -36,7 +36,7 @@ from ..io import first_sentence, load_checkpoint, read_json, write_json
 from ..models.fewshot import EMBEDDINGS, QUERY_MODES, UNKNOWN_LABELS, FewShotConfig, FewShotModel
 from ..training import CHECKPOINT, train_steps
 from ..views import image_blocks, side_by_side, terminal_width
-from .active import ORACLES, make_oracle
+from .active import ORACLES, check_human_streams, make_oracle
 from .registry import stage, stage_params
 
 # A training's name suffixes its files and figures: letters, digits, underscores.
@@ -636,6 +636,8 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
     ``--resume``, stored answers the run cannot hold."""
     if not oracle and "oracle" not in check.options:
         return  # No oracle: the stage is skipped.
+    if check.options.get("oracle", oracle) == "human":
+        check_human_streams()
     for folder in check.resumed:  # the run's folders that --resume continues
         if (folder / STORE_NAME).is_file():
             _stored_answers(check.table, folder / STORE_NAME, query, episodes, check.facts.get("fewshot_ways"))
@@ -653,7 +655,8 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
 @stage("fewshot_oracle", checks={"episodes": at_least(1), "oracle": one_of("", *ORACLES), "labels": EXISTING_FILE,
                                   "noise": probability, "query": one_of(*QUERY_MODES), "training": NAME,
                                   "picture_width": at_least(8)},
-        options=("oracle", "labels"), resume_may_change=("episodes", "oracle", "labels", "noise"),
+        options=("oracle", "labels"),
+        resume_may_change=("episodes", "oracle", "labels", "noise", "picture_width"),  # the last: display only
         resume_reads=(STORE_NAME, ORACLE_RECORD), precheck=_check_oracle,
         applies={"episodes": {"oracle": ORACLES}, "query": {"oracle": ORACLES}, "training": {"oracle": ORACLES},
                  "noise": {"oracle": ("simulated",)}, "labels": {"oracle": ("file",)},

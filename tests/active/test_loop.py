@@ -43,6 +43,13 @@ def task():
 HINT = "graphseq run active-cora --resume --out runs/me"
 
 
+class Typed(io.StringIO):
+    """Answers typed at a terminal, where a line that is no answer is asked again."""
+
+    def isatty(self):
+        return True
+
+
 def run(store, oracle, resume=False, budget=6, batch_size=2, learner=None, initial=None):
     return active_learning(task(), learner or FractionLearner(), oracle, store, strategy="entropy",
                            initial={0: 0} if initial is None else initial, budget=budget,
@@ -58,7 +65,7 @@ def test_stored_labels_are_exactly_the_accepted_answers(tmp_path):
     script = "theory\nbanana\n\nrule\nu\nca\n7\n?\n1\ns\nq\n"
     output = io.StringIO()
     with LabelStore(tmp_path / STORE_NAME) as store:
-        outcome = run(store, HumanOracle(io.StringIO(script), output))
+        outcome = run(store, HumanOracle(Typed(script), output))
         assert stored(store) == [(0, "Theory", "initial"), (3, "Theory", "human"), (7, "Case_Based", "human"),
                                  (2, "Rule_Learning", "human")]
         assert store.skipped("entropy") == [6]
@@ -141,7 +148,7 @@ def test_a_resume_with_a_budget_below_the_labels_stored_is_refused(tmp_path):
     for budget in (3, 4):
         with LabelStore(tmp_path / STORE_NAME) as store, pytest.raises(
                 GraphseqError, match=rf"the budget \({budget}\) is smaller than the 4 labels stored in .* and the 1 "
-                                     r"questions left of the round cut short; resume with a budget of 5 or more"):
+                                     r"question left of the round cut short; resume with a budget of 5 or more"):
             run(store, HumanOracle(io.StringIO("t\n"), io.StringIO()), resume=True, budget=budget)
     assert (tmp_path / STORE_NAME).read_bytes() == before
 
@@ -173,7 +180,7 @@ def test_the_stop_message_fits_the_width_and_keeps_the_command_whole(tmp_path):
     lines = output.getvalue().splitlines()
     assert lines[-1] == f"continue with: {HINT}"  # longer than 40 columns, but whole, to copy
     said = lines[lines.index("label> q") + 1:-1]
-    assert " ".join(said) == f"stopped with 1 labels stored in {store.path}"
+    assert " ".join(said) == f"stopped with 1 label stored in {store.path}"
     assert all(len(line) <= 40 for line in said if " " in line)  # a long path alone may be wider
 
 
@@ -319,3 +326,14 @@ def test_undo_into_a_finished_round_gives_the_curve_and_questions_of_the_kept_an
     if strategy == "entropy":
         assert results[0][0] == [[1, 1 / 8], [3, 3 / 8]]
         assert results[0][2] == [2, 6]  # chosen by the model of 3 = Theory, 7 = Rule_Learning
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_the_progress_bar_is_drawn_on_a_terminal_only(tmp_path, monkeypatch, terminal):
+    # A stderr redirected to a file would fill with the bar's \r redraws.
+    stderr = Typed() if terminal else io.StringIO()
+    monkeypatch.setattr("sys.stderr", stderr)
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        active_learning(task(), FractionLearner(), SimulatedOracle(TRUTH), store, strategy="entropy",
+                        initial={0: 0}, budget=4, batch_size=2, progress=True)
+    assert ("\r" in stderr.getvalue()) == terminal

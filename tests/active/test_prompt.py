@@ -1,0 +1,100 @@
+"""The prompt as piped answers and a terminal reach it: a byte-order mark,
+a line that is no answer in a pipe, keys typed while no question was shown,
+and closed standard streams."""
+import io
+import os
+import pty
+
+import pytest
+
+from graphseq.active.oracles import QUIT, Question
+from graphseq.active.prompt import HumanOracle, parse_reply
+from graphseq.errors import GraphseqError
+
+CLASSES = ["Theory", "Reinforcement_Learning", "Genetic_Algorithms", "Rule_Learning"]
+
+
+def question(item=5):
+    return Question(item, CLASSES, ["  some detail"], "age: 3 of 10 labels, round 1")
+
+
+def test_a_byte_order_mark_before_the_first_answer_is_no_part_of_it():
+    # Windows editors and PowerShell's pipes start a file with one; the answers must stay on their items.
+    oracle = HumanOracle(io.StringIO("\ufeffge\nru\n"), io.StringIO())
+    assert [oracle.ask(question()), oracle.ask(question())] == [2, 3]
+    assert parse_reply("\ufeff ru ", CLASSES) == 3
+
+
+def test_a_piped_line_that_is_no_answer_stops_instead_of_taking_the_next_items_answer():
+    output = io.StringIO()
+    oracle = HumanOracle(io.StringIO("ge\nbanana\nru\n\n"), output)
+    assert oracle.ask(question()) == 2
+    with pytest.raises(GraphseqError, match=r"^input line 2 is no answer: 'banana' is no class; .*"
+                                            r"continue with --resume$") as refused:
+        oracle.ask(question())
+    assert "\n" not in str(refused.value)  # the CLI's one line
+    assert oracle.ask(question()) is QUIT  # "ru", written for the next item, is never read for this one
+
+
+def test_a_piped_empty_line_and_undecodable_bytes_are_named():
+    with pytest.raises(GraphseqError, match=r"^input line 1 is empty; "):
+        HumanOracle(io.StringIO("\nge\n"), io.StringIO()).ask(question())
+    # What cli.main makes of a byte that is no UTF-8 (stdin read with errors="surrogateescape").
+    piped = io.TextIOWrapper(io.BytesIO(b"\xffge\n"), encoding="utf-8", errors="surrogateescape")
+    with pytest.raises(GraphseqError, match=r"^input line 1 is no answer: '\\udcffge' is no class"):
+        HumanOracle(piped, io.StringIO()).ask(question())
+
+
+class Terminal:
+    """A pseudo-terminal whose person types ``typed_ahead`` before the
+    question and ``answer`` once the prompt shows (no timing involved: the
+    answer is typed when the oracle writes ``label> ``)."""
+
+    def __init__(self, typed_ahead, answer):
+        self.master, slave = pty.openpty()
+        self.input = open(slave, "r", encoding="utf-8", closefd=True)
+        self.text, self.answer = "", answer
+        os.write(self.master, typed_ahead.encode())
+
+    def write(self, text):
+        self.text += text
+        if text == "label> ":
+            os.write(self.master, (self.answer + "\n").encode())
+        return len(text)
+
+    def flush(self):
+        pass
+
+    def close(self):
+        self.input.close()
+        os.close(self.master)
+
+
+def test_keys_typed_while_the_model_retrained_answer_no_question():
+    terminal = Terminal(typed_ahead="th\n", answer="ge")
+    try:
+        assert terminal.input.isatty()
+        assert HumanOracle(terminal.input, terminal, width=80).ask(question()) == 2
+    finally:
+        terminal.close()
+
+
+@pytest.mark.parametrize("input, output, problem", [
+    (None, io.StringIO(), "reads your answers from standard input, which is closed"),
+    (io.StringIO("q\n"), None, "shows its questions on standard output, which is closed"),
+])
+def test_closed_standard_streams_are_refused_by_name(input, output, problem):
+    from graphseq.active.prompt import check_streams
+
+    closed = io.StringIO()
+    closed.close()
+    for stream in (None, closed):
+        with pytest.raises(GraphseqError, match=problem):
+            check_streams(stream if input is None else input, stream if output is None else output)
+    check_streams(io.StringIO(), io.StringIO())
+
+
+@pytest.mark.parametrize("text", ["neural networks", "Neural  Networks", "neural n", "neural-networks"])
+def test_a_class_name_may_be_typed_with_spaces_for_its_underscores(text):
+    assert parse_reply(text, CLASSES + ["Neural_Networks"]) == 4
+    assert parse_reply(text.replace(" ", "_"), ["Theory", "Neural Networks"]) == 1
