@@ -205,8 +205,10 @@ def _end_with_the_launcher() -> None:
 # What gloo's error says when another process of the group went away: it read
 # the end of the connection, or the connection was reset, while reading ("Read
 # error ...: Connection reset by peer") or writing ("writev ...: Broken pipe"), or
-# it found the connection closed before a send or receive ("Socket closed ...").
-LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Socket closed")
+# it found the connection closed before a send or receive ("Socket closed ...",
+# "Socket unexpectedly closed ...").
+LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Socket closed",
+             "Socket unexpectedly closed")
 
 # How long a worker whose peer went away waits for torch's elastic launcher to
 # stop it. The launcher looks at its workers every 0.1 s (--monitor-interval)

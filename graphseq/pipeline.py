@@ -418,7 +418,9 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 
 
 def default_data_root() -> Path:
-    return Path(os.environ.get("GRAPHSEQ_DATA", "datasets"))
+    # An empty GRAPHSEQ_DATA (``GRAPHSEQ_DATA= graphseq run ...``) is unset, as
+    # the mirror's is: as a path it would be the working folder.
+    return Path(os.environ.get("GRAPHSEQ_DATA") or "datasets")
 
 
 def default_data_mirror() -> Optional[Path]:
@@ -428,7 +430,12 @@ def default_data_mirror() -> Optional[Path]:
 
 def data_places(data_root: str | os.PathLike | None, data_mirror: str | os.PathLike | None
                 ) -> tuple[Path, Optional[Path]]:
-    """The data root and mirror a run reads: those given, else the defaults."""
+    """The data root and mirror a run reads: those given, else the defaults.
+    An empty one given is refused: ``--data-root "$DATA"`` with ``DATA``
+    unset would otherwise write the datasets into the working folder."""
+    for value, option in ((data_root, "--data-root"), (data_mirror, "--data-mirror")):
+        if value is not None and not str(value).strip():
+            raise GraphseqError(f"{option} is empty; name a folder, or leave the option out for its default")
     return (Path(data_root) if data_root is not None else default_data_root(),
             Path(data_mirror) if data_mirror is not None else default_data_mirror())
 

@@ -3,6 +3,7 @@ code 2 and a message that names it, never a traceback."""
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -490,3 +491,19 @@ def test_labels_says_how_many_items_were_skipped_and_lists_them_with_skips(tmp_p
     out, err = capsys.readouterr()
     assert [line.rsplit(",", 1)[0] for line in out.splitlines()[1:]] == ["1,Theory,initial", "4,,human", "6,,human"]
     assert err == ""
+
+
+@pytest.mark.parametrize("option", ["--data-root", "--data-mirror"])
+def test_an_empty_data_folder_is_refused_not_taken_for_the_working_folder(option, capsys, tmp_path, monkeypatch):
+    # '--data-root "$DATA"' with DATA unset: the datasets would go into the folder the command ran in.
+    monkeypatch.chdir(tmp_path)
+    err = fail(capsys, "run", "gat-cora", option, "", "--set", "train.max_epochs=1", "--out", "run")
+    assert f"{option} is empty; name a folder, or leave the option out for its default" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_graphseq_data_is_unset(monkeypatch):
+    from graphseq.pipeline import default_data_root
+
+    monkeypatch.setenv("GRAPHSEQ_DATA", "")
+    assert default_data_root() == Path("datasets")

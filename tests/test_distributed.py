@@ -176,7 +176,8 @@ def test_a_worker_that_lost_its_peer_says_so_in_one_line(capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("said", ["Read error [127.0.0.1]:5: Connection reset by peer",
-                                  "writev [127.0.0.1]:5: Broken pipe", "Socket closed [127.0.0.1]:5"])
+                                  "writev [127.0.0.1]:5: Broken pipe", "Socket closed [127.0.0.1]:5",
+                                  "Socket unexpectedly closed [127.0.0.1]:5"])
 def test_every_word_gloo_has_for_a_lost_peer_ends_the_worker_in_one_line(capsys, monkeypatch, said):
     # A peer killed mid-collective: gloo's words depend on where this worker was (reading, writing, or
     # about to), and each printed a traceback that buried the cause the launcher reports.
