@@ -131,3 +131,24 @@ def write_fake_omniglot():
 @pytest.fixture
 def write_fake_miniimagenet():
     return _write_fake_miniimagenet
+
+
+@pytest.fixture
+def deny_writes(monkeypatch):
+    """A data root that says it is read-only, for the loaders' tests: makes
+    ``os.access`` answer as a read-only mount would for everything under the
+    folder given. The tests run as root, who may write anywhere, so
+    permissions cannot make a folder read-only here."""
+    real = os.access
+
+    def deny(folder):
+        folder = Path(folder).resolve()
+
+        def access(path, mode, *args, **kwargs):
+            if mode & os.W_OK and Path(path).resolve().is_relative_to(folder):
+                return False
+            return real(path, mode, *args, **kwargs)
+
+        monkeypatch.setattr(os, "access", access)
+
+    return deny
