@@ -8,7 +8,8 @@ an underscore) or number; ``?`` help, ``s`` skip, ``u`` undo the last
 answer, ``q`` save and quit. Anything else is asked again at a terminal
 and stores nothing; read from a pipe or a file it stops the run with an
 error naming the line, since the next line there was written for the next
-item and would be stored for this one. The end of the input counts as
+item and would be stored for this one (a blank line there is passed
+over). The end of the input counts as
 ``q``, and so does a last line without its line end (a stream cut off
 there could name another class by a prefix of the answer). A byte-order
 mark before an answer is no part of it. At a terminal, keys typed while
@@ -146,6 +147,8 @@ class HumanOracle:
             self.lines += 1
             line = line.removeprefix(BOM)
             typed = self.input.isatty()
+            if not typed and not line.strip():
+                continue  # A blank line in a file of answers separates them (or ends the file): no answer.
             if not typed:
                 # No terminal echoes piped answers; echoing them makes the
                 # transcript read like a session (a long line cut to the width).
@@ -170,8 +173,7 @@ class HumanOracle:
         """Why a piped line that is no answer stops the run: asked again, the
         item would take the next line, written for the next item, and every
         later answer would be stored one item off."""
-        what = "is empty" if not line.strip() else f"is no answer: {problem}"
-        return GraphseqError(f"input line {self.lines} {what}; an answer read from a pipe or a file is not asked "
+        return GraphseqError(f"input line {self.lines} is no answer: {problem}; an answer read from a pipe or a file is not asked "
                              f"again (the next line would be stored for this item): the answers before it are "
                              f"saved; correct the line and continue with --resume")
 

@@ -36,9 +36,10 @@ def test_a_piped_line_that_is_no_answer_stops_instead_of_taking_the_next_items_a
     assert oracle.ask(question()) is QUIT  # "ru", written for the next item, is never read for this one
 
 
-def test_a_piped_empty_line_and_undecodable_bytes_are_named():
-    with pytest.raises(GraphseqError, match=r"^input line 1 is empty; "):
-        HumanOracle(io.StringIO("\nge\n"), io.StringIO()).ask(question())
+def test_piped_blank_lines_are_passed_over_and_undecodable_bytes_are_named():
+    # Blank lines separate answers in a file (and end it): no answer, no stop.
+    oracle = HumanOracle(io.StringIO("\nge\n \n\nru\n\n"), io.StringIO())
+    assert [oracle.ask(question()), oracle.ask(question()), oracle.ask(question())] == [2, 3, QUIT]
     # What cli.main makes of a byte that is no UTF-8 (stdin read with errors="surrogateescape").
     piped = io.TextIOWrapper(io.BytesIO(b"\xffge\n"), encoding="utf-8", errors="surrogateescape")
     with pytest.raises(GraphseqError, match=r"^input line 1 is no answer: '\\udcffge' is no class"):
