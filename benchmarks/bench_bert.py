@@ -83,7 +83,7 @@ def main() -> None:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="cpu",
                         help="time wall-clock or this process's CPU seconds (less disturbed by other jobs)")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--data-root", default=os.environ.get("GRAPHSEQ_DATA", "datasets"))
+    parser.add_argument("--data-root", default=os.environ.get("GRAPHSEQ_DATA") or "datasets")
     parser.add_argument("--data-mirror", default=os.environ.get("GRAPHSEQ_MIRROR"))
     args = parser.parse_args()
 

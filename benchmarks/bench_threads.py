@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=at_least(1), default=2)
     parser.add_argument("--epochs", type=at_least(3), default=60,
                         help="epochs a run (at least 3, so that the first, warm-up epoch is not the median)")
-    parser.add_argument("--data-root", default=os.environ.get("GRAPHSEQ_DATA", "datasets"),
+    parser.add_argument("--data-root", default=os.environ.get("GRAPHSEQ_DATA") or "datasets",
                         help="where CiteSeer is, or is downloaded to (default $GRAPHSEQ_DATA or ./datasets)")
     parser.add_argument("--data-mirror", default=os.environ.get("GRAPHSEQ_MIRROR"),
                         help="a local copy of the download sources (default $GRAPHSEQ_MIRROR)")

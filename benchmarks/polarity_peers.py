@@ -195,7 +195,7 @@ def main() -> None:
     parser.add_argument("--spv", default=None, metavar="RUN_DIR",
                         help="a finished spv-polarity run to list beside (instead of running spv-* here)")
     parser.add_argument("--json", default=None, help="write every fold's figures here, after each")
-    parser.add_argument("--data-root", default=os.environ.get("GRAPHSEQ_DATA", "datasets"))
+    parser.add_argument("--data-root", default=os.environ.get("GRAPHSEQ_DATA") or "datasets")
     parser.add_argument("--data-mirror", default=os.environ.get("GRAPHSEQ_MIRROR"))
     parser.add_argument("--scratch", default="runs/polarity-peers", help="where the BiLSTM's runs go")
     args = parser.parse_args()
