@@ -39,7 +39,7 @@ from torch import Tensor
 from ..checks import is_integer
 from ..errors import GraphseqError
 from ..io import load_checkpoint, read_utf8, save_checkpoint
-from .files import Checksum, check_file, check_folder_places, download_url
+from .files import Checksum, check_file, check_folder_places, check_writable, download_url
 from .episodes import FewShotClasses
 
 FOLDER = "omniglot-py"
@@ -238,7 +238,8 @@ def load_omniglot(root: Path, mirror: Optional[Path] = None, size: int = 28, dow
         raise GraphseqError(f"load_omniglot needs a size of at least 1 pixel, got {size!r}")
     log = log or logging.getLogger("graphseq")
     cache = Path(root) / FOLDER / "processed" / f"omniglot-{size}x{size}.pt"
-    # Refused before 32,000 PNGs are decoded for a cache that cannot be written.
+    # A file where the cache goes is refused before 32,000 PNGs are decoded
+    # for a cache that cannot be written; so is a folder that cannot be written, below.
     check_folder_places([cache.parent], "the Omniglot cache goes there")
     if cache.is_dir():
         raise GraphseqError(f"{cache} is not a file (the Omniglot cache goes there); move it away and run again")
@@ -262,6 +263,7 @@ def load_omniglot(root: Path, mirror: Optional[Path] = None, size: int = 28, dow
                             f"rebuilding it")
         except Exception:  # A torn or foreign file: rebuild it rather than fail.
             log.info(f"{cache} is unreadable; rebuilding it")
+    check_writable(cache.parent, f"cannot build the Omniglot cache {cache.name}")
     omniglot = build_omniglot(folder, files, size, log)
     save_checkpoint({"key": key, "images": omniglot.images, "characters": omniglot.characters,
                      "sha256": _contents_digest(omniglot), "source": str(folder)}, cache)

@@ -346,3 +346,16 @@ def test_a_drawing_edited_at_the_same_size_in_bytes_rebuilds_the_cache(write_fak
     second = load_omniglot(root, mirror, size=28, download=False)
     assert torch.equal(second.images[0, 0], first.images[2, 0])
     assert not torch.equal(second.images[0, 0], first.images[0, 0])
+
+
+def test_a_data_root_that_cannot_be_written_is_refused_before_decoding(write_fake_omniglot, tmp_path, monkeypatch,
+                                                                       deny_writes):
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    write_fake_omniglot(mirror)
+    root.mkdir()
+    deny_writes(root)
+    monkeypatch.setattr(omniglot_module, "build_omniglot", lambda *a, **k: pytest.fail("decoded the PNGs"))
+    with pytest.raises(GraphseqError, match=f"cannot build the Omniglot cache omniglot-28x28.pt: {root} is not "
+                                            f"writable"):
+        load_omniglot(root, mirror, size=28, download=False)
+    assert list(root.iterdir()) == []
