@@ -5,7 +5,6 @@ script starts read the data the user named, and a request the data cannot
 fill (a batch larger than the workload, no model at all) is refused, not
 printed as something it is not. The scripts are loaded as modules, with
 timing and subprocesses stubbed where only the logic around them is tested."""
-import importlib.util
 import subprocess
 import sys
 import types
@@ -14,15 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def load_script(name: str, monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), BENCHMARKS / name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from test_benchmark_arguments import load_script
 
 
 def no_timing(steps, *args, **kwargs):
