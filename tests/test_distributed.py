@@ -266,3 +266,30 @@ def test_the_launcher_logs_an_interrupt_once_and_only_in_a_run_that_wrote_its_lo
     (tmp_path / "log.txt").write_text("2026-01-01 09:59:59 gat-ppi step 2: train_loss 0.7\n" + said)
     distributed._log_interrupt(tmp_path, "gat-ppi", config, 2)  # Ctrl-C: rank 0 logged it already.
     assert (tmp_path / "log.txt").read_text().endswith("train_loss 0.7\n" + said)
+
+
+def test_a_launch_its_workers_refused_leaves_no_empty_out_a_late_worker_made(tmp_path, monkeypatch):
+    # Rank 0 undoes what it made on refusing, but rank 1 may make --out again after that.
+    import argparse
+
+    import torch.distributed.run as elastic
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    out = tmp_path / "new" / "run"
+    stored = []
+
+    def workers(_):
+        (out / "seed-1").mkdir(parents=True)
+        for name in stored:
+            (out / name).write_text("a stage's file")
+        failure = ProcessFailure(local_rank=1, pid=1, exitcode=2, error_file="")
+        raise ChildFailedError("graphseq", {1: failure})
+
+    monkeypatch.setattr(distributed, "_check_command", lambda args, processes: (
+        argparse.Namespace(out=str(out), pipeline="gat-ppi"), "gat-ppi", {}))
+    monkeypatch.setattr(elastic, "run", workers)
+    assert distributed.launch(["run", "gat-ppi", "--out", str(out)], 2) == 2
+    assert list(tmp_path.iterdir()) == []  # --out and the folder made above it
+    stored.append("checkpoint.pt")  # A file written is never removed.
+    assert distributed.launch(["run", "gat-ppi", "--out", str(out)], 2) == 2
+    assert (out / "checkpoint.pt").read_text() == "a stage's file"
