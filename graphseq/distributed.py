@@ -395,7 +395,10 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
         rank, first = min(error.failures.items(),
                           key=lambda item: (item[1].signal_name() == "SIGTERM", item[1].timestamp, item[0]))
         if first.exitcode == 2:  # A usage error, which the worker printed already.
-            _remove_empty(made)
+            if made:  # Rank 0 undid what the run made, but another worker may have made --out again since.
+                from .pipeline import undo_run_folder
+
+                undo_run_folder(place, None, made)
             return 2
         how = (f"was killed by {first.signal_name()}" if first.exitcode < 0
                else f"exited with code {first.exitcode}")
@@ -406,21 +409,6 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
             logger.setLevel(level)
         os.environ.pop(LAUNCHED, None)
     return 0
-
-
-def _remove_empty(made: Sequence[Path]) -> None:
-    """Removes the folders of ``made`` (``--out`` and the folders above it
-    that the launch found missing) that hold no file. A run its workers
-    refused writes nothing, and rank 0 undoes what it made; but another
-    worker may make ``--out`` again after that, which left an empty folder."""
-    for folder in made:
-        if not folder.is_dir():
-            continue  # Gone already (or a file the user put there, kept: its parent holds it).
-        if folder.is_symlink() or any(p.is_file() or p.is_symlink() for p in folder.rglob("*")):
-            return  # A file in it: keep it and what holds it.
-        for inner in sorted((p for p in folder.rglob("*") if p.is_dir()), reverse=True):
-            inner.rmdir()
-        folder.rmdir()
 
 
 # Set in the workers ``graphseq run --nproc-per-node N`` starts (their launcher has the last word;

@@ -908,10 +908,7 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
                 log.info(line)
         _close(log)
         if distributed.is_main() and (not resume or isinstance(error, GraphseqError)):
-            _undo_runner_writes(out, before)
-            for folder in made[1:]:  # what mkdir made above --out goes with it, if --out went
-                if folder.is_dir() and not any(folder.iterdir()):
-                    folder.rmdir()
+            undo_run_folder(out, before, made)
         raise
     finally:
         _close(log)
@@ -1034,6 +1031,16 @@ def stage_stored(out: Path, before: Optional[Dict[Path, tuple]]) -> bool:
                                                                          path.stat().st_mtime_ns):
             return True
     return False
+
+
+def undo_run_folder(out: Path, before: Optional[Dict[Path, tuple]], made: Sequence[Path]) -> None:
+    """Undoes what a run that failed before any stage stored a file did to
+    ``out`` (:func:`_undo_runner_writes`); ``made``: ``--out`` and the
+    folders above it that were missing, which go with it if it went."""
+    _undo_runner_writes(out, before)
+    for folder in made[1:]:
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def _undo_runner_writes(out: Path, before: Optional[Dict[Path, tuple]]) -> None:
