@@ -158,7 +158,7 @@ class HumanOracle:
             except ValueError as problem:
                 if not typed:
                     self.closed = True
-                    raise self._refused(line, problem) from None
+                    raise self._refused(problem) from None
                 self._write(f"  {problem}")
                 continue
             if reply == "?":
@@ -169,13 +169,13 @@ class HumanOracle:
                 self.closed = True
             return reply
 
-    def _refused(self, line: str, problem: ValueError) -> GraphseqError:
+    def _refused(self, problem: ValueError) -> GraphseqError:
         """Why a piped line that is no answer stops the run: asked again, the
         item would take the next line, written for the next item, and every
         later answer would be stored one item off."""
-        return GraphseqError(f"input line {self.lines} is no answer: {problem}; an answer read from a pipe or a file is not asked "
-                             f"again (the next line would be stored for this item): the answers before it are "
-                             f"saved; correct the line and continue with --resume")
+        return GraphseqError(f"input line {self.lines} is no answer: {problem}; an answer read from a pipe or a "
+                             f"file is not asked again (the next line would be stored for this item): the answers "
+                             f"before it are saved; correct the line and continue with --resume")
 
     def _drop_type_ahead(self) -> None:
         """Discards what was typed at the terminal since the last answer, while
