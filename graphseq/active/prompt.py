@@ -5,13 +5,11 @@ tests, a pipe in scripts); it never calls ``input()``.
 
 Answers: a class name (a unique prefix is enough, any case, a space for
 an underscore) or number; ``?`` help, ``s`` skip, ``u`` undo the last
-answer, ``q`` save and quit. Anything else is asked again at a terminal
-and stores nothing; read from a pipe or a file it stops the run with an
-error naming the line, since the next line there was written for the next
-item and would be stored for this one (a blank line there is passed
-over). The end of the input counts as
-``q``, and so does a last line without its line end (a stream cut off
-there could name another class by a prefix of the answer). A byte-order
+answer, ``q`` save and quit. Anything else is asked again and stores
+nothing (read from a pipe, the next line answers the same item). The end
+of the input counts as ``q``, and so does a last line without its line end
+(a stream cut off there could name another class by a prefix of the
+answer). A byte-order
 mark before an answer is no part of it. At a terminal, keys typed while
 no question was shown (the model retraining) are dropped before the next
 question: they would answer one the person has not seen. Every line of a
@@ -87,7 +85,6 @@ class HumanOracle:
         self.width = width  # None: the terminal's, read at every question (it may be resized).
         self.closed = False  # After q or the end of input, every question gets QUIT.
         self.shown_classes = False
-        self.lines = 0  # Lines read, so that a refused piped line can be named.
 
     def _width(self) -> int:
         return self.width if self.width is not None else terminal_width()
@@ -144,21 +141,14 @@ class HumanOracle:
                              f"answer)" if line else ")"))
                 self.closed = True
                 return QUIT
-            self.lines += 1
             line = line.removeprefix(BOM)
-            typed = self.input.isatty()
-            if not typed and not line.strip():
-                continue  # A blank line in a file of answers separates them (or ends the file): no answer.
-            if not typed:
+            if not self.input.isatty():
                 # No terminal echoes piped answers; echoing them makes the
                 # transcript read like a session (a long line cut to the width).
                 self._write(clip(line.rstrip("\n"), self._width() - len("label> ")))
             try:
                 reply = parse_reply(line, question.class_names)
             except ValueError as problem:
-                if not typed:
-                    self.closed = True
-                    raise self._refused(problem) from None
                 self._write(f"  {problem}")
                 continue
             if reply == "?":
@@ -168,14 +158,6 @@ class HumanOracle:
             if reply is QUIT:
                 self.closed = True
             return reply
-
-    def _refused(self, problem: ValueError) -> GraphseqError:
-        """Why a piped line that is no answer stops the run: asked again, the
-        item would take the next line, written for the next item, and every
-        later answer would be stored one item off."""
-        return GraphseqError(f"input line {self.lines} is no answer: {problem}; an answer read from a pipe or a "
-                             f"file is not asked again (the next line would be stored for this item): the answers "
-                             f"before it are saved; correct the line and continue with --resume")
 
     def _drop_type_ahead(self) -> None:
         """Discards what was typed at the terminal since the last answer, while

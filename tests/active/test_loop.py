@@ -44,7 +44,7 @@ HINT = "graphseq run active-cora --resume --out runs/me"
 
 
 class Typed(io.StringIO):
-    """Answers typed at a terminal, where a line that is no answer is asked again."""
+    """A stream that says it is a terminal."""
 
     def isatty(self):
         return True
@@ -65,7 +65,7 @@ def test_stored_labels_are_exactly_the_accepted_answers(tmp_path):
     script = "theory\nbanana\n\nrule\nu\nca\n7\n?\n1\ns\nq\n"
     output = io.StringIO()
     with LabelStore(tmp_path / STORE_NAME) as store:
-        outcome = run(store, HumanOracle(Typed(script), output))
+        outcome = run(store, HumanOracle(io.StringIO(script), output))
         assert stored(store) == [(0, "Theory", "initial"), (3, "Theory", "human"), (7, "Case_Based", "human"),
                                  (2, "Rule_Learning", "human")]
         assert store.skipped("entropy") == [6]

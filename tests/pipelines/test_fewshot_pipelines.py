@@ -1,7 +1,7 @@
 """Smoke runs of the few-shot pipelines on the real Omniglot for a few steps
 (tiny batches, few validation and test episodes), mini-ImageNet on generated
 files of its layout, resuming, and the oracles of the active pipeline: a
-person through a pipe (answers, undo, skip, quit, resume), a file
+person through a pipe (answers, garbage, undo, skip, quit, resume), a file
 and the simulated one."""
 import csv
 import io
@@ -263,10 +263,10 @@ def test_human_oracle_through_a_pipe_stores_exactly_the_accepted_answers(active_
                                                                          mirror):
     out = tmp_path / "me"
     shutil.copytree(active_run[0], out)
-    # Episode 1: 0, then undo (episode 1 again): 3; episode 2 skipped;
-    # episode 3: 1; then quit. (A piped line that is no answer stops the run:
-    # tests/active/test_pipelines.py.)
-    transcript = run_human(out, data_root, mirror, "0\nu\n3\ns\n1\nq\n")
+    # Episode 1: 0, then garbage, then undo (episode 1 again): 3; episode 2
+    # skipped; episode 3: 1; then quit.
+    transcript = run_human(out, data_root, mirror, "0\nbanana\nu\n3\ns\n1\nq\n")
+    assert "'banana' is no class" in transcript
     assert "undone: episode 1 = class 0" in transcript
     assert "which class is this?" in transcript and "\u2588" in transcript  # the pictures
     assert "The model's answer for the query without your label" in transcript
