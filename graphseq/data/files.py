@@ -11,7 +11,10 @@ place tried.
 
 The checks are reusable: a loader passes its table of :class:`Checksum`
 values, and :func:`check_file` checks any single file (one extracted from an
-archive, say). :func:`check_folder_places` and :func:`check_writable` are
+archive, say) and gives back its SHA-256, for a cache stamp to use without
+reading the file again. :func:`damaged_file_error` is the refusal of a file
+that passed its checksum (or had none) but that the loader cannot read.
+:func:`check_folder_places` and :func:`check_writable` are
 what every loader asks before it writes under the data root: that its
 folders are folders (not files, not links to nothing) and that it may write
 there, so that a refusal names the folder instead of ending in a traceback.
@@ -26,7 +29,7 @@ import shutil
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 from ..errors import GraphseqError
 from ..io import _temporary
@@ -61,18 +64,29 @@ def _where(place: str) -> str:
     return f" ({place})" if place else ""
 
 
+def hash_file(path: Path, *digests) -> None:
+    """Feeds the bytes of the file at ``path``, read once in chunks, to each
+    of ``digests`` (``hashlib`` objects): a file whose SHA-256 and git blob
+    id are both wanted is read once. The checks and stamps here hash files
+    through it and nowhere else."""
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            for digest in digests:
+                digest.update(chunk)
+
+
 def file_sha256(path: Path) -> str:
     """The SHA-256 of the file at ``path``, read in chunks, as hex."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            digest.update(chunk)
+    hash_file(path, digest)
     return digest.hexdigest()
 
 
-def check_file(path: Path, checksum: Checksum, place: str = "") -> None:
+def check_file(path: Path, checksum: Checksum, place: str = "") -> str:
     """Raises :class:`DamagedFileError` naming ``path`` (and ``place``, where
-    it was found) unless the file matches ``checksum``."""
+    it was found) unless the file matches ``checksum``. Returns the file's
+    SHA-256, taken in the same read, so that a caller that records it (a
+    cache stamp) need not read the file again."""
     path = Path(path)
     size = path.stat().st_size
     if checksum.size >= 0 and size != checksum.size:
@@ -80,16 +94,37 @@ def check_file(path: Path, checksum: Checksum, place: str = "") -> None:
         raise DamagedFileError(f"damaged dataset file {path}{_where(place)}: {size:,} bytes where a good "
                                f"copy has {checksum.size:,} ({hint}); replace it with a good copy")
     sha256, git_blob = hashlib.sha256(), hashlib.sha1(f"blob {size}\0".encode())
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            sha256.update(chunk)
-            git_blob.update(chunk)
+    hash_file(path, sha256, git_blob)
     for name, expected, found in (("SHA-256", checksum.sha256, sha256.hexdigest()),
                                   ("git blob id", checksum.git_blob, git_blob.hexdigest())):
         if expected and found != expected:
             raise DamagedFileError(f"damaged dataset file {path}{_where(place)}: its {name} {_short(found)} "
                                    f"is not the known {_short(expected)} (altered or truncated); "
                                    f"replace it with a good copy")
+    return sha256.hexdigest()
+
+
+def damaged_file_error(raw_dir: Path, name: str, reason: str, taken: Iterable[str],
+                       mirror_copy: Optional[Path], kind: str = "dataset") -> GraphseqError:
+    """The refusal of ``raw_dir/name``, a file that passed its checksum (or
+    had none) but cannot be read, for ``reason``; ``kind`` names the data
+    ("PPI"). The files of ``taken``, which this load copied from the mirror
+    or downloaded, are removed first, so that the next run uses a fixed
+    mirror or the download and the root is left as it was found. The message
+    names the file where it came from: the data root (the user's, kept), the
+    mirror (``mirror_copy``, where its copy was taken from), or the download.
+    """
+    taken = list(taken)
+    for each in taken:
+        (Path(raw_dir) / each).unlink(missing_ok=True)
+    path = Path(raw_dir) / name
+    if name not in taken:
+        return GraphseqError(f"damaged {kind} file {path}: {reason}; replace it with a good copy "
+                             f"(or delete it to fetch it again)")
+    if mirror_copy is not None and Path(mirror_copy).is_file():
+        return GraphseqError(f"damaged {kind} file {mirror_copy}: {reason}; replace it with a good copy "
+                             f"(the copies taken into {raw_dir} were removed)")
+    return GraphseqError(f"damaged {kind} file {path}: {reason}; it was removed, run again to fetch it")
 
 
 def check_folder_places(folders: Sequence[Path], goes_there: str) -> None:
@@ -145,9 +180,13 @@ def _copy(source: Path, target: Path) -> None:
 def locate_raw_files(folder: str, names: Sequence[str], root: Path,
                      mirror: Optional[Path] = None,
                      download: Optional[Callable[[Path], None]] = None,
-                     checksums: Optional[Mapping[str, Checksum]] = None) -> Path:
+                     checksums: Optional[Mapping[str, Checksum]] = None,
+                     digests: Optional[Dict[str, str]] = None) -> Path:
     """Makes sure ``root/folder/NAME`` exists, and is a good copy where
     ``checksums`` knows ``NAME``, for every name; returns ``root/folder``.
+    ``digests``, where given, gets the SHA-256 of each file checked, by
+    name, for a caller that records them (a cache stamp) without reading
+    the files again.
 
     Files already in the root are checked first. Missing files are copied
     from ``mirror/folder`` when it has them (checked before they are
@@ -158,13 +197,15 @@ def locate_raw_files(folder: str, names: Sequence[str], root: Path,
     folders it made: the root is left as it was found.
     """
     checksums = checksums or {}
+    digests = {} if digests is None else digests
     target = Path(root) / folder
     check_folder_places([target], f"the {folder} files go there")
     for name in names:
         if (target / name).exists() and not (target / name).is_file():
             raise GraphseqError(f"{target / name} is not a file (a folder?); move it away and run again")
         if (target / name).is_file() and name in checksums:
-            check_file(target / name, checksums[name], "in the data root; delete it to fetch it again")
+            digests[name] = check_file(target / name, checksums[name],
+                                       "in the data root; delete it to fetch it again")
     missing = [n for n in names if not (target / n).exists()]
     copied: List[Path] = []
     with removed_if_failed(target):
@@ -174,7 +215,8 @@ def locate_raw_files(folder: str, names: Sequence[str], root: Path,
                 for name in list(missing):
                     if (source / name).is_file():
                         if name in checksums:
-                            check_file(source / name, checksums[name], "in the mirror; nothing was copied")
+                            digests[name] = check_file(source / name, checksums[name],
+                                                       "in the mirror; nothing was copied")
                         try:
                             _copy(source / name, target / name)
                         except OSError as error:
@@ -206,7 +248,7 @@ def locate_raw_files(folder: str, names: Sequence[str], root: Path,
     for name in missing:
         if name in checksums:
             try:
-                check_file(target / name, checksums[name], "just downloaded, now deleted")
+                digests[name] = check_file(target / name, checksums[name], "just downloaded, now deleted")
             except DamagedFileError:
                 (target / name).unlink()
                 raise

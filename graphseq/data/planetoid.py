@@ -15,8 +15,8 @@ from torch_geometric.datasets import Planetoid
 
 from ..errors import GraphseqError
 from ..io import atomic_write_text, first_sentence
-from .files import (Checksum, check_folder_places, check_writable, download_url, file_sha256, locate_raw_files,
-                    not_writable, removed_if_failed)
+from .files import (Checksum, check_folder_places, check_writable, damaged_file_error, download_url, file_sha256,
+                    locate_raw_files, not_writable, removed_if_failed)
 
 NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 RAW_SUFFIXES = ["x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"]
@@ -95,18 +95,21 @@ def load_planetoid(name: str, root: Path, mirror: Optional[Path] = None,
     def read() -> Data:
         return Planetoid(str(root), canonical, split=split, transform=transform)[0]
 
+    # The SHA-256 of each raw file, taken once: by the checksum check where
+    # the file has a known checksum, else by the first stamp that needs it.
+    digests: Dict[str, str] = {}
     with removed_if_failed(raw_dir):  # A refusal leaves no folder this call made.
-        locate_raw_files(f"{canonical}/raw", raw, Path(root), mirror, download, CHECKSUMS[canonical])
-        graph = _cached(canonical, raw_dir, processed, read, log or logging.getLogger("graphseq"))
+        locate_raw_files(f"{canonical}/raw", raw, Path(root), mirror, download, CHECKSUMS[canonical], digests)
+        graph = _cached(canonical, raw_dir, processed, read, digests, log or logging.getLogger("graphseq"))
         if graph is None:
-            graph = _build(canonical, raw_dir, processed, read, taken, mirror)
+            graph = _build(canonical, raw_dir, processed, read, digests, taken, mirror)
     return graph
 
 
 STAMP = "graphseq-built.txt"
 
 
-def _cached(canonical: str, raw_dir: Path, processed: Path, read: Callable[[], Data],
+def _cached(canonical: str, raw_dir: Path, processed: Path, read: Callable[[], Data], digests: Dict[str, str],
             log: logging.Logger) -> Optional[Data]:
     """The graph from PyG's cache when its stamp says this loader built it
     from the raw files there now; else ``None``, with the cache deleted (a
@@ -115,7 +118,7 @@ def _cached(canonical: str, raw_dir: Path, processed: Path, read: Callable[[], D
         return None
     try:
         kept = (processed / "data.pt").is_file() and (processed / STAMP).read_text(encoding="utf-8") == \
-            _stamp(canonical, raw_dir, processed)
+            _stamp(canonical, raw_dir, processed, digests)
         graph = read() if kept else None
     except Exception:  # torn
         graph = None
@@ -130,8 +133,8 @@ def _cached(canonical: str, raw_dir: Path, processed: Path, read: Callable[[], D
     return None
 
 
-def _build(canonical: str, raw_dir: Path, processed: Path, read: Callable[[], Data], taken: List[str],
-           mirror: Optional[Path]) -> Data:
+def _build(canonical: str, raw_dir: Path, processed: Path, read: Callable[[], Data], digests: Dict[str, str],
+           taken: List[str], mirror: Optional[Path]) -> Data:
     """Has PyG build its cache from the raw files, and stamps it. When PyG
     cannot read a file (one no checksum covers: generated data), its cache
     and the files this call took into the root go, and the file is named."""
@@ -144,11 +147,8 @@ def _build(canonical: str, raw_dir: Path, processed: Path, read: Callable[[], Da
             raise GraphseqError(f"cannot build PyG's cache of the {canonical} files in {processed}: "
                                 f"{error.strerror}; make the folder writable, or choose a data root you can "
                                 f"write (--data-root or GRAPHSEQ_DATA)") from None
-        refusal = _unreadable_files(canonical, raw_dir, taken, mirror, error)
-        for name in taken:  # So that a fixed mirror, or the download, is used next time.
-            (raw_dir / name).unlink(missing_ok=True)
-        raise refusal from None
-    atomic_write_text(processed / STAMP, _stamp(canonical, raw_dir, processed))
+        raise _unreadable_files(canonical, raw_dir, taken, mirror, error) from None
+    atomic_write_text(processed / STAMP, _stamp(canonical, raw_dir, processed, digests))
     return graph
 
 
@@ -156,20 +156,18 @@ def _unreadable_files(canonical: str, raw_dir: Path, taken: List[str], mirror: O
                       error: Exception) -> GraphseqError:
     """The refusal of raw files PyG could not read, naming the first that
     does not read on its own where it came from: the data root, or the mirror
-    its copy was taken from."""
+    its copy was taken from. The files this call took into the root
+    (``taken``) go again, so that a fixed mirror, or the download, is used
+    next time."""
     found = _unreadable(canonical, raw_dir)
     if found is None:
+        for name in taken:
+            (raw_dir / name).unlink(missing_ok=True)
         return GraphseqError(f"cannot read the {canonical} files in {raw_dir} together: {type(error).__name__}: "
                              f"{first_sentence(error)}; replace them with good copies")
     file, reason = found
-    if file not in taken:
-        return GraphseqError(f"damaged dataset file {raw_dir / file}: {reason}; replace it with a good copy "
-                             f"(or delete it to fetch it again)")
-    source = Path(mirror) / canonical / "raw" / file if mirror is not None else None
-    if source is not None and source.is_file():
-        return GraphseqError(f"damaged dataset file {source}: {reason}; replace it with a good copy "
-                             f"(the copies taken into {raw_dir} were removed)")
-    return GraphseqError(f"damaged dataset file {raw_dir / file}: {reason}; it was removed, run again to fetch it")
+    mirror_copy = Path(mirror) / canonical / "raw" / file if mirror is not None else None
+    return damaged_file_error(raw_dir, file, reason, taken, mirror_copy)
 
 
 def _unreadable(canonical: str, raw_dir: Path) -> Optional[Tuple[str, str]]:
@@ -185,13 +183,17 @@ def _unreadable(canonical: str, raw_dir: Path) -> Optional[Tuple[str, str]]:
     return None
 
 
-def _stamp(canonical: str, raw_dir: Path, processed: Path) -> str:
+def _stamp(canonical: str, raw_dir: Path, processed: Path, digests: Dict[str, str]) -> str:
     """What ``processed/STAMP`` holds: the dataset, the size and SHA-256 of
     each raw file the cache was built from, and the SHA-256 of PyG's
     ``data.pt``. A cache copied from another dataset's folder, or left from
-    other raw files, does not match it (PyG itself looks only at names)."""
+    other raw files, does not match it (PyG itself looks only at names).
+    A raw file's SHA-256 is taken from ``digests`` where this load has it,
+    else read and kept there for the next stamp of the same load."""
     lines = [f"graphseq's cache of Planetoid {canonical}"]
     for name in (f"ind.{canonical.lower()}.{suffix}" for suffix in RAW_SUFFIXES):
-        lines.append(f"{name} {(raw_dir / name).stat().st_size} bytes, sha256 {file_sha256(raw_dir / name)}")
+        if name not in digests:
+            digests[name] = file_sha256(raw_dir / name)
+        lines.append(f"{name} {(raw_dir / name).stat().st_size} bytes, sha256 {digests[name]}")
     lines.append(f"data.pt sha256 {file_sha256(processed / 'data.pt')}")
     return "\n".join(lines) + "\n"

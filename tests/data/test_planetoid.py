@@ -173,3 +173,33 @@ def test_an_unreadable_generated_file_is_named_and_what_was_taken_goes(tmp_path,
                                             f"UnpicklingError: .*; replace it with a good copy"):
         load_planetoid("PubMed", root, mirror)
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_each_raw_file_is_hashed_once_a_load(tmp_path, write_fake_planetoid, monkeypatch):
+    # The checksum check and the cache stamp each read every raw file: twice
+    # a load, three times when a stale cache was rebuilt.
+    from graphseq.data import files, planetoid
+    from graphseq.data.files import Checksum, file_sha256
+
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    write_fake_planetoid(mirror / "Cora" / "raw", "Cora")
+    known = {p.name: Checksum(file_sha256(p), p.stat().st_size) for p in (mirror / "Cora" / "raw").iterdir()}
+    monkeypatch.setitem(planetoid.CHECKSUMS, "Cora", known)
+    hashed, hash_file = [], files.hash_file  # Every hash of a dataset file is taken there.
+
+    def counted(path, *digests):
+        hashed.append(os.path.basename(path))
+        hash_file(path, *digests)
+
+    monkeypatch.setattr(files, "hash_file", counted)
+    for load in ("from the mirror", "from the cache", "with a stale cache rebuilt"):
+        if load == "with a stale cache rebuilt":
+            (root / "Cora" / "processed" / "graphseq-built.txt").write_text("an older graphseq's stamp")
+        hashed.clear()
+        assert load_planetoid("Cora", root, mirror).num_features == 20
+        assert sorted(name for name in hashed if name != "data.pt") == sorted(known), load
+    # The digests taken once still guard: a damaged raw file is refused by name.
+    (root / "Cora" / "raw" / "ind.cora.ty").write_bytes(b"junk")
+    with pytest.raises(GraphseqError, match=f"^damaged dataset file {re.escape(str(root / 'Cora' / 'raw'))}"
+                                            f"/ind.cora.ty \\(in the data root"):
+        load_planetoid("Cora", root, mirror)
