@@ -22,8 +22,8 @@ from torch_geometric.datasets import PPI
 
 from ..errors import GraphseqError
 from ..io import atomic_write_text, first_sentence
-from .files import (check_folder_places, check_writable, file_sha256, locate_raw_files, not_writable,
-                    removed_if_failed)
+from .files import (check_folder_places, check_writable, damaged_file_error, file_sha256, locate_raw_files,
+                    not_writable, removed_if_failed)
 
 SPLITS = {"train": "train", "val": "valid", "test": "test"}  # PyG's split name -> raw file prefix
 RAW_FILES = [f"{prefix}_{name}" for prefix, name in
@@ -80,18 +80,8 @@ def load_ppi(root: Path, mirror: Optional[Path] = None,
             for warning in _check_raw(raw):
                 log.warning(warning)
         except _Damaged as error:
-            path = raw / error.name
-            if error.name not in fresh:
-                raise GraphseqError(f"damaged PPI file {path}: {error.reason}; replace it with a good copy "
-                                    f"(or delete it to fetch it again)") from None
-            for name in fresh:  # What this call took into the root goes again, so a fixed mirror is used.
-                (raw / name).unlink(missing_ok=True)
-            source = Path(mirror) / "PPI" / "raw" / error.name if mirror is not None else None
-            if source is not None and source.is_file():
-                raise GraphseqError(f"damaged PPI file {source}: {error.reason}; replace it with a good copy "
-                                    f"(the copies taken into {raw} were removed)") from None
-            raise GraphseqError(f"damaged PPI file {path}: {error.reason}; it was removed, "
-                                f"run again to fetch it") from None
+            mirror_copy = Path(mirror) / "PPI" / "raw" / error.name if mirror is not None else None
+            raise damaged_file_error(raw, error.name, error.reason, fresh, mirror_copy, kind="PPI") from None
     check_writable(folder, "cannot build PyG's cache of the PPI files")
     try:
         data = read()

@@ -157,6 +157,20 @@ def test_a_refused_mirror_file_leaves_the_root_as_found(tmp_path):
     assert list(root.iterdir()) == []
 
 
+def test_a_damaged_root_file_is_named_and_the_copies_taken_beside_it_go(tmp_path):
+    # The copies this load took from the mirror stayed in the root, as
+    # Planetoid's loader, which refuses the same way, did not leave them.
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    _raw(mirror)
+    (root / "PPI" / "raw").mkdir(parents=True)
+    (root / "PPI" / "raw" / "valid_feats.npy").write_bytes(b"mine, damaged")
+    with pytest.raises(GraphseqError, match=r"^damaged PPI file \S*root/PPI/raw/valid_feats\.npy: .*; replace it "
+                                            r"with a good copy \(or delete it to fetch it again\)$"):
+        load_ppi(root, mirror)
+    assert [p.name for p in root.rglob("*") if p.is_file()] == ["valid_feats.npy"]
+    assert (root / "PPI" / "raw" / "valid_feats.npy").read_bytes() == b"mine, damaged"
+
+
 def _unlink_node(row):
     def change(data):
         data["links"] = [e for e in data["links"] if row not in (e["source"], e["target"])]
