@@ -25,7 +25,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from ..errors import GraphseqError
-from .files import removed_if_failed
+from .files import check_folder_places, removed_if_failed
 from .text import Vocabulary, count_words
 
 PAD, START, END, UNKNOWN = "<pad>", "<start>", "<end>", "<unk>"
@@ -383,9 +383,13 @@ def locate_coco(split: str, root: Path, mirror: Optional[Path] = None, download:
     """The captions file and image folder of a COCO split: under
     ``root/coco`` (``annotations/captions_SPLIT.json`` and ``SPLIT/``), else
     under the read-only ``mirror/coco`` (read in place, never copied: the
-    images are many gigabytes), else downloaded into ``root/coco``."""
+    images are many gigabytes), else downloaded into ``root/coco``. A
+    place that is a file, or a link to nothing, is refused by name before
+    it is passed over: the download it would lead to is many gigabytes, and
+    into the root it fails half-way."""
     places = [Path(root) / "coco"] + ([Path(mirror) / "coco"] if mirror is not None else [])
-    for folder in places:
+    for folder, goes_there in zip(places, ("the COCO files go there", "the mirror's COCO files are read there")):
+        check_folder_places([folder], goes_there)
         annotation = folder / "annotations" / f"captions_{split}.json"
         if annotation.is_file() and (folder / split).is_dir():
             return annotation, folder / split

@@ -12,6 +12,7 @@ import pytest
 
 from graphseq.cli import main
 from graphseq.data import planetoid, polarity, text
+from graphseq.data.captions import locate_coco
 from graphseq.data.files import Checksum, DamagedFileError, check_file, locate_raw_files
 from graphseq.data.miniimagenet import load_miniimagenet
 from graphseq.data.omniglot import load_omniglot
@@ -213,6 +214,10 @@ def _mirror_for(loader, mirror, request):
         write_ppi_raw(mirror / "PPI" / "raw", graphs=(2, 1, 1), nodes=10, features=4, labels=3)
     elif loader == "omniglot":
         request.getfixturevalue("write_fake_omniglot")(mirror)
+    elif loader == "coco":  # What locate_coco looks for; it reads no image.
+        (mirror / "coco" / "train2014").mkdir(parents=True)
+        (mirror / "coco" / "annotations").mkdir()
+        (mirror / "coco" / "annotations" / "captions_train2014.json").write_text("{}")
     else:
         request.getfixturevalue("write_fake_miniimagenet")(mirror)
 
@@ -222,7 +227,23 @@ LOADERS = {  # the folder each loader writes under the data root, and the loader
     "ppi": ("PPI", lambda root, mirror: load_ppi(root, mirror)),
     "omniglot": ("omniglot-py", lambda root, mirror: load_omniglot(root, mirror, size=28, download=False)),
     "miniimagenet": ("mini-imagenet", lambda root, mirror: load_miniimagenet(root, mirror, "train")),
+    "coco": ("coco", lambda root, mirror: locate_coco("train2014", root, mirror, fetch=_no_download)),
 }
+
+
+def _no_download(url, path):
+    pytest.fail(f"fetched {url}")
+
+
+def _not_a_folder(path, kind, gone):
+    """Puts a file, or a link to the missing ``gone``, at ``path``; returns
+    how a refusal names it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "file":
+        path.write_text("mine")
+        return f"{path} is not a folder"
+    path.symlink_to(gone)
+    return f"{path} is a link to {gone}, which does not exist"
 
 
 @pytest.mark.parametrize("kind", ["file", "dangling link"])
@@ -241,13 +262,7 @@ def test_a_data_root_or_dataset_folder_that_is_not_a_folder_is_refused_by_name(t
     folder, load = LOADERS[loader]
     root = base / "root"
     path = root if place == "data root" else root / folder
-    path.parent.mkdir(parents=True)
-    if kind == "file":
-        path.write_text("mine")
-        named = f"{path} is not a folder"
-    else:
-        path.symlink_to(tmp_path / "gone")
-        named = f"{path} is a link to {tmp_path / 'gone'}, which does not exist"
+    named = _not_a_folder(path, kind, tmp_path / "gone")
     before = sorted(base.rglob("*"))
     with pytest.raises(GraphseqError, match=f"^{re.escape(named)} \\(the .* goe?s? there\\); "):
         load(root, mirror)
@@ -256,6 +271,18 @@ def test_a_data_root_or_dataset_folder_that_is_not_a_folder_is_refused_by_name(t
         assert path.read_text() == "mine"
     else:
         assert path.is_symlink() and not os.path.lexists(tmp_path / "gone")
+
+
+@pytest.mark.parametrize("kind", ["file", "dangling link"])
+def test_a_mirror_coco_folder_that_is_not_a_folder_is_refused_by_name(tmp_path, kind):
+    # It was passed over as "not found", and the download of the split (13 GB for train2014) began.
+    root, mirror = tmp_path / "root", tmp_path / "mirror"
+    named = _not_a_folder(mirror / "coco", kind, tmp_path / "gone")
+    before = sorted(tmp_path.rglob("*"))
+    for download in (False, True):
+        with pytest.raises(GraphseqError, match=f"^{re.escape(named)} \\(the mirror's COCO files are read there\\); "):
+            locate_coco("train2014", root, mirror, download=download, fetch=_no_download)
+        assert sorted(tmp_path.rglob("*")) == before
 
 
 def test_a_read_only_data_root_is_named_when_a_mirror_file_cannot_be_copied(tmp_path, monkeypatch):
