@@ -154,7 +154,7 @@ def _list(args: argparse.Namespace) -> int:
         try:  # One bad file under $GRAPHSEQ_PIPELINES does not hide the rest.
             description = read_config(path).get("description", "")
         except GraphseqError as error:
-            print(f"graphseq: error: {error}", file=sys.stderr)
+            _tell(f"graphseq: error: {error}")
             broken += 1
             continue
         print(f"{name:<{width}}  {description}")
@@ -179,8 +179,8 @@ def _labels(args: argparse.Namespace) -> int:
     skipped = [a.item for a in answers if a.label is None]
     if skipped and not args.skips:  # stdout stays the labels alone, for programs to read
         shown = ", ".join(map(str, skipped[:10])) + (", ..." if len(skipped) > 10 else "")
-        print(f"graphseq: {len(skipped)} skipped item{'s' * (len(skipped) > 1)} not listed ({shown}); "
-              f"--skips lists them with an empty label", file=sys.stderr)
+        _tell(f"graphseq: {len(skipped)} skipped item{'s' * (len(skipped) > 1)} not listed ({shown}); "
+              f"--skips lists them with an empty label")
     return 0
 
 
@@ -402,7 +402,7 @@ def _caption(args: argparse.Namespace) -> int:
     for words in out.words:
         print(" ".join(words) if words else EMPTY_CAPTION)
     if args.attention:
-        print(f"wrote {args.attention}: the attention of each word over the image", file=sys.stderr)
+        _tell(f"wrote {args.attention}: the attention of each word over the image")
     return 0
 
 
@@ -507,7 +507,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         error = failure.args[0]
         if isinstance(error, BrokenPipeError):
             return 141  # Quietly, as a tool that SIGPIPE ends (graphseq list | head -1).
-        print(f"graphseq: error: cannot write the output: {error.strerror or error}", file=sys.stderr)
+        _tell(f"graphseq: error: cannot write the output: {error.strerror or error}")
         return 2
     finally:
         sys.stdout = stdout
@@ -531,20 +531,47 @@ def _command(argv: Optional[List[str]]) -> int:
             raise
         _say(f"graphseq: error: cannot write {error.filename}: {error.strerror}")
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         if not os.environ.get("GRAPHSEQ_LAUNCHED"):  # --nproc-per-node: the launcher says it, once.
-            _say("graphseq: interrupted")
+            _say("graphseq: interrupted", interrupt)
         return 130
 
 
-def _say(line: str) -> None:
+def _say(line: str, interrupt: Optional[KeyboardInterrupt] = None) -> None:
     """Prints a last word on standard error, once for all the workers of a
     run under torchrun where they refuse it alike in its checks: rank 0
-    (as ``RANK`` says) speaks for them."""
+    (as ``RANK`` says) speaks for them. The word on an ``interrupt`` starts
+    a line of its own at a terminal, which echoed "^C" with no line end,
+    unless the run's own word on it (its log's last line) ended that line
+    already and said so (``interrupt.line_ended``: see
+    :func:`graphseq.pipeline.end_interrupted_line`)."""
     rank = os.environ.get("RANK", "0").strip()
     distributed = sys.modules.get("graphseq.distributed")
     if not rank.isdigit() or int(rank) == 0 or getattr(distributed, "past_checks", True):
-        print(line, file=sys.stderr)
+        own_line = interrupt is not None and not getattr(interrupt, "line_ended", False) and _is_terminal(sys.stderr)
+        _tell("\n" * own_line + line)
+
+
+def _tell(line: str) -> None:
+    """Writes ``line`` on standard error, or nowhere where there is none
+    (``2>&-``: Python's ``sys.stderr`` is None, and ``print`` would write to
+    standard output, which may be a pipe of results such as the labels'
+    CSV) or it cannot be written: the exit code still tells."""
+    if sys.stderr is None:
+        return
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed descriptor or stream
+        pass
+
+
+def _is_terminal(stream) -> bool:
+    """Whether ``stream`` is a terminal, which echoes ^C on Ctrl-C."""
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (AttributeError, OSError, ValueError):  # no such method, or a closed stream
+        return False
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import statistics
 import sys
 import time
 import tomllib
+from collections import ChainMap, Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Dict, List, Optional, Sequence, Set
@@ -368,7 +369,9 @@ def dump_toml(config: Dict[str, Any]) -> str:
 @dataclass
 class Context:
     """What one run's stages share. Stages add their products as attributes
-    (``ctx.data``, ``ctx.model``, ...) and their figures to ``ctx.metrics``.
+    (``ctx.data``, ``ctx.model``, ...) and their figures to ``ctx.metrics``
+    (in a run, each table's own, read through to the earlier tables'; see
+    :func:`table_figures` for how metrics.json records them).
 
     ``resume`` tells a stage to continue from its file in ``out``;
     ``resume_command`` is what a person types to continue this run, and a
@@ -432,12 +435,43 @@ def data_places(data_root: str | os.PathLike | None, data_mirror: str | os.PathL
                 ) -> tuple[Path, Optional[Path]]:
     """The data root and mirror a run reads: those given, else the defaults.
     An empty one given is refused: ``--data-root "$DATA"`` with ``DATA``
-    unset would otherwise write the datasets into the working folder."""
+    unset would otherwise write the datasets into the working folder.
+    So is a data root that is the mirror or lies inside it
+    (:func:`_check_root_outside_mirror`)."""
     for value, option in ((data_root, "--data-root"), (data_mirror, "--data-mirror")):
         if value is not None and not str(value).strip():
             raise GraphseqError(f"{option} is empty; name a folder, or leave the option out for its default")
-    return (Path(data_root) if data_root is not None else default_data_root(),
-            Path(data_mirror) if data_mirror is not None else default_data_mirror())
+    root = Path(data_root) if data_root is not None else default_data_root()
+    mirror = Path(data_mirror) if data_mirror is not None else default_data_mirror()
+    if mirror is not None:
+        _check_root_outside_mirror(root, mirror, "--data-root" if data_root is not None else
+                                   "GRAPHSEQ_DATA" if os.environ.get("GRAPHSEQ_DATA") else "the default data root",
+                                   "--data-mirror" if data_mirror is not None else "GRAPHSEQ_MIRROR")
+    return root, mirror
+
+
+def _check_root_outside_mirror(root: Path, mirror: Path, root_from: str, mirror_from: str) -> None:
+    """Refuses a data root that is the mirror, or a folder inside it, as
+    the paths resolve (links and '..' followed): a run writes its downloads,
+    the raw files it copies and PyG's ``processed/`` caches into the data
+    root, and the mirror is read-only, to stay as its owner made it (it may
+    be shared by other runs and machines). A mirror inside the data root
+    is let be: the run writes only into the root's dataset folders
+    (``ROOT/Cora/processed``), beside the mirror and not in it, and reads
+    the mirror as it reads any other folder."""
+    try:
+        resolved_root, resolved_mirror = root.resolve(), mirror.resolve()
+    except (OSError, RuntimeError):  # a link loop, a folder not to be entered: the data loaders name it
+        return
+    if resolved_root == resolved_mirror:
+        where = "is the data mirror"
+    elif resolved_root.is_relative_to(resolved_mirror):
+        where = "lies inside the data mirror"
+    else:
+        return
+    raise GraphseqError(f"the data root {resolved_root} ({root_from}) {where} {resolved_mirror} ({mirror_from}), "
+                        f"which a run only reads: it would write its datasets' files there; give a data root "
+                        f"outside the mirror")
 
 
 def _logger(out: Path, quiet: bool) -> logging.Logger:
@@ -757,7 +791,8 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
     Writes ``config.toml``, ``log.txt`` and ``metrics.json`` into ``out``
     (each run's own checkpoint and figures into ``out/seed-N`` when
     ``runs > 1``) and returns the contents of ``metrics.json``: a list
-    ``runs`` of per-run figures and their ``mean`` and ``std``.
+    ``runs`` of per-run figures and their ``mean`` and ``std`` (a figure
+    that two tables record, each under ``TABLE.KEY``: :func:`table_figures`).
 
     Extra keyword ``options`` are run options that a stage of the pipeline
     declares (``oracle="human"``, ``labels="answers.csv"``); one that none
@@ -905,6 +940,8 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
             # sees the line written and leaves it (see distributed._log_interrupt).
             line = interrupted_line(pipeline, out, config, before, distributed.relaunch_options())
             if line is not None:
+                for handler in _console_handlers(log):
+                    end_interrupted_line(error, handler.stream)
                 log.info(line)
         _close(log)
         if distributed.is_main() and (not resume or isinstance(error, GraphseqError)):
@@ -963,15 +1000,33 @@ def _run_seed(config: Dict[str, Any], out: Path, run_seed: int, runs: int, devic
     ctx = Context(pipeline=name, out=run_out, device=device, seed=run_seed,
                   data_root=root, data_mirror=mirror, quiet=quiet, resume=seed_resume,
                   log=log, options=dict(objects), resume_command=resume_command)
+    own: Dict[str, Dict[str, Any]] = {}  # each table's figures
     for table_name, table in sections(config).items():
         params = {k: v for k, v in table.items() if k != "stage"}
         ctx.table = table_name
+        # A stage reads the figures of the tables before it (a key's latest first) and writes its own.
+        own[table_name] = {}
+        ctx.metrics = ChainMap(*reversed(own.values()))
         get_stage(table.get("stage", table_name))(ctx, **params)
-    metrics = {"seed": run_seed, **ctx.metrics}
+    figures = table_figures(own)
+    metrics = {"seed": run_seed, **figures}
     if runs > 1 and distributed.is_main():
         write_json(run_out / "metrics.json", metrics)
-    log.info("seed %d: %s", run_seed, _format(ctx.metrics))
+    log.info("seed %d: %s", run_seed, _format(figures))
     return metrics, ctx.stopped
+
+
+def table_figures(own: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """The figures of a run's tables (``own``: table -> its figures) as
+    ``metrics.json`` records them: a key that one table set as it is, and
+    a key that several set (two tables of one stage: two tests) as
+    ``TABLE.KEY`` for each of them (``test.test_accuracy``,
+    ``test_again.test_accuracy``), so that no table's figure silently
+    replaces another's. A table's name holds no '.', so the two forms
+    never meet."""
+    tables_of = Counter(key for figures in own.values() for key in figures)
+    return {(key if tables_of[key] == 1 else f"{table}.{key}"): value
+            for table, figures in own.items() for key, value in figures.items()}
 
 
 class _LogStream(io.TextIOBase):
@@ -995,6 +1050,30 @@ class _LogStream(io.TextIOBase):
         finally:
             self.writing = False
         return len(text)
+
+
+def _console_handlers(log: logging.Logger) -> List[logging.StreamHandler]:
+    """The handlers of ``log`` that write to the console, not to log.txt."""
+    return [h for h in log.handlers if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+
+
+def end_interrupted_line(interrupt: KeyboardInterrupt, stream: Any) -> None:
+    """Ends the line on which a terminal echoed Ctrl-C's "^C", where the
+    cursor was and with no line end, so that what is said of the interrupt
+    next starts a line of its own rather than "^Cinterrupted"; once an
+    interrupt, which remembers it (``interrupt.line_ended``) for whoever
+    speaks after (the command's "graphseq: interrupted"). A stream that is
+    no terminal (a file, a pipe) saw no ^C and gets nothing."""
+    if getattr(interrupt, "line_ended", False):
+        return
+    try:
+        if not stream.isatty():
+            return
+        stream.write("\n")
+        stream.flush()
+    except (AttributeError, OSError, ValueError):  # no terminal after all, or a closed one
+        return
+    interrupt.line_ended = True
 
 
 def _close(log: Optional[logging.Logger]) -> None:
