@@ -129,8 +129,9 @@ class HumanOracle:
             self.output.flush()
             try:
                 line = self.input.readline()
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as interrupt:
                 self._write()  # The terminal echoed ^C without a newline.
+                interrupt.line_ended = True  # ended: the run's and the command's words need not end it again
                 raise
             if not line.endswith("\n"):  # The end of the input: save and stop, like q.
                 # A last line without its line end was cut off (a unique prefix of it could

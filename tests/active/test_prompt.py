@@ -25,6 +25,22 @@ def test_a_byte_order_mark_before_the_first_answer_is_no_part_of_it():
     assert parse_reply("\ufeff ru ", CLASSES) == 3
 
 
+class CtrlC(io.StringIO):
+    """A terminal at which the person presses Ctrl-C instead of answering."""
+
+    def readline(self, *args):
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_at_the_prompt_ends_the_line_once_and_says_so():
+    # The prompt ends the "label> ^C" line itself; the command's last word then needs no second line end.
+    output = io.StringIO()
+    with pytest.raises(KeyboardInterrupt) as interrupt:
+        HumanOracle(CtrlC(), output).ask(question())
+    assert output.getvalue().endswith("label> \n")
+    assert getattr(interrupt.value, "line_ended", False)
+
+
 def test_undecodable_piped_bytes_are_an_answer_that_is_no_class():
     # What cli.main makes of a byte that is no UTF-8 (stdin read with errors="surrogateescape"): asked
     # again, not a UnicodeDecodeError; the next line answers the same item.
