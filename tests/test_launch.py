@@ -141,15 +141,16 @@ def test_a_killed_worker_ends_the_run_clearly_and_the_checkpoint_resumes(tmp_pat
 def test_data_missing_after_the_workers_started_ends_in_its_one_line(tmp_path):
     # Rank 0 finds the files missing while rank 1 waits for it; rank 1 lost its peer and printed
     # "[rank1]: RuntimeError: ... Connection closed by peer ...", or exited first and was blamed.
-    out, empty = tmp_path / "run", tmp_path / "empty"
+    out, empty, mirror = tmp_path / "run", tmp_path / "empty", tmp_path / "mirror"
     empty.mkdir()
+    mirror.mkdir()
     env = environment()
     for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):  # Offline: the download fails at once.
         env[name] = "http://127.0.0.1:9"
     for name in ("no_proxy", "NO_PROXY"):
         env.pop(name, None)
     done = subprocess.run(graphseq_command("gat-ppi", "--quiet", "--out", str(out), "--data-root", str(empty),
-                                           "--data-mirror", str(empty), *TINY, "--nproc-per-node", "2"),
+                                           "--data-mirror", str(mirror), *TINY, "--nproc-per-node", "2"),
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr[-3000:]
     [line] = done.stderr.splitlines()

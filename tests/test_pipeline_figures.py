@@ -3,10 +3,11 @@ one stage keep both their figures, under names that tell them apart."""
 import json
 
 from graphseq import run
+from graphseq.checks import finite
 from graphseq.stages import stage
 
 
-@stage("test_scores")
+@stage("test_scores", checks={"value": finite})
 def scores(ctx, *, value: float = 0.0, label: str = ""):
     """Records a figure of its own and one that every table of this stage records."""
     ctx.metrics["score"] = value
