@@ -24,12 +24,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import logging
 import os
 import shutil
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, TypeVar
 
 from ..errors import GraphseqError
 from ..io import _temporary
@@ -147,6 +148,47 @@ def check_folder_places(folders: Sequence[Path], goes_there: str) -> None:
             raise GraphseqError(f"{path} is not a folder ({goes_there}); move it away and run again")
 
 
+STAMP = "graphseq-built.txt"  # beside PyG's cache in processed/: what this package built it from
+Cached = TypeVar("Cached")
+
+
+def stamped_cache(processed: Path, stamp: Callable[[], str], read: Callable[[], Cached], built_from: str,
+                  others: str, log: Optional[logging.Logger]) -> Optional[Cached]:
+    """What ``read`` gives from PyG's cache in ``processed`` when the stamp
+    this package wrote beside it (``STAMP``) is ``stamp()`` now: the cache
+    was built by the loader from ``built_from`` ("the files in RAW") as they
+    are. Else ``None``, with the cache deleted to be rebuilt (said in
+    ``log``, unless ``None``); one that cannot be deleted is refused and left
+    whole, the message saying what it may be instead (``others``: "another
+    dataset's"). PyG itself looks only at file names."""
+    if not processed.exists():
+        return None
+    try:
+        data = read() if (processed / STAMP).read_text(encoding="utf-8") == stamp() else None
+    except Exception:  # torn
+        data = None
+    if data is not None:
+        return data
+    check_removable(processed, f"{processed} is not the cache this loader built from {built_from} ({others}, an "
+                               f"older graphseq's, or torn) and cannot be rebuilt")
+    if log is not None:
+        log.info(f"{processed} is not the cache this loader built; rebuilding it")
+    shutil.rmtree(processed)
+    return None
+
+
+def raw_file_lines(raw_dir: Path, names: Sequence[str], digests: Dict[str, str]) -> List[str]:
+    """A cache stamp's line for each raw file of ``names``: its name, size
+    and SHA-256. ``digests`` holds the SHA-256s this load has taken already
+    (by :func:`check_file`, or an earlier stamp), by name; a file not in it
+    is read and added, so that a load reads each raw file once however many
+    stamps it writes or compares."""
+    for name in names:
+        if name not in digests:
+            digests[name] = file_sha256(Path(raw_dir) / name)
+    return [f"{name} {(Path(raw_dir) / name).stat().st_size} bytes, sha256 {digests[name]}" for name in names]
+
+
 def check_writable(folder: Path, why: str) -> None:
     """Refuses, naming it, a ``folder`` (or the first of its parents that
     exists, where it would be made) that this process may not write;
@@ -157,6 +199,25 @@ def check_writable(folder: Path, why: str) -> None:
     if not os.access(existing, os.W_OK):
         raise GraphseqError(f"{why}: {existing} is not writable; make it writable, or choose a data root you "
                             f"can write (--data-root or GRAPHSEQ_DATA)")
+
+
+def check_removable(folder: Path, why: str) -> None:
+    """:func:`check_writable` for deleting ``folder`` (a stale cache, to be
+    rebuilt): that writes both the folder and the one that holds it."""
+    for place in (Path(folder).parent, Path(folder)):
+        check_writable(place, why)
+
+
+def failed_cache_build(processed: Path, what: str, error: BaseException) -> Optional[GraphseqError]:
+    """After PyG failed to build ``what`` (its cache) in ``processed``: the
+    half-built cache is removed, and a place that may not be written is
+    named, as the refusal returned; ``None`` for any other failure, which the
+    loader explains from its raw files."""
+    shutil.rmtree(processed, ignore_errors=True)
+    if not not_writable(error):
+        return None
+    return GraphseqError(f"cannot build {what} in {processed}: {error.strerror}; make the folder writable, or "
+                         f"choose a data root you can write (--data-root or GRAPHSEQ_DATA)")
 
 
 def not_writable(error: BaseException) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -15,8 +14,9 @@ from torch_geometric.datasets import Planetoid
 
 from ..errors import GraphseqError
 from ..io import atomic_write_text, first_sentence
-from .files import (Checksum, check_folder_places, check_writable, damaged_file_error, download_url, file_sha256,
-                    locate_raw_files, not_writable, removed_if_failed)
+from .files import (STAMP, Checksum, check_folder_places, check_writable, damaged_file_error, download_url,
+                    failed_cache_build, file_sha256, locate_raw_files, raw_file_lines, removed_if_failed,
+                    stamped_cache)
 
 NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 RAW_SUFFIXES = ["x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"]
@@ -100,37 +100,12 @@ def load_planetoid(name: str, root: Path, mirror: Optional[Path] = None,
     digests: Dict[str, str] = {}
     with removed_if_failed(raw_dir):  # A refusal leaves no folder this call made.
         locate_raw_files(f"{canonical}/raw", raw, Path(root), mirror, download, CHECKSUMS[canonical], digests)
-        graph = _cached(canonical, raw_dir, processed, read, digests, log or logging.getLogger("graphseq"))
+        graph = stamped_cache(processed, lambda: _stamp(canonical, raw_dir, processed, digests), read,
+                              f"the {canonical} files in {raw_dir}", "another dataset's",
+                              log or logging.getLogger("graphseq"))
         if graph is None:
             graph = _build(canonical, raw_dir, processed, read, digests, taken, mirror)
     return graph
-
-
-STAMP = "graphseq-built.txt"
-
-
-def _cached(canonical: str, raw_dir: Path, processed: Path, read: Callable[[], Data], digests: Dict[str, str],
-            log: logging.Logger) -> Optional[Data]:
-    """The graph from PyG's cache when its stamp says this loader built it
-    from the raw files there now; else ``None``, with the cache deleted (a
-    read-only one is refused instead, named)."""
-    if not processed.exists():
-        return None
-    try:
-        kept = (processed / "data.pt").is_file() and (processed / STAMP).read_text(encoding="utf-8") == \
-            _stamp(canonical, raw_dir, processed, digests)
-        graph = read() if kept else None
-    except Exception:  # torn
-        graph = None
-    if graph is not None:
-        return graph
-    for folder in (processed.parent, processed):  # Deleting it writes both.
-        check_writable(folder, f"{processed} is not the cache this loader built from the {canonical} files in "
-                               f"{raw_dir} (another dataset's, an older graphseq's, or torn) and cannot be "
-                               f"rebuilt")
-    log.info(f"{processed} is not the cache this loader built; rebuilding it")
-    shutil.rmtree(processed)
-    return None
 
 
 def _build(canonical: str, raw_dir: Path, processed: Path, read: Callable[[], Data], digests: Dict[str, str],
@@ -142,12 +117,8 @@ def _build(canonical: str, raw_dir: Path, processed: Path, read: Callable[[], Da
     try:
         graph = read()
     except Exception as error:
-        shutil.rmtree(processed, ignore_errors=True)
-        if not_writable(error):
-            raise GraphseqError(f"cannot build PyG's cache of the {canonical} files in {processed}: "
-                                f"{error.strerror}; make the folder writable, or choose a data root you can "
-                                f"write (--data-root or GRAPHSEQ_DATA)") from None
-        raise _unreadable_files(canonical, raw_dir, taken, mirror, error) from None
+        refusal = failed_cache_build(processed, f"PyG's cache of the {canonical} files", error)
+        raise (refusal or _unreadable_files(canonical, raw_dir, taken, mirror, error)) from None
     atomic_write_text(processed / STAMP, _stamp(canonical, raw_dir, processed, digests))
     return graph
 
@@ -188,12 +159,9 @@ def _stamp(canonical: str, raw_dir: Path, processed: Path, digests: Dict[str, st
     each raw file the cache was built from, and the SHA-256 of PyG's
     ``data.pt``. A cache copied from another dataset's folder, or left from
     other raw files, does not match it (PyG itself looks only at names).
-    A raw file's SHA-256 is taken from ``digests`` where this load has it,
-    else read and kept there for the next stamp of the same load."""
-    lines = [f"graphseq's cache of Planetoid {canonical}"]
-    for name in (f"ind.{canonical.lower()}.{suffix}" for suffix in RAW_SUFFIXES):
-        if name not in digests:
-            digests[name] = file_sha256(raw_dir / name)
-        lines.append(f"{name} {(raw_dir / name).stat().st_size} bytes, sha256 {digests[name]}")
-    lines.append(f"data.pt sha256 {file_sha256(processed / 'data.pt')}")
+    ``digests``: the raw files' SHA-256s this load has taken
+    (:func:`~graphseq.data.files.raw_file_lines`)."""
+    raw = [f"ind.{canonical.lower()}.{suffix}" for suffix in RAW_SUFFIXES]
+    lines = [f"graphseq's cache of Planetoid {canonical}", *raw_file_lines(raw_dir, raw, digests),
+             f"data.pt sha256 {file_sha256(processed / 'data.pt')}"]
     return "\n".join(lines) + "\n"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from itertools import product
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -22,8 +21,8 @@ from torch_geometric.datasets import PPI
 
 from ..errors import GraphseqError
 from ..io import atomic_write_text, first_sentence
-from .files import (check_folder_places, check_writable, damaged_file_error, file_sha256, locate_raw_files,
-                    not_writable, removed_if_failed)
+from .files import (STAMP, check_folder_places, check_writable, damaged_file_error, failed_cache_build, file_sha256,
+                    locate_raw_files, raw_file_lines, removed_if_failed, stamped_cache)
 
 SPLITS = {"train": "train", "val": "valid", "test": "test"}  # PyG's split name -> raw file prefix
 RAW_FILES = [f"{prefix}_{name}" for prefix, name in
@@ -47,6 +46,7 @@ def load_ppi(root: Path, mirror: Optional[Path] = None,
     check_folder_places([raw, processed], "the PPI files and PyG's cache of them go there")
     fresh = {name for name in RAW_FILES if not (raw / name).exists()}
     cached = processed.exists()  # Before a download, which processes the files as it goes.
+    digests: Dict[str, str] = {}  # the raw files' SHA-256s, each taken once (for both stamps)
 
     def download(raw_dir: Path) -> None:
         PPI(str(folder))  # PyG downloads and unpacks the zip into raw/.
@@ -57,25 +57,13 @@ def load_ppi(root: Path, mirror: Optional[Path] = None,
     with removed_if_failed(raw):  # A refusal leaves no empty PPI/raw behind.
         locate_raw_files("PPI/raw", RAW_FILES, Path(root), mirror, download)
         # The stamp names the raw files the cache was built from and the
-        # digests of what PyG wrote: a torn cache, or one of other raw files
-        # (PyG looks only at the names), is rebuilt from the raw files,
-        # checked first.
-        stamp = processed / STAMP
-        if processed.exists():
-            try:
-                kept = stamp.read_text(encoding="utf-8") == _stamp(raw, processed)
-                data = read() if kept else None
-            except Exception:  # torn
-                data = None
-            if data is not None:
-                return data
-            for place in (folder, processed):  # Deleting it writes both.
-                check_writable(place, f"{processed} is not the cache this loader built from the files in {raw} "
-                                      f"(of other raw files, an older graphseq's, or torn) and cannot be rebuilt")
-            if cached:
-                log.info(
-                    f"{processed} is not the cache this loader built from the files in {raw}; rebuilding it")
-            shutil.rmtree(processed)
+        # digests of what PyG wrote: a torn cache, or one of other raw files,
+        # is rebuilt from the raw files, checked first. One the download made
+        # (it processes the files as it goes) is rebuilt without a word.
+        data = stamped_cache(processed, lambda: _stamp(raw, processed, digests), read, f"the files in {raw}",
+                             "of other raw files", log if cached else None)
+        if data is not None:
+            return data
         try:
             for warning in _check_raw(raw):
                 log.warning(warning)
@@ -86,26 +74,20 @@ def load_ppi(root: Path, mirror: Optional[Path] = None,
     try:
         data = read()
     except Exception as error:  # Something the checks above do not cover.
-        shutil.rmtree(processed, ignore_errors=True)
-        if not_writable(error):
-            raise GraphseqError(f"cannot build PyG's cache of the PPI files in {processed}: {error.strerror}; "
-                                f"make the folder writable, or choose a data root you can write "
-                                f"(--data-root or GRAPHSEQ_DATA)") from None
-        raise GraphseqError(f"cannot read the PPI files in {raw}: {type(error).__name__}: "
-                            f"{first_sentence(error)}; one of them may be damaged") from None
-    atomic_write_text(stamp, _stamp(raw, processed))
+        refusal = failed_cache_build(processed, "PyG's cache of the PPI files", error)
+        raise refusal or GraphseqError(f"cannot read the PPI files in {raw}: {type(error).__name__}: "
+                                       f"{first_sentence(error)}; one of them may be damaged") from None
+    atomic_write_text(processed / STAMP, _stamp(raw, processed, digests))
     return data
 
 
-STAMP = "graphseq-built.txt"  # As Planetoid's loader names its stamp.
-
-
-def _stamp(raw: Path, processed: Path) -> str:
+def _stamp(raw: Path, processed: Path, digests: Dict[str, str]) -> str:
     """What ``processed/STAMP`` holds: the name, size and SHA-256 of each raw
     file, then the SHA-256 of each file PyG wrote from them. Contents, not
     modification times: a copy of a data root (``cp -r``, a read-only
-    mirror of it) keeps serving its cache."""
-    lines = [f"{name} {(raw / name).stat().st_size} bytes, sha256 {file_sha256(raw / name)}" for name in RAW_FILES]
+    mirror of it) keeps serving its cache. ``digests``: the raw files'
+    SHA-256s this load has taken (:func:`~graphseq.data.files.raw_file_lines`)."""
+    lines = raw_file_lines(raw, RAW_FILES, digests)
     lines += [f"{split}.pt sha256 {file_sha256(processed / f'{split}.pt')}" for split in SPLITS]
     return "\n".join(lines) + "\n"
 
