@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from .errors import GraphseqError
+from .errors import GraphseqError, end_interrupted_line
 
 # Why a write fails that no check of the command line foresees.
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
@@ -543,13 +543,13 @@ def _say(line: str, interrupt: Optional[KeyboardInterrupt] = None) -> None:
     (as ``RANK`` says) speaks for them. The word on an ``interrupt`` starts
     a line of its own at a terminal, which echoed "^C" with no line end,
     unless the run's own word on it (its log's last line) ended that line
-    already and said so (``interrupt.line_ended``: see
-    :func:`graphseq.pipeline.end_interrupted_line`)."""
+    already and said so (:func:`graphseq.errors.end_interrupted_line`)."""
     rank = os.environ.get("RANK", "0").strip()
     distributed = sys.modules.get("graphseq.distributed")
     if not rank.isdigit() or int(rank) == 0 or getattr(distributed, "past_checks", True):
-        own_line = interrupt is not None and not getattr(interrupt, "line_ended", False) and _is_terminal(sys.stderr)
-        _tell("\n" * own_line + line)
+        if interrupt is not None:
+            end_interrupted_line(interrupt, sys.stderr)
+        _tell(line)
 
 
 def _tell(line: str) -> None:
@@ -564,14 +564,6 @@ def _tell(line: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):  # a closed descriptor or stream
         pass
-
-
-def _is_terminal(stream) -> bool:
-    """Whether ``stream`` is a terminal, which echoes ^C on Ctrl-C."""
-    try:
-        return bool(stream is not None and stream.isatty())
-    except (AttributeError, OSError, ValueError):  # no such method, or a closed stream
-        return False
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ except ImportError:  # Windows: run folders are not locked.
 
 from . import __version__, distributed
 from .checks import Domain, holds, is_whole_number, refusal
-from .errors import GraphseqError
+from .errors import GraphseqError, end_interrupted_line
 from .io import (atomic_write_bytes, atomic_write_text, check_file_place, check_stored_file, load_checkpoint,
                  read_utf8, remove_temporaries, write_json)
 from .seeding import MAX_SEED, seed_everything
@@ -1055,25 +1055,6 @@ class _LogStream(io.TextIOBase):
 def _console_handlers(log: logging.Logger) -> List[logging.StreamHandler]:
     """The handlers of ``log`` that write to the console, not to log.txt."""
     return [h for h in log.handlers if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
-
-
-def end_interrupted_line(interrupt: KeyboardInterrupt, stream: Any) -> None:
-    """Ends the line on which a terminal echoed Ctrl-C's "^C", where the
-    cursor was and with no line end, so that what is said of the interrupt
-    next starts a line of its own rather than "^Cinterrupted"; once an
-    interrupt, which remembers it (``interrupt.line_ended``) for whoever
-    speaks after (the command's "graphseq: interrupted"). A stream that is
-    no terminal (a file, a pipe) saw no ^C and gets nothing."""
-    if getattr(interrupt, "line_ended", False):
-        return
-    try:
-        if not stream.isatty():
-            return
-        stream.write("\n")
-        stream.flush()
-    except (AttributeError, OSError, ValueError):  # no terminal after all, or a closed one
-        return
-    interrupt.line_ended = True
 
 
 def _close(log: Optional[logging.Logger]) -> None:
