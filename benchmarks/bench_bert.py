@@ -24,7 +24,6 @@ they are timed; the script stops if they do not.
 from __future__ import annotations
 
 import argparse
-import os
 import warnings
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from graphseq.data.pretraining import collate
 from graphseq.data.wordpiece import WordPieceTokenizer
 from graphseq.errors import GraphseqError
 from graphseq.models.bert import BertConfig, BertEncoder
-from graphseq.pipeline import resolve_device
+from graphseq.pipeline import default_data_mirror, default_data_root, resolve_device
 from timing import CLOCKS, at_least, check_agreement, median_times, run_script
 
 
@@ -83,8 +82,8 @@ def main() -> None:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="cpu",
                         help="time wall-clock or this process's CPU seconds (less disturbed by other jobs)")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--data-root", default=os.environ.get("GRAPHSEQ_DATA") or "datasets")
-    parser.add_argument("--data-mirror", default=os.environ.get("GRAPHSEQ_MIRROR"))
+    parser.add_argument("--data-root", default=default_data_root())
+    parser.add_argument("--data-mirror", default=default_data_mirror())
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)

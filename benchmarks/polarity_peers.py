@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ import torch
 from graphseq.data.polarity import cv_folds, load_polarity
 from graphseq.errors import GraphseqError
 from graphseq.io import atomic_write_text, check_output_file, read_json
+from graphseq.pipeline import default_data_mirror, default_data_root
 from graphseq.stages.paragraph_vectors import spv_fold, words_of
 from graphseq.stages.polarity import read_folds
 from timing import run_script
@@ -195,8 +195,8 @@ def main() -> None:
     parser.add_argument("--spv", default=None, metavar="RUN_DIR",
                         help="a finished spv-polarity run to list beside (instead of running spv-* here)")
     parser.add_argument("--json", default=None, help="write every fold's figures here, after each")
-    parser.add_argument("--data-root", default=os.environ.get("GRAPHSEQ_DATA") or "datasets")
-    parser.add_argument("--data-mirror", default=os.environ.get("GRAPHSEQ_MIRROR"))
+    parser.add_argument("--data-root", default=default_data_root())
+    parser.add_argument("--data-mirror", default=default_data_mirror())
     parser.add_argument("--scratch", default="runs/polarity-peers", help="where the BiLSTM's runs go")
     args = parser.parse_args()
     torch.set_num_threads(1)
