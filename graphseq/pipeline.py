@@ -436,8 +436,8 @@ def data_places(data_root: str | os.PathLike | None, data_mirror: str | os.PathL
     """The data root and mirror a run reads: those given, else the defaults.
     An empty one given is refused: ``--data-root "$DATA"`` with ``DATA``
     unset would otherwise write the datasets into the working folder.
-    So is a data root that is the mirror or lies inside it
-    (:func:`_check_root_outside_mirror`)."""
+    So are a data root and a mirror where the run would write into the
+    mirror (:func:`_check_root_outside_mirror`)."""
     for value, option in ((data_root, "--data-root"), (data_mirror, "--data-mirror")):
         if value is not None and not str(value).strip():
             raise GraphseqError(f"{option} is empty; name a folder, or leave the option out for its default")
@@ -450,15 +450,28 @@ def data_places(data_root: str | os.PathLike | None, data_mirror: str | os.PathL
     return root, mirror
 
 
+def dataset_folders() -> tuple[str, ...]:
+    """The folders of the data root that the dataset loaders write (the raw
+    files they copy or download, PyG's ``processed/`` caches), under the
+    names the loaders give them."""
+    from .data import captions, miniimagenet, omniglot, planetoid, polarity, ppi, text
+    return (*planetoid.NAMES.values(), ppi.FOLDER, omniglot.FOLDER, miniimagenet.FOLDER, polarity.FOLDER,
+            text.TINY_SHAKESPEARE_FOLDER, captions.COCO_FOLDER)
+
+
 def _check_root_outside_mirror(root: Path, mirror: Path, root_from: str, mirror_from: str) -> None:
-    """Refuses a data root that is the mirror, or a folder inside it, as
-    the paths resolve (links and '..' followed): a run writes its downloads,
-    the raw files it copies and PyG's ``processed/`` caches into the data
-    root, and the mirror is read-only, to stay as its owner made it (it may
-    be shared by other runs and machines). A mirror inside the data root
-    is let be: the run writes only into the root's dataset folders
-    (``ROOT/Cora/processed``), beside the mirror and not in it, and reads
-    the mirror as it reads any other folder."""
+    """Refuses a data root and a mirror that a run's writes would carry from
+    the one into the other, as the paths resolve (links and '..' followed):
+    a run writes its downloads, the raw files it copies and PyG's
+    ``processed/`` caches into the data root's dataset folders
+    (``ROOT/Cora``, :func:`dataset_folders`), and the mirror is read-only,
+    to stay as its owner made it (it may be shared by other runs and
+    machines). So the data root may not be the mirror or lie inside it, and
+    a mirror may not be one of the root's dataset folders or lie inside one
+    (``--data-mirror ROOT/Cora`` or ``ROOT/Cora/raw``), nor may such a
+    folder be a link into the mirror (:func:`_check_mirror_outside_dataset_folders`).
+    A mirror elsewhere inside the data root (``ROOT/mirror``) is let be: the
+    run writes beside it, not in it, and reads it as it reads any other folder."""
     try:
         resolved_root, resolved_mirror = root.resolve(), mirror.resolve()
     except (OSError, RuntimeError):  # a link loop, a folder not to be entered: the data loaders name it
@@ -468,10 +481,40 @@ def _check_root_outside_mirror(root: Path, mirror: Path, root_from: str, mirror_
     elif resolved_root.is_relative_to(resolved_mirror):
         where = "lies inside the data mirror"
     else:
+        _check_mirror_outside_dataset_folders(resolved_root, resolved_mirror, root_from, mirror_from)
         return
     raise GraphseqError(f"the data root {resolved_root} ({root_from}) {where} {resolved_mirror} ({mirror_from}), "
                         f"which a run only reads: it would write its datasets' files there; give a data root "
                         f"outside the mirror")
+
+
+def _check_mirror_outside_dataset_folders(root: Path, mirror: Path, root_from: str, mirror_from: str) -> None:
+    """Refuses the (resolved) ``mirror`` where one of the (resolved) data
+    ``root``'s dataset folders is it, holds it, or, through a link, lies
+    inside it: the run would write that dataset's files into the mirror.
+    Every dataset folder counts, whichever the pipeline reads: a mirror
+    there would be written by the next pipeline that reads that dataset."""
+    names = dataset_folders()
+    for name in names:
+        try:
+            folder = (root / name).resolve()
+        except (OSError, RuntimeError):  # a link loop: the loader of that dataset names it
+            continue
+        if folder == mirror:
+            where = "is"
+        elif mirror.is_relative_to(folder):
+            where = "holds"
+        elif folder.is_relative_to(mirror):
+            where = "lies inside"
+        else:
+            continue
+        linked = folder != root / name
+        remedy = (f"make {root / name} a folder of its own, not a link" if where == "lies inside" else
+                  f"give a mirror outside the data root's dataset folders ({', '.join(names)})")
+        raise GraphseqError(f"the data root's {name} folder {root / name} ({root_from}"
+                            f"{f', a link to {folder}' if linked else ''}) {where} the data mirror {mirror} "
+                            f"({mirror_from}): a run writes its {name} files there (raw copies, PyG's processed/ "
+                            f"cache), and the mirror is only read; {remedy}")
 
 
 def _logger(out: Path, quiet: bool) -> logging.Logger:

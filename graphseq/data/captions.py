@@ -31,6 +31,7 @@ from .text import Vocabulary, count_words
 PAD, START, END, UNKNOWN = "<pad>", "<start>", "<end>", "<unk>"
 SPECIALS = (PAD, START, END, UNKNOWN)
 
+COCO_FOLDER = "coco"  # under the data root
 COCO_URL = "http://images.cocodataset.org"
 COCO_SPLITS = ("train2014", "val2014", "train2017", "val2017")
 COCO_ANNOTATIONS = {"2014": "annotations/annotations_trainval2014.zip",
@@ -387,7 +388,7 @@ def locate_coco(split: str, root: Path, mirror: Optional[Path] = None, download:
     place that is a file, or a link to nothing, is refused by name before
     it is passed over: the download it would lead to is many gigabytes, and
     into the root it fails half-way."""
-    places = [Path(root) / "coco"] + ([Path(mirror) / "coco"] if mirror is not None else [])
+    places = [Path(root) / COCO_FOLDER] + ([Path(mirror) / COCO_FOLDER] if mirror is not None else [])
     for folder, goes_there in zip(places, ("the COCO files go there", "the mirror's COCO files are read there")):
         check_folder_places([folder], goes_there)
         annotation = folder / "annotations" / f"captions_{split}.json"

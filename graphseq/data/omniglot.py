@@ -39,7 +39,7 @@ from torch import Tensor
 from ..checks import is_integer
 from ..errors import GraphseqError
 from ..io import load_checkpoint, read_utf8, save_checkpoint
-from .files import Checksum, check_file, check_folder_places, check_writable, download_url
+from .files import Checksum, check_file, check_folder_places, check_writable, download_url, hash_file, removed_if_failed
 from .episodes import FewShotClasses
 
 FOLDER = "omniglot-py"
@@ -164,19 +164,25 @@ def find_omniglot(root: Path, mirror: Optional[Path] = None, download: bool = Tr
     if not download:
         raise GraphseqError(f"Omniglot not found: looked for {', '.join(PARTS)} in {places}")
     try:
-        for part in PARTS:
-            if not (target / part).is_dir():
-                _download_part(part, target)
+        with removed_if_failed(target):  # A refused archive leaves no empty folder behind.
+            for part in PARTS:
+                if not (target / part).is_dir():
+                    _download_part(part, target)
     except Exception as error:  # Any failure of the network or the host.
         raise GraphseqError(f"Omniglot not found in {places}, and the download failed: {error}") from None
     return target
 
 
 def _download_part(part: str, target: Path) -> None:
+    """Downloads ``part``'s zip into ``target``, checks it against its
+    known MD5 (read in chunks, as every dataset file is checked) and
+    extracts it there; the zip is deleted either way."""
     archive_path = target / f"{part}.zip"
     download_url(URL.format(part=part), archive_path)
     try:
-        if hashlib.md5(archive_path.read_bytes()).hexdigest() != ZIP_MD5[part]:
+        md5 = hashlib.md5()
+        hash_file(archive_path, md5)
+        if md5.hexdigest() != ZIP_MD5[part]:
             raise OSError(f"{part}.zip arrived damaged (its MD5 is not {ZIP_MD5[part]})")
         with zipfile.ZipFile(archive_path) as archive:
             archive.extractall(target)

@@ -24,6 +24,7 @@ from ..io import atomic_write_text, first_sentence
 from .files import (STAMP, check_folder_places, check_writable, damaged_file_error, failed_cache_build, file_sha256,
                     locate_raw_files, raw_file_lines, removed_if_failed, stamped_cache)
 
+FOLDER = "PPI"  # under the data root
 SPLITS = {"train": "train", "val": "valid", "test": "test"}  # PyG's split name -> raw file prefix
 RAW_FILES = [f"{prefix}_{name}" for prefix, name in
              product(SPLITS.values(), ["feats.npy", "graph_id.npy", "graph.json", "labels.npy"])]
@@ -39,7 +40,7 @@ def load_ppi(root: Path, mirror: Optional[Path] = None,
     cache beside ``raw/`` is used only as this loader built it from the raw
     files there now; a torn or stale one is rebuilt."""
     log = log or logging.getLogger("graphseq")
-    folder = Path(root) / "PPI"
+    folder = Path(root) / FOLDER
     raw, processed = folder / "raw", folder / "processed"
     # Anything but a folder there is refused before anything is written: the
     # cache is deleted to be rebuilt, never a file of the user's.
@@ -68,7 +69,7 @@ def load_ppi(root: Path, mirror: Optional[Path] = None,
             for warning in _check_raw(raw):
                 log.warning(warning)
         except _Damaged as error:
-            mirror_copy = Path(mirror) / "PPI" / "raw" / error.name if mirror is not None else None
+            mirror_copy = Path(mirror) / FOLDER / "raw" / error.name if mirror is not None else None
             raise damaged_file_error(raw, error.name, error.reason, fresh, mirror_copy, kind="PPI") from None
     check_writable(folder, "cannot build PyG's cache of the PPI files")
     try:

@@ -20,6 +20,7 @@ from torch import Tensor
 from ..errors import GraphseqError
 from .files import Checksum, download_url, locate_raw_files
 
+TINY_SHAKESPEARE_FOLDER = "tinyshakespeare"  # under the data root
 TINY_SHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/"
                         "data/tinyshakespeare/input.txt")
 # karpathy/char-rnn, commit 6f9487a6.
@@ -118,7 +119,7 @@ class Vocabulary:
 
 def load_tiny_shakespeare(root: Path, mirror: Optional[Path] = None) -> str:
     """The 1,115,394 characters of Karpathy's tiny-shakespeare."""
-    folder = locate_raw_files("tinyshakespeare", ["input.txt"], Path(root), mirror,
+    folder = locate_raw_files(TINY_SHAKESPEARE_FOLDER, ["input.txt"], Path(root), mirror,
                               lambda target: download_url(TINY_SHAKESPEARE_URL, target / "input.txt"),
                               TINY_SHAKESPEARE)
     return (folder / "input.txt").read_text(encoding="utf-8")

@@ -1,3 +1,8 @@
+import hashlib
+import shutil
+import tracemalloc
+import zipfile
+
 import numpy as np
 import pytest
 import torch
@@ -359,3 +364,51 @@ def test_a_data_root_that_cannot_be_written_is_refused_before_decoding(write_fak
                                             f"writable"):
         load_omniglot(root, mirror, size=28, download=False)
     assert list(root.iterdir()) == []
+
+
+def _serve_archives(tmp_path, monkeypatch, archives):
+    """Stands in for the web: ``download_url`` copies ``archives[part]``
+    (a file made by the test) to where the part's zip is asked for."""
+    def download_url(url, path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(archives[url.rsplit("/", 1)[1].removesuffix(".zip")], path)
+
+    monkeypatch.setattr(omniglot_module, "download_url", download_url)
+
+
+def test_a_downloaded_archive_with_the_wrong_md5_is_refused_by_name(tmp_path, monkeypatch):
+    wrong = tmp_path / "wrong.zip"
+    wrong.write_bytes(b"not the Omniglot archive")
+    _serve_archives(tmp_path, monkeypatch, {part: wrong for part in omniglot_module.PARTS})
+    root = tmp_path / "datasets"
+    with pytest.raises(GraphseqError, match=r"download failed: images_background\.zip arrived damaged \(its MD5 is "
+                                            r"not 68d2efa1b9178cc56df9314c21c6e718\)"):
+        omniglot_module.find_omniglot(root, None)
+    assert not root.exists()  # neither the archive nor an empty omniglot-py is left
+
+
+def _md5(path):
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "md5").hexdigest()
+
+
+def test_the_archives_are_checked_in_chunks_then_extracted(tmp_path, monkeypatch):
+    # Each archive holds 8 MiB; checking its MD5 must not read it whole into memory.
+    archives, payload = {}, 8 << 20
+    for part in omniglot_module.PARTS:
+        archives[part] = tmp_path / f"{part}.zip"
+        with zipfile.ZipFile(archives[part], "w") as archive:  # stored, so the zip is as large
+            archive.writestr(f"{part}/Alpha/character01/drawing.bin", bytes(payload))
+        monkeypatch.setitem(omniglot_module.ZIP_MD5, part, _md5(archives[part]))
+    _serve_archives(tmp_path, monkeypatch, archives)
+    root = tmp_path / "datasets"
+    tracemalloc.start()
+    try:
+        folder = omniglot_module.find_omniglot(root, None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < payload // 2
+    assert folder == root / "omniglot-py"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(omniglot_module.PARTS)  # the zips are gone
+    assert (folder / "images_evaluation" / "Alpha" / "character01" / "drawing.bin").stat().st_size == payload
