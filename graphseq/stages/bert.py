@@ -281,13 +281,33 @@ def warmup_linear_decay(optimizer: torch.optim.Optimizer, steps: int, warmup: fl
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW with no weight decay on biases and layer-norm weights, as BERT trains."""
-    decay, no_decay = [], []
+def adamw(model: torch.nn.Module, lr: float, weight_decay: float, layer_decay: float = 1.0) -> torch.optim.AdamW:
+    """AdamW with no weight decay on biases and layer-norm weights, as BERT
+    trains. With ``layer_decay`` < 1 each encoder layer trains at that
+    factor of the rate of the one above it, the embeddings at that factor of
+    the lowest layer's, and the head at ``lr`` (layer-wise rate decay, as
+    ELECTRA fine-tunes): pretrained weights change the less, the more
+    general they are."""
+    groups: Dict[tuple, List[torch.nn.Parameter]] = {}
     for name, p in model.named_parameters():
-        (no_decay if p.dim() < 2 else decay).append(p)
-    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=lr)
+        key = (_depth(name, model), p.dim() < 2)
+        groups.setdefault(key, []).append(p)
+    return torch.optim.AdamW([{"params": params, "weight_decay": 0.0 if no_decay else weight_decay,
+                               "lr": lr * layer_decay ** depth}
+                              for (depth, no_decay), params in sorted(groups.items())], lr=lr)
+
+
+def _depth(name: str, model: torch.nn.Module) -> int:
+    """How many layers below the head the parameter ``name`` lies: 0 for
+    the head, 1 for the top encoder layer, ``num_layers + 1`` for the
+    embeddings."""
+    if not name.startswith("encoder."):
+        return 0
+    num_layers = model.config.num_layers
+    parts = name.split(".")
+    if parts[1] == "layers":
+        return num_layers - int(parts[2])
+    return 1 if parts[1] == "final_norm" else num_layers + 1  # final_norm tops the top layer.
 
 
 def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
@@ -555,7 +575,8 @@ def classify(model: BertClassifier, sentences: List[List[int]], tokenizer: WordP
 
 def finetune_fold(ctx, model: BertClassifier, data: SentenceFold, tokenizer: WordPieceTokenizer, *,
                   fold: int, epochs: int, batch_size: int, lr: float, warmup: float, weight_decay: float,
-                  clip: float, amp: bool, evals_per_epoch: int, max_steps: int, test: bool) -> Dict[str, Any]:
+                  clip: float, amp: bool, evals_per_epoch: int, max_steps: int, test: bool,
+                  layer_decay: float = 1.0) -> Dict[str, Any]:
     """Fine-tunes on the fold's training sentences, keeps the weights with
     the best validation accuracy, and scores the test sentences once (when
     ``test``)."""
@@ -576,7 +597,7 @@ def finetune_fold(ctx, model: BertClassifier, data: SentenceFold, tokenizer: Wor
         predicted = classify(model, data.val, tokenizer, ctx.device)
         return {"val_accuracy": float((predicted == data.val_labels).float().mean())}
 
-    optimizer = adamw(model, lr, weight_decay)
+    optimizer = adamw(model, lr, weight_decay, layer_decay)
     result = train_steps(ctx, model, optimizer, loss_fn, steps=steps,
                          scheduler=warmup_linear_decay(optimizer, steps, warmup), clip=clip, amp=amp,
                          evaluate=evaluate, eval_every=max(1, per_epoch // evals_per_epoch),
@@ -610,22 +631,28 @@ def _check_finetune(check, *, run_folds: list, **_) -> None:
 
 
 @stage("bert_finetune", checks={"run_folds": FOLD_LIST, "epochs": at_least(1), "batch_size": at_least(1),
-                                "lr": positive, "scratch_lr": non_negative, "pool": one_of(*POOLS),
+                                "lr": positive, "scratch_lr": non_negative, "layer_decay": between(0, 1),
+                                "pool": one_of(*POOLS),
                                 "warmup": between(0, 1), "weight_decay": non_negative, "clip": non_negative,
                                 "evals_per_epoch": at_least(1), "max_steps": non_negative},
        resume_may_change=("run_folds",), resume_reads=(FOLDS_FILE,), precheck=_check_finetune,
        applies={"scratch_lr": {"scratch": (True,)}},
        needs={"pretrained": "bert_groups"})
 def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int = 32, lr: float = 1e-3,
-                  scratch_lr: float = 0.0, pool: str = "cls", pretrained_pooler: bool = False, warmup: float = 0.1,
-                  weight_decay: float = 0.01, clip: float = 1.0, amp: bool = True, evals_per_epoch: int = 2,
-                  scratch: bool = True, test: bool = True, max_steps: int = 0) -> None:
+                  scratch_lr: float = 0.0, layer_decay: float = 1.0, pool: str = "cls",
+                  pretrained_pooler: bool = False, warmup: float = 0.1, weight_decay: float = 0.01, clip: float = 1.0,
+                  amp: bool = True, evals_per_epoch: int = 2, scratch: bool = True, test: bool = True,
+                  max_steps: int = 0) -> None:
     """Fine-tunes on sentence polarity, fold by fold (``run_folds``, or
     every fold): from the pretrained weights and, with ``scratch``, the
     same model and tokenizer from random weights (at ``scratch_lr``, 0 for
-    ``lr``: a model from scratch may want another rate). The classifier
-    reads the ``[CLS]`` node (``pool = "cls"``) or the mean of the
-    sentence's nodes (``"mean"``); ``pretrained_pooler`` starts its pooler
+    ``lr``: a model from scratch may want another rate). With
+    ``layer_decay`` < 1 the pretrained variant's encoder layers train at
+    decaying rates below its head's (:func:`adamw`; 0 trains the head
+    alone); the model from scratch has nothing to keep and trains every
+    layer at its rate. The classifier reads the ``[CLS]`` node (``pool =
+    "cls"``) or the mean of the sentence's nodes (``"mean"``);
+    ``pretrained_pooler`` starts its pooler
     from the one next-sentence prediction trained (else afresh). Each
     trains for ``epochs`` epochs (``max_steps`` > 0 caps them, for smoke
     tests), AdamW with warm-up and linear decay (mixed precision on CUDA
@@ -673,7 +700,8 @@ def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int
             result = finetune_fold(sub, model, data, tokenizer, fold=fold, epochs=epochs, batch_size=batch_size,
                                    lr=lr if variant == "pretrained" or scratch_lr <= 0 else scratch_lr,
                                    warmup=warmup, weight_decay=weight_decay, clip=clip, amp=amp,
-                                   evals_per_epoch=evals_per_epoch, max_steps=max_steps, test=test)
+                                   evals_per_epoch=evals_per_epoch, max_steps=max_steps, test=test,
+                                   layer_decay=layer_decay if variant == "pretrained" else 1.0)
             result.update(fold=fold, variant=variant, pretraining=str(source))
             done[(fold, variant)] = result
             if distributed.is_main():

@@ -20,7 +20,8 @@ from graphseq.cli import main
 from graphseq.data.polarity import cv_folds, load_polarity
 from graphseq.errors import GraphseqError
 from graphseq.io import load_checkpoint
-from graphseq.stages.bert import bert_corpus, bert_tokenizer, read_pretraining
+from graphseq.models.bert import BertClassifier, BertConfig
+from graphseq.stages.bert import adamw, bert_corpus, bert_tokenizer, read_pretraining
 
 TINY = {"model.hidden_size": 16, "model.feedforward_size": 32, "model.num_heads": 2, "tokenizer.vocab_size": 300,
         "pretrain.batch_size": 4, "pretrain.eval_examples": 16, "pretrain.eval_every": 2}
@@ -578,3 +579,39 @@ def test_bert_polarity_pretrains_first_when_given_no_run(tmp_path, data_root, mi
                                         "finetune.scratch": False, "finetune.test": False},
             out=tmp_path, resume=True, data_root=data_root, data_mirror=mirror, quiet=True)
     assert files_under(tmp_path) == before
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_layer_decay_trains_each_layer_at_a_factor_of_the_rate_above_it(norm_first):
+    """The head at the rate, the top layer (and a pre-norm encoder's final
+    norm) at decay x rate, the layer below at decay², the embeddings at
+    decay³; biases and norms still without weight decay."""
+    model = BertClassifier(BertConfig(vocab_size=50, hidden_size=8, num_layers=2, num_heads=2,
+                                      feedforward_size=16, max_len=12, norm_first=norm_first), pool="mean")
+    optimizer = adamw(model, 1e-3, 0.01, layer_decay=0.5)
+    rate = {id(p): (group["lr"], group["weight_decay"]) for group in optimizer.param_groups for p in group["params"]}
+    expected = {"classifier.weight": 1e-3, "pooler.bias": 1e-3, "encoder.layers.1.linear1.weight": 5e-4,
+                "encoder.layers.0.linear1.weight": 2.5e-4, "encoder.token_embedding.weight": 1.25e-4,
+                "encoder.embedding_norm.weight": 1.25e-4}
+    if norm_first:
+        expected["encoder.final_norm.weight"] = 5e-4
+    params = dict(model.named_parameters())
+    assert len(rate) == len(params)  # every parameter trains, once
+    for name, lr in expected.items():
+        assert rate[id(params[name])][0] == pytest.approx(lr), name
+    assert rate[id(params["encoder.layers.0.linear1.weight"])][1] == 0.01
+    assert rate[id(params["encoder.embedding_norm.weight"])][1] == 0.0
+    assert {lr for lr, _ in map(rate.get, map(id, params.values()))} == {1e-3, 5e-4, 2.5e-4, 1.25e-4}
+    assert {group["lr"] for group in adamw(model, 1e-3, 0.01).param_groups} == {1e-3}  # no decay: one rate
+
+
+def test_layer_decay_zero_trains_the_head_alone():
+    model = BertClassifier(BertConfig(vocab_size=50, hidden_size=8, num_layers=2, num_heads=2,
+                                      feedforward_size=16, max_len=12), pool="mean")
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = adamw(model, 1e-2, 0.01, layer_decay=0.0)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+    assert changed == {"pooler.weight", "pooler.bias", "classifier.weight", "classifier.bias"}
