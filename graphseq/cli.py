@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from .errors import GraphseqError, end_interrupted_line
+from .errors import GraphseqError, end_interrupted_line, plural, tell
 
 # Why a write fails that no check of the command line foresees.
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
@@ -154,7 +154,7 @@ def _list(args: argparse.Namespace) -> int:
         try:  # One bad file under $GRAPHSEQ_PIPELINES does not hide the rest.
             description = read_config(path).get("description", "")
         except GraphseqError as error:
-            _tell(f"graphseq: error: {error}")
+            tell(f"graphseq: error: {error}")
             broken += 1
             continue
         print(f"{name:<{width}}  {description}")
@@ -179,8 +179,8 @@ def _labels(args: argparse.Namespace) -> int:
     skipped = [a.item for a in answers if a.label is None]
     if skipped and not args.skips:  # stdout stays the labels alone, for programs to read
         shown = ", ".join(map(str, skipped[:10])) + (", ..." if len(skipped) > 10 else "")
-        _tell(f"graphseq: {len(skipped)} skipped item{'s' * (len(skipped) > 1)} not listed ({shown}); "
-              f"--skips lists them with an empty label")
+        tell(f"graphseq: {plural(len(skipped), 'skipped item')} not listed ({shown}); "
+             f"--skips lists them with an empty label")
     return 0
 
 
@@ -402,7 +402,7 @@ def _caption(args: argparse.Namespace) -> int:
     for words in out.words:
         print(" ".join(words) if words else EMPTY_CAPTION)
     if args.attention:
-        _tell(f"wrote {args.attention}: the attention of each word over the image")
+        tell(f"wrote {args.attention}: the attention of each word over the image")
     return 0
 
 
@@ -507,7 +507,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         error = failure.args[0]
         if isinstance(error, BrokenPipeError):
             return 141  # Quietly, as a tool that SIGPIPE ends (graphseq list | head -1).
-        _tell(f"graphseq: error: cannot write the output: {error.strerror or error}")
+        tell(f"graphseq: error: cannot write the output: {error.strerror or error}")
         return 2
     finally:
         sys.stdout = stdout
@@ -549,21 +549,7 @@ def _say(line: str, interrupt: Optional[KeyboardInterrupt] = None) -> None:
     if not rank.isdigit() or int(rank) == 0 or getattr(distributed, "past_checks", True):
         if interrupt is not None:
             end_interrupted_line(interrupt, sys.stderr)
-        _tell(line)
-
-
-def _tell(line: str) -> None:
-    """Writes ``line`` on standard error, or nowhere where there is none
-    (``2>&-``: Python's ``sys.stderr`` is None, and ``print`` would write to
-    standard output, which may be a pipe of results such as the labels'
-    CSV) or it cannot be written: the exit code still tells."""
-    if sys.stderr is None:
-        return
-    try:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):  # a closed descriptor or stream
-        pass
+        tell(line)
 
 
 if __name__ == "__main__":

@@ -234,7 +234,9 @@ def _lost_peer_in_one_line(excepthook: Any) -> Any:
                 time.sleep(LAUNCHER_STOPS_WITHIN)
             except KeyboardInterrupt:
                 return  # Ctrl-C reached the launcher as well, which says that the run was interrupted.
-        print(f"[rank{launched_rank()}]: {kind.__name__}: {str(error).splitlines()[0]}", file=sys.stderr)
+        from .errors import tell
+
+        tell(f"[rank{launched_rank()}]: {kind.__name__}: {str(error).splitlines()[0]}")
 
     return hook
 
@@ -369,7 +371,7 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    from .errors import GraphseqError
+    from .errors import GraphseqError, end_interrupted_line, tell
 
     command, name, config = _check_command(args, nproc_per_node)
     launcher = parse_args(["--standalone", f"--nproc-per-node={nproc_per_node}", "--max-restarts=0",
@@ -382,13 +384,17 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
         logger.setLevel(logging.CRITICAL)
     place = Path(out or command.out)
     made = [folder for folder in (place, *place.parents) if not folder.exists()]  # by the workers, if at all
+    logged = _log_size(place)  # what an earlier launch in the folder logged
     os.environ[LAUNCHED] = "1"  # Its workers leave the word on an interrupt to the launcher.
     try:
         run(launcher)
     except (SignalException, KeyboardInterrupt) as stop:
         number = int(getattr(stop, "sigval", signal.SIGINT))
-        _log_interrupt(Path(out or command.out), command.pipeline, config, nproc_per_node)
-        print(f"graphseq: interrupted; {_what_now(Path(out or command.out), name, config)}", file=sys.stderr)
+        said = _log_interrupt(place, command.pipeline, config, nproc_per_node, logged)
+        # Ctrl-C's "^C" at a terminal has no line end, unless rank 0 ended that line on its console.
+        if number == signal.SIGINT and (command.quiet or not said):
+            end_interrupted_line(stop, sys.stderr)
+        tell(f"graphseq: interrupted; {_what_now(place, name, config)}")
         return 128 + number
     except ChildFailedError as error:
         # The first failure is the cause; workers the launcher stopped after it got SIGTERM.
@@ -450,26 +456,37 @@ def _check_command(args: Sequence[str], processes: int) -> tuple[argparse.Namesp
     return command, config.get("pipeline") or path.stem, config
 
 
-def _log_interrupt(out: Path, pipeline: str, config: Dict[str, Any], processes: int) -> None:
+def _log_interrupt(out: Path, pipeline: str, config: Dict[str, Any], processes: int, logged: int = 0) -> bool:
     """Appends to the run's log.txt, once its workers are stopped, the line
     an interrupted run of one process logs: how to continue it (with
     ``--nproc-per-node``). Rank 0 logs it itself when the interrupt reached
     it (Ctrl-C reaches every process); SIGTERM to the launcher stops the
-    workers before they can."""
+    workers before they can. Returns whether rank 0 logged it, past the
+    ``logged`` bytes the log held before the launch (a run that is not
+    quiet then said it on the console too, on a line of its own)."""
     from .pipeline import interrupted_line
 
     log = out / "log.txt"
     if not log.is_file():
-        return  # Stopped before the run wrote (its checks).
+        return False  # Stopped before the run wrote (its checks).
     lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     if lines and lines[-1].split(" ", 2)[-1].startswith("interrupted"):
-        return
+        return _log_size(out) > logged
     line = interrupted_line(pipeline, out, config, None, f" --nproc-per-node {processes}")
     if line is None:
-        return  # A run that cannot resume, or stored nothing.
+        return False  # A run that cannot resume, or stored nothing.
     # One write to a file opened for appending, as the run's own log lines are.
     with open(log, "a", encoding="utf-8") as file:
         file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+    return False
+
+
+def _log_size(out: Path) -> int:
+    """The size of the run's log.txt in bytes (0 where there is none yet)."""
+    try:
+        return (out / "log.txt").stat().st_size
+    except OSError:
+        return 0
 
 
 def _what_now(out: Path, name: str, config: Dict[str, Any]) -> str:
