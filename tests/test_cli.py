@@ -493,6 +493,23 @@ def test_labels_says_how_many_items_were_skipped_and_lists_them_with_skips(tmp_p
     assert err == ""
 
 
+def test_labels_says_one_skipped_item_in_the_singular(tmp_path, capsys):
+    from graphseq.active.store import STORE_NAME, LabelStore
+
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        store.add("random", 1, "Theory", "initial")
+        store.add("random", 4, None, "human")
+    assert main(["labels", str(tmp_path)]) == 0
+    assert capsys.readouterr().err == "graphseq: 1 skipped item not listed (4); --skips lists them with an empty label\n"
+
+
+@pytest.mark.parametrize("count, said", [(0, "0 skipped items"), (1, "1 skipped item"), (2, "2 skipped items")])
+def test_a_count_is_spelled_as_a_person_says_it(count, said):
+    from graphseq.errors import plural
+
+    assert plural(count, "skipped item") == said
+
+
 @pytest.mark.parametrize("option", ["--data-root", "--data-mirror"])
 def test_an_empty_data_folder_is_refused_not_taken_for_the_working_folder(option, capsys, tmp_path, monkeypatch):
     # '--data-root "$DATA"' with DATA unset: the datasets would go into the folder the command ran in.

@@ -2,13 +2,16 @@
 with ``learner.evaluate = "val"``) against the number of labels, one line
 per query strategy. With several seeds each line is the mean over seeds and
 the band around it one standard deviation, so that a gap between two
-strategies can be read against the seed-to-seed spread.
+strategies can be read against the seed-to-seed spread. A run whose
+tables both record curves (metrics.json's ``TABLE.curves``) is drawn on one
+set of axes, each line named by its table, so that the tables compare at a
+glance.
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -49,11 +52,13 @@ def final_accuracy(curves: Sequence[List[List[float]]]) -> tuple[float, float]:
 
 
 def plot_learning_curves(runs: Sequence[Curves], path: str | Path, title: str,
-                         reference: Optional[float] = None, split: str = "test") -> Path:
+                         reference: Union[float, Mapping[str, float], None] = None, split: str = "test") -> Path:
     """Draws the curves of one or more seeds into a PNG at ``path``;
-    ``reference`` (an accuracy) is drawn as a dashed line, ``split`` names
-    the nodes the accuracy was measured on. The file is written atomically,
-    and a path that cannot be written is refused before anything is drawn.
+    ``reference`` (an accuracy, or several by name: one per table of a run
+    whose tables both record curves) is drawn as a dashed line each,
+    ``split`` names the nodes the accuracy was measured on. The file is
+    written atomically, and a path that cannot be written is refused before
+    anything is drawn.
 
     Seeds with the same label counts are drawn as their mean with a band of
     one standard deviation; seeds whose counts differ (skipped items) are
@@ -93,9 +98,11 @@ def plot_learning_curves(runs: Sequence[Curves], path: str | Path, title: str,
         axes.plot(x, mean, marker="o", markersize=2.5, color=colours(i % 10), label=label + ")")
         if len(curves) > 1:
             axes.fill_between(x, mean - std, mean + std, color=colours(i % 10), alpha=0.15)
-    if reference is not None:
-        axes.axhline(reference, color="black", linestyle="--", linewidth=1,
-                     label=f"standard split ({reference:.3f})")
+    references = reference if isinstance(reference, Mapping) else \
+        {"standard split": reference} if reference is not None else {}
+    for k, (name, accuracy) in enumerate(references.items()):
+        axes.axhline(accuracy, color="black", linestyle=("--", ":", "-.")[k % 3], linewidth=1,
+                     label=f"{name} ({accuracy:.3f})")
     axes.set_xlabel("labelled items")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel(f"{split} accuracy")
@@ -118,8 +125,9 @@ def plot_run(run_dir: str | Path) -> Path:
     """Draws ``run_dir/learning_curves.png`` from the run's ``metrics.json``
     (every seed of that run: ``graphseq plot-curves DIR``). The folder of
     one seed of a run of several (``DIR/seed-N``) draws that seed's curves.
-    A run stopped before its first model has no point to draw, and is
-    refused in one line naming the file."""
+    Where several tables recorded curves, their lines share the axes, each
+    strategy named ``TABLE: strategy``. A run stopped before its first model
+    has no point to draw, and is refused in one line naming the file."""
     metrics_path = Path(run_dir) / "metrics.json"
     check_file_place(metrics_path)
     if not metrics_path.is_file():
@@ -127,16 +135,15 @@ def plot_run(run_dir: str | Path) -> Path:
     metrics = read_json(metrics_path)
     try:  # Every point is read before anything is drawn.
         # A run's metrics list its seeds under "runs"; one seed's own (DIR/seed-N) hold its curves.
-        one_seed = isinstance(metrics, dict) and "runs" not in metrics and "curves" in metrics
+        one_seed = isinstance(metrics, dict) and "runs" not in metrics and bool(curve_tables(metrics))
         seeds = [metrics] if one_seed else metrics.get("runs", [])
-        runs = [{strategy: [[int(n), float(accuracy)] for n, accuracy in curve]
-                 for strategy, curve in r["curves"].items()}
-                for r in seeds if r.get("curves")]
+        runs = [_seed_curves(r) for r in seeds]
         runs = [r for r in runs if any(r.values())]  # A seed stopped before its first model has no point.
-        started = any("curves" in r for r in seeds)
-        splits = sorted({str(r.get(SPLIT_KEY) or "test") for r in seeds if r.get("curves")})
-        reference = (metrics if one_seed else metrics.get("mean", {})).get("standard_split_accuracy")
-        reference = None if reference is None else float(reference)
+        started = any(curve_tables(r) for r in seeds)
+        splits = sorted({str(r.get(_named(table, SPLIT_KEY)) or r.get(SPLIT_KEY) or "test")
+                         for r in seeds for table in curve_tables(r) if r[_named(table, "curves")]})
+        tables = list(dict.fromkeys(table for r in seeds for table in curve_tables(r)))
+        reference = _references(metrics if one_seed else metrics.get("mean", {}), tables)
     except (AttributeError, TypeError, ValueError) as error:
         raise GraphseqError(f"{metrics_path} is damaged ({first_sentence(error)}); "
                             f"it was left as it is") from None
@@ -149,6 +156,40 @@ def plot_run(run_dir: str | Path) -> Path:
     if one_seed and "seed" in metrics:
         title += f", seed {metrics['seed']}"  # as the run drew it
     return plot_learning_curves(runs, Path(run_dir) / PLOT_NAME, title, reference, split="/".join(splits))
+
+
+def curve_tables(figures: Mapping[str, Any]) -> List[str]:
+    """The tables whose learning curves one seed's ``figures`` hold: ``[""]``
+    for the ``curves`` of a run in which one table records them, else the
+    table of each ``TABLE.curves``, as metrics.json names a figure that
+    several tables record (:func:`graphseq.pipeline.table_figures`)."""
+    tables = [key[:-len(".curves")] for key in figures if key.endswith(".curves")]
+    return tables or ([""] if "curves" in figures else [])
+
+
+def _named(table: str, key: str) -> str:
+    """The name metrics.json gives ``key`` of ``table`` ("" where one table records it)."""
+    return f"{table}.{key}" if table else key
+
+
+def _seed_curves(figures: Mapping[str, Any]) -> Curves:
+    """One seed's curves, every point read (a damaged one raises), each
+    strategy named by its table where several tables recorded curves."""
+    return {(f"{table}: {strategy}" if table else strategy): [[int(n), float(accuracy)] for n, accuracy in curve]
+            for table in curve_tables(figures) if figures[_named(table, "curves")]
+            for strategy, curve in figures[_named(table, "curves")].items()}
+
+
+def _references(figures: Mapping[str, Any], tables: List[str]) -> Union[float, Dict[str, float], None]:
+    """The standard split's accuracy among ``figures``: one number for a run
+    in which one table records curves, else each table's by name (a run
+    whose tables record it under one name is one table's: it keeps that name)."""
+    plain = figures.get("standard_split_accuracy")
+    if tables in ([], [""]):
+        return None if plain is None else float(plain)
+    named = {f"standard split, {table}": float(figures[_named(table, "standard_split_accuracy")])
+             for table in tables if _named(table, "standard_split_accuracy") in figures}
+    return {**({} if plain is None else {"standard split": float(plain)}), **named}
 
 
 def _pipeline_of_seed(seed_dir: Path) -> Optional[str]:

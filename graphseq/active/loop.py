@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..errors import GraphseqError
+from ..errors import GraphseqError, plural
 from ..seeding import keyed_generator
 from ..views import terminal_width
 from .oracles import QUIT, SKIP, UNDO, Question, Reply
@@ -280,11 +280,6 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
     finally:
         bar.close()
     return Outcome(store.rounds(strategy), len(labelled), stopped)
-
-
-def plural(count: int, noun: str) -> str:
-    """``"1 label"``, ``"2 labels"``: a count as a person says it."""
-    return f"{count} {noun}{'s' * (count != 1)}"
 
 
 def round_generator(seed: int, strategy: str, answers: int) -> torch.Generator:

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ..checks import is_whole_number
-from ..errors import GraphseqError
+from ..errors import GraphseqError, plural
 from ..seeding import keyed_generator
 
 
@@ -223,7 +223,7 @@ class FileOracle:
         if problems:
             problems = [text for _, text in sorted(problems, key=lambda problem: problem[0])]
             more = f" (and {len(problems) - self.SHOWN} more)" if len(problems) > self.SHOWN else ""
-            raise GraphseqError(f"{self.path}: {len(problems)} problem{'s' * (len(problems) > 1)}: "
+            raise GraphseqError(f"{self.path}: {plural(len(problems), 'problem')}: "
                                 + "; ".join(problems[:self.SHOWN]) + more + (f"; {note}" if note else ""))
 
     def check(self, class_names: Sequence[str], pool: Tensor) -> None:

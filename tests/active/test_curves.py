@@ -4,8 +4,11 @@ import json
 
 import pytest
 
-from graphseq.active.curves import PLOT_NAME
+from graphseq import run
+from graphseq.active.curves import PLOT_NAME, SPLIT_KEY
+from graphseq.checks import finite
 from graphseq.cli import main
+from graphseq.stages import stage
 
 METRICS = {"pipeline": "active-cora", "mean": {"standard_split_accuracy": 0.8},
            "runs": [{"curves": {"random": [[2, 0.3], [4, 0.5]], "entropy": [[2, 0.3], [4, 0.6]]}},
@@ -183,3 +186,68 @@ def test_an_accuracy_that_is_not_a_number_is_said_in_the_legend(tmp_path, monkey
     axes = _drawn(monkeypatch, tmp_path, [{"m": [[2, 0.2], [4, float("nan")], [6, 0.5]]}])
     (text,) = [t.get_text() for t in axes.get_legend().get_texts()]
     assert text == "m (0.500; 1 not a number, not drawn)"
+
+
+@stage("test_records_curves", checks={"lift": finite})
+def records_curves(ctx, *, lift: float = 0.0):
+    """Records what the active_learning stage records (each strategy's curve,
+    the nodes measured, the standard split's accuracy), ``lift`` higher."""
+    ctx.metrics["curves"] = {"random": [[2, 0.3 + lift], [4, 0.5 + lift]],
+                             "margin": [[2, 0.3 + lift], [4, 0.6 + lift + ctx.seed / 100]]}
+    ctx.metrics[SPLIT_KEY] = "val"
+    ctx.metrics["standard_split_accuracy"] = 0.8 + lift
+
+
+def _two_tables_of_curves(tmp_path, runs):
+    """A run whose two tables both record curves: its metrics.json names them ``TABLE.curves``."""
+    pipeline = tmp_path / "two curves.toml"
+    pipeline.write_text('[first]\nstage = "test_records_curves"\n\n'
+                        '[second]\nstage = "test_records_curves"\nlift = 0.125\n')
+    out = tmp_path / "run"
+    run(pipeline, runs=runs, out=out, quiet=True)
+    return out
+
+
+def _legend(monkeypatch, run_dir):
+    """The legend plot_run drew for ``run_dir`` (the figure caught where it is written)."""
+    import graphseq.active.curves as curves
+
+    caught = {}
+    monkeypatch.setattr(curves, "write_png", lambda figure, path: caught.update(figure=figure))
+    curves.plot_run(run_dir)
+    axes = caught["figure"].axes[0]
+    return [t.get_text() for t in axes.get_legend().get_texts()], axes
+
+
+def test_plot_curves_draws_the_curves_of_every_table_that_recorded_them(tmp_path, capsys, monkeypatch):
+    out = _two_tables_of_curves(tmp_path, runs=2)
+    assert "curves" not in json.loads((out / "metrics.json").read_text())["runs"][0]  # first.curves, second.curves
+    assert not (out / PLOT_NAME).exists()  # drawn by no stage of this pipeline: plot-curves draws it
+    assert main(["plot-curves", str(out)]) == 0
+    assert capsys.readouterr().out == f"{out / PLOT_NAME}\n"
+    assert (out / PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
+    legend, axes = _legend(monkeypatch, out)
+    # Each line is named by its table; each table's standard split is drawn, named the same way.
+    assert legend == ["first: random (0.500 ± 0.000)", "first: margin (0.605 ± 0.007)",
+                      "second: random (0.625 ± 0.000)", "second: margin (0.730 ± 0.007)",
+                      "standard split, first (0.800)", "standard split, second (0.925)"]
+    assert axes.get_ylabel() == "val accuracy"
+    assert axes.get_title() == "two curves: learning curves (2 seeds, mean ± std)"
+
+
+def test_plot_curves_draws_every_table_of_one_seeds_folder(tmp_path, monkeypatch):
+    out = _two_tables_of_curves(tmp_path, runs=2)
+    legend, axes = _legend(monkeypatch, out / "seed-1")
+    assert legend == ["first: random (0.500)", "first: margin (0.610)", "second: random (0.625)",
+                      "second: margin (0.735)", "standard split, first (0.800)", "standard split, second (0.925)"]
+    assert axes.get_title() == "two curves, seed 1: learning curves (1 seed)"
+
+
+def test_plot_curves_names_a_damaged_curve_of_one_table_of_several(tmp_path, capsys):
+    metrics = {"runs": [{"first.curves": {"random": [[2, 0.3]]}, "second.curves": {"random": [["two", 0.3]]}}]}
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    assert main(["plot-curves", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"graphseq: error: {tmp_path / 'metrics.json'} is damaged (invalid literal for int()")
+    assert err.endswith("); it was left as it is\n") and err.count("\n") == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
