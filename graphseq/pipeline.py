@@ -853,7 +853,10 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
     type. A config.toml edited by hand since the run wrote it is refused.
     Everything is checked before anything is written, so a refused call
     changes no file. ``threads`` sets torch's number of CPU threads.
+    Without a standard error (``2>&-``) the run is quiet, as nothing can
+    be drawn or said there; its log.txt keeps every line.
     """
+    quiet = quiet or sys.stderr is None
     path = resolve_pipeline(pipeline)
     config = read_config(path)
     name = config.get("pipeline") or path.stem

@@ -91,3 +91,15 @@ def test_with_standard_error_closed_the_labels_csv_stays_the_labels_alone(tmp_pa
     assert main(["labels", str(tmp_path)]) == 0
     assert [line.rsplit(",", 1)[0] for line in capsys.readouterr().out.splitlines()] == \
         ["item,label,source", "1,Theory,initial"]
+
+
+def test_a_run_without_standard_error_goes_quiet_and_logs_to_its_file(tmp_path, monkeypatch, capsys, data_root,
+                                                                      mirror):
+    # `graphseq run ... 2>&-`: Python's sys.stderr is None; the progress bar used to fail writing to it.
+    monkeypatch.setattr(sys, "stderr", None)
+    code = main(["run", "gat-cora", "--set", "train.max_epochs=2", "--threads", "1", "--data-root", str(data_root),
+                 "--data-mirror", str(mirror), "--out", str(tmp_path / "run")])
+    assert code == 0
+    assert capsys.readouterr().out.startswith("gat-cora: val_accuracy ")
+    log = (tmp_path / "run" / "log.txt").read_text()
+    assert "stopped after 2 epochs" in log and "test_accuracy" in log
