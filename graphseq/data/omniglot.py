@@ -27,6 +27,8 @@ import io
 import logging
 import os
 import re
+import shutil
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +41,8 @@ from torch import Tensor
 from ..checks import is_integer
 from ..errors import GraphseqError
 from ..io import load_checkpoint, read_utf8, save_checkpoint
-from .files import Checksum, check_file, check_folder_places, check_writable, download_url, hash_file, removed_if_failed
+from .files import (Checksum, check_file, check_folder_places, check_writable, download_url, hash_file,
+                    removed_if_failed)
 from .episodes import FewShotClasses
 
 FOLDER = "omniglot-py"
@@ -176,18 +179,24 @@ def find_omniglot(root: Path, mirror: Optional[Path] = None, download: bool = Tr
 def _download_part(part: str, target: Path) -> None:
     """Downloads ``part``'s zip into ``target``, checks it against its
     known MD5 (read in chunks, as every dataset file is checked) and
-    extracts it there; the zip is deleted either way."""
+    extracts it there; the zip is deleted either way. The part is unpacked
+    into a folder of its own and then renamed into place, so that an
+    extraction cut off (a full disk, Ctrl-C) leaves no half part that a
+    later run would take for the whole."""
     archive_path = target / f"{part}.zip"
     download_url(URL.format(part=part), archive_path)
+    unpacked = Path(tempfile.mkdtemp(prefix=f".{part}-", dir=target))
     try:
         md5 = hashlib.md5()
         hash_file(archive_path, md5)
         if md5.hexdigest() != ZIP_MD5[part]:
             raise OSError(f"{part}.zip arrived damaged (its MD5 is not {ZIP_MD5[part]})")
         with zipfile.ZipFile(archive_path) as archive:
-            archive.extractall(target)
+            archive.extractall(unpacked)
+        os.replace(unpacked / part, target / part)
     finally:
         archive_path.unlink(missing_ok=True)
+        shutil.rmtree(unpacked, ignore_errors=True)
 
 
 def list_images(folder: Path) -> List[Path]:

@@ -412,3 +412,29 @@ def test_the_archives_are_checked_in_chunks_then_extracted(tmp_path, monkeypatch
     assert folder == root / "omniglot-py"
     assert sorted(p.name for p in folder.iterdir()) == sorted(omniglot_module.PARTS)  # the zips are gone
     assert (folder / "images_evaluation" / "Alpha" / "character01" / "drawing.bin").stat().st_size == payload
+
+
+def test_an_extraction_cut_off_leaves_no_part_a_later_run_takes_for_whole(tmp_path, monkeypatch):
+    archives = {}
+    for part in omniglot_module.PARTS:
+        archives[part] = tmp_path / f"{part}.zip"
+        with zipfile.ZipFile(archives[part], "w") as archive:
+            archive.writestr(f"{part}/Alpha/character01/drawing.png", b"png")
+            archive.writestr(f"{part}/Beta/character01/drawing.png", b"png")
+        monkeypatch.setitem(omniglot_module.ZIP_MD5, part, _md5(archives[part]))
+    _serve_archives(tmp_path, monkeypatch, archives)
+    extractall = zipfile.ZipFile.extractall
+
+    def cut_off(archive, path=None, members=None, pwd=None):  # the disk fills after the first file
+        archive.extract(archive.namelist()[0], path)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(zipfile.ZipFile, "extractall", cut_off)
+    root = tmp_path / "datasets"
+    with pytest.raises(GraphseqError, match="download failed: .*No space left on device"):
+        omniglot_module.find_omniglot(root, None)
+    assert not root.exists()  # no half part, no zip, no empty folder
+    monkeypatch.setattr(zipfile.ZipFile, "extractall", extractall)
+    folder = omniglot_module.find_omniglot(root, None)  # a later run downloads both parts whole
+    assert sorted(p.name for p in folder.iterdir()) == sorted(omniglot_module.PARTS)
+    assert (folder / "images_background" / "Beta" / "character01" / "drawing.png").read_bytes() == b"png"
