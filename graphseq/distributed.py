@@ -23,6 +23,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from .errors import GraphseqError, end_interrupted_line, tell
+
 T = TypeVar("T")
 
 
@@ -234,8 +236,6 @@ def _lost_peer_in_one_line(excepthook: Any) -> Any:
                 time.sleep(LAUNCHER_STOPS_WITHIN)
             except KeyboardInterrupt:
                 return  # Ctrl-C reached the launcher as well, which says that the run was interrupted.
-        from .errors import tell
-
         tell(f"[rank{launched_rank()}]: {kind.__name__}: {str(error).splitlines()[0]}")
 
     return hook
@@ -281,8 +281,6 @@ def check_run(pipeline: str, stage_fns: Sequence[Any], options: Dict[str, Any], 
     answering questions (one terminal cannot serve several processes)."""
     if processes <= 1:
         return
-    from .errors import GraphseqError
-
     if processes > 1 and _asks_a_person(options.get("oracle")):
         raise GraphseqError("--oracle human asks you at this terminal, which one process alone can do; "
                             "run it without --nproc-per-node (or torchrun)")
@@ -299,7 +297,6 @@ def check_settings(pipeline: str, config: Dict[str, Any], processes: int) -> Non
     their number."""
     if processes <= 1:
         return
-    from .errors import GraphseqError
     from .pipeline import sections
     from .stages import get_stage, stage_params, stage_spec
 
@@ -370,8 +367,6 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
-
-    from .errors import GraphseqError, end_interrupted_line, tell
 
     command, name, config = _check_command(args, nproc_per_node)
     launcher = parse_args(["--standalone", f"--nproc-per-node={nproc_per_node}", "--max-restarts=0",

@@ -56,7 +56,7 @@ def load_ppi(root: Path, mirror: Optional[Path] = None,
         return {split: PPI(str(folder), split=split) for split in SPLITS}
 
     with removed_if_failed(raw):  # A refusal leaves no empty PPI/raw behind.
-        locate_raw_files("PPI/raw", RAW_FILES, Path(root), mirror, download)
+        locate_raw_files(f"{FOLDER}/raw", RAW_FILES, Path(root), mirror, download)
         # The stamp names the raw files the cache was built from and the
         # digests of what PyG wrote: a torn cache, or one of other raw files,
         # is rebuilt from the raw files, checked first. One the download made
