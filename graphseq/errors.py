@@ -6,7 +6,9 @@ Also how graphseq's last words reach a person, which the runner, the
 launcher of several processes and the CLI share: on standard error
 (:func:`tell`), on a line of its own after Ctrl-C's "^C"
 (:func:`end_interrupted_line`), with counts spelled as said
-(:func:`plural`). This module imports no torch, as the CLI's top must not.
+(:func:`plural`), and with progress bars only where a person watches
+(:func:`draw_bars`, which every bar of graphseq asks). This module imports
+no torch, as the CLI's top must not.
 """
 import sys
 
@@ -51,5 +53,38 @@ def tell(line: str) -> None:
 
 
 def plural(count: int, noun: str) -> str:
-    """``"0 labels"``, ``"1 label"``, ``"2 labels"``: a count as a person says it."""
-    return f"{count} {noun}{'s' * (count != 1)}"
+    """``"0 labels"``, ``"1 label"``, ``"1,000 labels"``: a count as a person
+    says it, its thousands apart as a person reads them."""
+    return f"{count:,} {noun}{'s' * (count != 1)}"
+
+
+def draw_bars(quiet: bool = False) -> bool:
+    """Whether a progress bar is drawn on standard error now: not in a
+    ``quiet`` run, and only where a person watches it, a terminal or a
+    Jupyter notebook. Anywhere else (``2> run.log``, nohup, Slurm, a pipe)
+    each of a bar's carriage-return redraws would stay in the file as a line
+    of its own; the log lines that a drawn bar routes around reach it as
+    they are. A notebook's standard error is no terminal, yet it shows a bar
+    in place. Where there is no standard error (``2>&-``) nothing is drawn.
+    In several processes the caller asks for rank 0 alone."""
+    stream = sys.stderr
+    if quiet or stream is None:
+        return False
+    try:
+        if stream.isatty():
+            return True
+    except (AttributeError, OSError, ValueError):  # no stream after all, or a closed one
+        return False
+    return _in_a_notebook(stream)
+
+
+def _in_a_notebook(stream) -> bool:
+    """Whether ``stream`` is the output of a Jupyter kernel (ipykernel's ZMQ
+    shell, Colab's among them), not one a notebook redirected (to a file, or
+    to the log of a quiet run). IPython is asked only when it is imported
+    already: a plain command has no kernel, and importing IPython to be told
+    so would cost a second of start-up."""
+    ipython = sys.modules.get("IPython")
+    shell = getattr(ipython, "get_ipython", lambda: None)()
+    return (any(kind.__name__ == "ZMQInteractiveShell" for kind in type(shell).__mro__)
+            and type(stream).__module__.startswith("ipykernel."))

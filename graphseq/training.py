@@ -56,7 +56,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from . import distributed
 from .checks import is_integer, is_number
-from .errors import GraphseqError
+from .errors import GraphseqError, draw_bars
 from .io import check_file_place, first_sentence, load_checkpoint, save_checkpoint, write_png
 
 CHECKPOINT = "checkpoint.pt"
@@ -227,12 +227,12 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
     if main and progress.step:
         ctx.log.info(f"{desc}: resuming at step {progress.step}")
     bar = tqdm(total=steps if steps > 0 else None, initial=progress.step, desc=desc, unit="step",
-               disable=ctx.quiet or not main, dynamic_ncols=True)
+               disable=not draw_bars(ctx.quiet or not main), dynamic_ncols=True)
     started = time.perf_counter() - progress.seconds
     model.train()
-    # Log lines above the bar, not through it; with no bar (quiet, or not rank
-    # 0) there is nothing to keep them off, and a quiet run's stderr is the log
-    # itself, which tqdm's handler would write back into.
+    # Log lines above the bar, not through it; with no bar (quiet, not rank 0,
+    # or no person watching) there is nothing to keep them off, and a quiet
+    # run's stderr is the log itself, which tqdm's handler would write back into.
     with logging_redirect_tqdm(loggers=[ctx.log]) if not bar.disable else contextlib.nullcontext():
         while not out_of_budget():
             cpu_started = time.process_time()

@@ -1,7 +1,12 @@
 """Shared fixtures: a writable data root per test session and the read-only
-mirror of real datasets (``GRAPHSEQ_MIRROR``, else ``../shared/datasets``)."""
+mirror of real datasets (``GRAPHSEQ_MIRROR``, else ``../shared/datasets``);
+and :class:`Terminal`, a standard error that says it is a terminal, which
+tests import (``from conftest import Terminal``)."""
+import io
 import os
 import pickle
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +14,36 @@ import pytest
 import scipy.sparse as sp
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+class Terminal(io.StringIO):
+    """A terminal's standard error, as a test can read it back."""
+
+    def isatty(self):
+        return True
+
+
+class _KernelStream(io.StringIO):
+    """A Jupyter kernel's standard error (ipykernel's OutStream): no
+    terminal, yet a person watches what is drawn on it."""
+
+
+_KernelStream.__module__ = "ipykernel.iostream"
+
+
+@pytest.fixture
+def notebook(monkeypatch):
+    """Runs the test as a Jupyter notebook's cell: IPython (imported) says
+    its shell is a kernel's. Gives the kernel's standard error, which the
+    test sets as ``sys.stderr`` itself (pytest's capture sets its own again
+    between a fixture and the test)."""
+    class ZMQInteractiveShell:
+        pass
+
+    ipython = types.ModuleType("IPython")
+    ipython.get_ipython = ZMQInteractiveShell
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+    return _KernelStream()
 
 
 def mirror_path() -> Path:

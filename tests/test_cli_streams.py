@@ -7,15 +7,9 @@ import sys
 
 import pytest
 
+from conftest import Terminal
 from graphseq.cli import main
 from graphseq.stages import stage
-
-
-class Terminal(io.StringIO):
-    """A terminal's standard error, as a test can read it back."""
-
-    def isatty(self):
-        return True
 
 
 class BrokenStream(io.StringIO):

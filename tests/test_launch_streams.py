@@ -4,7 +4,6 @@ its own after a terminal's ^C, and never on standard output when standard
 error is closed. Torch's elastic launcher is replaced by a stand-in that
 raises what the real one raises, so no worker starts."""
 import argparse
-import io
 import signal
 import sys
 
@@ -12,15 +11,9 @@ import pytest
 import torch.distributed.run as elastic
 from torch.distributed.elastic.multiprocessing.api import SignalException
 
+from conftest import Terminal
 from graphseq import distributed
 from graphseq.pipeline import read_config, resolve_pipeline
-
-
-class Terminal(io.StringIO):
-    """A terminal's standard error, as a test can read it back."""
-
-    def isatty(self):
-        return True
 
 
 def launch(monkeypatch, out, stop, quiet=True, rank_0_logs=False):

@@ -3,6 +3,7 @@ validation figure come back, checkpoints are never torn, a budget is required.""
 import io
 import logging
 import math
+import sys
 import time
 import traceback
 from types import SimpleNamespace
@@ -12,15 +13,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from conftest import Terminal
 from graphseq.errors import GraphseqError
 from graphseq.io import first_sentence, load_checkpoint, save_checkpoint
 from graphseq.training import train_steps
 
 
-def make_ctx(out, resume=False):
+def make_ctx(out, resume=False, quiet=True, log=None):
     out.mkdir(parents=True, exist_ok=True)
-    return SimpleNamespace(out=out, device=torch.device("cpu"), resume=resume, quiet=True,
-                           log=logging.getLogger("test-training"), pipeline="test")
+    return SimpleNamespace(out=out, device=torch.device("cpu"), resume=resume, quiet=quiet,
+                           log=log or logging.getLogger("test-training"), pipeline="test")
 
 
 class Tiny(nn.Module):
@@ -39,7 +41,7 @@ def batch(step, size=6):
     return torch.randn(size, 4, generator=generator), torch.randint(0, 3, (size,), generator=generator)
 
 
-def train(out, steps, resume=False, **kwargs):
+def train(out, steps, resume=False, ctx=None, **kwargs):
     torch.manual_seed(0)
     model = Tiny()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -57,7 +59,7 @@ def train(out, steps, resume=False, **kwargs):
         return {"val_loss": float(F.cross_entropy(model(x), y))}
 
     kwargs.setdefault("evaluate", evaluate)
-    result = train_steps(make_ctx(out, resume), model, optimizer, loss_fn, steps=steps,
+    result = train_steps(ctx or make_ctx(out, resume), model, optimizer, loss_fn, steps=steps,
                          scheduler=scheduler, clip=1.0, eval_every=2,
                          checkpoint_every=2, extra_state=carried, **kwargs)
     return model, result
@@ -438,3 +440,46 @@ def test_paragraph_vector_passes_are_ticked_in_whole_numbers(tmp_path, monkeypat
     (axes,) = caught["figure"].axes
     ticks = [t for t in axes.get_xticks() if axes.get_xlim()[0] <= t <= axes.get_xlim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def _train_watched(tmp_path, stderr, **kwargs):
+    """Trains 4 steps, not quiet, with a run's log whose console is ``stderr``; what ``stderr`` shows."""
+    log = logging.Logger("test-training-console")  # the run's log: a line on stderr per evaluation
+    log.addHandler(logging.StreamHandler(stderr))
+    train(tmp_path, 4, ctx=make_ctx(tmp_path, quiet=False, log=log), curves=None, **kwargs)
+    return stderr.getvalue()
+
+
+def _evaluations(shown):
+    return [line for line in shown.replace("\r", "\n").splitlines() if line.startswith("train step ")]
+
+
+@pytest.mark.parametrize("watched", ["terminal", "notebook"])
+def test_the_bar_is_drawn_where_a_person_watches_with_the_log_lines_above_it(tmp_path, monkeypatch, request,
+                                                                            watched):
+    stderr = Terminal() if watched == "terminal" else request.getfixturevalue("notebook")
+    monkeypatch.setattr(sys, "stderr", stderr)
+    shown = _train_watched(tmp_path, stderr)
+    assert "\r" in shown and "4/4" in shown
+    assert [line.split(":")[0] for line in _evaluations(shown)] == ["train step 2", "train step 4"]
+
+
+def test_no_bar_is_drawn_into_a_redirected_stderr_but_every_log_line_is(tmp_path, monkeypatch):
+    # `graphseq run gat-cora 2> run.log`: each of the bar's \r redraws would stay in the file.
+    stderr = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    shown = _train_watched(tmp_path, stderr)
+    assert "\r" not in shown and "step/s" not in shown
+    lines = shown.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["train step 2", "train step 4"]
+    assert lines == _evaluations(shown) and "train_loss" in lines[0]
+
+
+def test_only_rank_0_draws_the_bar(tmp_path, monkeypatch):
+    import graphseq.training as training
+
+    stderr = Terminal()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    monkeypatch.setattr(training.distributed, "is_main", lambda: False)
+    shown = _train_watched(tmp_path, stderr)
+    assert "\r" not in shown

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..errors import GraphseqError, plural
+from ..errors import GraphseqError, draw_bars, plural
 from ..seeding import keyed_generator
 from ..views import terminal_width
 from .oracles import QUIT, SKIP, UNDO, Question, Reply
@@ -153,7 +153,8 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
     ``seed``, from torch's global generator. A resumed run whose ``budget``
     is below the labels stored (and the questions left of a round cut
     short) is refused. ``resume_hint`` is what the oracle is told to type
-    to continue.
+    to continue. ``progress`` asks for a bar of the labels, drawn where a
+    person watches it (:func:`~graphseq.errors.draw_bars`).
     """
     log = log or logging.getLogger("graphseq")
     select = get_strategy(strategy)
@@ -204,8 +205,10 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
 
     pool = oracle.restrict(task.pool)
     stopped = False
-    # disable=None: no bar where stderr is no terminal (a log file), which its \r redraws would fill.
-    bar = tqdm(total=budget, initial=len(labelled), desc=strategy, disable=None if progress else True, leave=False)
+    # No bar where no person watches (a log file, which its \r redraws would fill); tqdm's own
+    # test (disable=None) would also hide it in a notebook, whose stderr is no terminal.
+    bar = tqdm(total=budget, initial=len(labelled), desc=strategy, disable=not (progress and draw_bars()),
+               leave=False)
     try:
         while True:
             probabilities = embeddings = None

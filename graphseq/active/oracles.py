@@ -63,7 +63,7 @@ def item_ranges(items: Tensor, shown: int = 3) -> str:
     text = [f"{a}-{b}" if b > a else str(a) for a, b in runs]
     if len(text) > shown + 1:
         text = text[:shown] + ["...", text[-1]]
-    return f"{len(items):,} item{'s' * (len(items) != 1)}: {', '.join(text) or 'none'}"
+    return f"{plural(len(items), 'item')}: {', '.join(text) or 'none'}"
 
 
 def parse_class(text: str, class_names: Sequence[str]) -> int:

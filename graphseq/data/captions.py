@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from ..errors import GraphseqError
+from ..errors import GraphseqError, draw_bars
 from .files import check_folder_places, removed_if_failed
 from .text import Vocabulary, count_words
 
@@ -299,7 +299,7 @@ def _fetch(url: str, path: Path) -> None:
         try:
             with urllib.request.urlopen(url, timeout=60) as response:
                 total = int(response.headers.get("Content-Length") or 0) or None
-                with tqdm(total=total, unit="B", unit_scale=True, desc=path.name) as bar:
+                with tqdm(total=total, unit="B", unit_scale=True, desc=path.name, disable=not draw_bars()) as bar:
                     while chunk := response.read(1 << 20):
                         f.write(chunk)
                         bar.update(len(chunk))

@@ -23,7 +23,7 @@ from torch_geometric.loader import NeighborLoader
 from torch_geometric.sampler import NeighborSampler, SamplerOutput
 from tqdm import tqdm
 
-from ..errors import GraphseqError
+from ..errors import GraphseqError, draw_bars
 
 Layer = Callable[[Tensor, Tensor], Tensor]
 
@@ -153,7 +153,8 @@ def layerwise_inference(layers: Sequence[Layer], x: Tensor, edge_index: Tensor, 
     loader = neighbor_loader(graph, [-1], batch_size=batch_size)
     for k, layer in enumerate(layers):
         outputs: List[Tensor] = []
-        for batch in tqdm(loader, desc=f"inference, layer {k + 1}/{len(layers)}", disable=quiet, leave=False):
+        for batch in tqdm(loader, desc=f"inference, layer {k + 1}/{len(layers)}", disable=not draw_bars(quiet),
+                          leave=False):
             # ``n_id``: the global ids of the batch's nodes, its targets first.
             h = layer(x[batch.n_id.to(x.device)].to(device), batch.edge_index.to(device))
             outputs.append(h[:batch.batch_size].to(x.device))

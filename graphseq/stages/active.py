@@ -30,7 +30,7 @@ from ..active.store import STORE_NAME, LabelStore
 from ..active.strategies import STRATEGIES
 from ..checks import Domain, at_least, each, non_negative, one_of, positive, probability
 from ..data.planetoid import NAMES
-from ..errors import GraphseqError
+from ..errors import GraphseqError, draw_bars
 from ..io import read_json, write_json
 from .registry import stage
 
@@ -178,7 +178,7 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
         first = {i: int(data.y[i]) for i in first}
 
     curves = {}
-    progress = not ctx.quiet and the_oracle.source != "human"
+    progress = the_oracle.source != "human" and draw_bars(ctx.quiet)
     # The loop logs each point of the curve while its bar is drawn: the lines go above the bar, not
     # through it. Without a bar there is nothing to keep them off (and a quiet run's stderr is the log).
     with LabelStore(Path(ctx.out) / STORE_NAME) as store, \

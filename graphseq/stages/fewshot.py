@@ -29,7 +29,7 @@ from ..checks import Domain, at_least, each, non_negative, one_of, positive, pro
 from ..data.episodes import EpisodeSampler, FewShotClasses
 from ..data.miniimagenet import SPLITS as MINIIMAGENET_SPLITS, find_miniimagenet, load_miniimagenet, read_split
 from ..data.omniglot import load_omniglot, omniglot_split
-from ..errors import GraphseqError
+from ..errors import GraphseqError, draw_bars
 from ..active.oracles import QUIT, SKIP, UNDO, FileOracle, Question
 from ..active.store import STORE_NAME, LabelStore
 from ..io import first_sentence, load_checkpoint, read_json, write_json
@@ -217,14 +217,17 @@ def accuracy_on(model: FewShotModel, sampler: EpisodeSampler, episodes: int, bat
     """Correct answers and episodes over ``episodes`` episodes drawn from a
     generator seeded by ``seed``, in batches of ``batch_size``. In eval mode
     each image of the split is embedded once (when the episodes hold more
-    images than the split), not once per episode it appears in."""
+    images than the split), not once per episode it appears in. A bar named
+    ``progress`` counts the episodes where a person watches it (none without
+    a name)."""
     generator = torch.Generator().manual_seed(seed)
     classes = sampler.classes
     table = None
     if not model.training and episodes * sampler.episode_size > classes.num_classes * classes.per_class:
         table = embed_images(model, classes, device)
     correct = total = 0
-    with tqdm(total=episodes, desc=progress, unit="episode", disable=not progress, leave=False) as bar:
+    with tqdm(total=episodes, desc=progress, unit="episode", disable=not (progress and draw_bars()),
+              leave=False) as bar:
         while total < episodes:
             size = min(batch_size, episodes - total)
             batch = sampler.sample(size, generator, device)
@@ -456,7 +459,8 @@ def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled
         else:
             correct, total = accuracy_on(model, sampler, episodes, batch_size, ctx.seed + TEST_SEED,
                                          ctx.device, mode,
-                                         progress="" if ctx.quiet else f"test{key.replace('_', ' ')}")
+                                         progress="" if ctx.quiet or not distributed.is_main()
+                                         else f"test{key.replace('_', ' ')}")
         low, high = wilson_interval(correct, total)
         results[key] = (correct, total)
         ctx.metrics.update({f"test_accuracy{key}": correct / total, f"test_ci95_low{key}": low,

@@ -17,7 +17,7 @@ from tqdm import tqdm
 from .. import distributed
 from ..checks import Domain, at_least, each, is_integer, non_negative, one_of, positive
 from ..data.neighbors import layerwise_inference, make_sampler, neighbor_loader
-from ..errors import GraphseqError
+from ..errors import GraphseqError, draw_bars
 from ..io import save_checkpoint
 from .registry import stage
 
@@ -162,7 +162,7 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
     # Early stopping decides how many epochs run, so the bar counts epochs
     # without a total (and no ETA) unless patience cannot end the run first.
     bar = tqdm(desc="train", unit="epoch", total=max_epochs if patience >= max_epochs else None,
-               disable=quiet, leave=False)
+               disable=not draw_bars(quiet), leave=False)
     epoch = 0
     for epoch in range(1, max_epochs + 1):
         _synchronize(device)

@@ -14,6 +14,7 @@ rules predict its class, each scored on the validation and the test fold:
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import Counter
@@ -21,10 +22,11 @@ from typing import Any, Dict, List, Sequence
 
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ..checks import at_least, between, each, non_negative, one_of, positive
 from ..data.polarity import CLASS_NAMES, cv_folds, load_polarity
-from ..errors import GraphseqError
+from ..errors import GraphseqError, draw_bars
 from ..io import atomic_write_text, write_json, write_png
 from ..models.paragraph_vectors import (MODES, FlatCorpus, SupervisedParagraphVectors, class_log_likelihood,
                                         fit, infer, keep_probability, noise_distribution)
@@ -173,24 +175,28 @@ def spv_polarity(ctx, *, modes: list = ["dm", "dbow"], folds: int = 10, fold_see
     done = {(r["fold"], r["mode"]): r for r in finished}
     # Folds outside run_folds stay recorded; only the chosen ones are reported.
     write_json(ctx.out / FOLDS_FILE, list(done.values()))
-    bar = tqdm(total=len(chosen) * len(modes), desc="spv folds", disable=ctx.quiet, dynamic_ncols=True)
-    for fold in chosen:
-        for mode in modes:
-            if (fold, mode) not in done:
-                result = spv_fold(sentences, labels, splits[fold], mode=mode, seed=ctx.seed * 1000 + fold,
-                                  device=ctx.device, **settings,
-                                  progress=lambda loss: bar.set_postfix(fold=fold, mode=mode, loss=f"{loss:.3f}"))
-                if not test:
-                    result = {k: v for k, v in result.items() if "_test_" not in k}
-                result["fold"] = fold
-                done[(fold, mode)] = result
-                write_json(ctx.out / FOLDS_FILE, list(done.values()))
-            result = done[(fold, mode)]
-            bar.update(1)
-            ctx.log.info(f"fold {fold} SPV-{mode.upper()}: " + ", ".join(
-                f"{rule} {result[f'{rule}_val_accuracy']:.4f}"
-                + (f"/{result[f'{rule}_test_accuracy']:.4f}" if test else "") for rule in RULES)
-                + (" (validation/test)" if test else " (validation)") + f", {result['seconds']:.0f} s")
+    bar = tqdm(total=len(chosen) * len(modes), desc="spv folds", disable=not draw_bars(ctx.quiet),
+               dynamic_ncols=True)
+    # Each fold's line goes above the bar, not through it; without a bar there is nothing to keep it off.
+    with logging_redirect_tqdm(loggers=[ctx.log]) if not bar.disable else contextlib.nullcontext():
+        for fold in chosen:
+            for mode in modes:
+                if (fold, mode) not in done:
+                    result = spv_fold(sentences, labels, splits[fold], mode=mode, seed=ctx.seed * 1000 + fold,
+                                      device=ctx.device, **settings,
+                                      progress=lambda loss: bar.set_postfix(fold=fold, mode=mode,
+                                                                            loss=f"{loss:.3f}"))
+                    if not test:
+                        result = {k: v for k, v in result.items() if "_test_" not in k}
+                    result["fold"] = fold
+                    done[(fold, mode)] = result
+                    write_json(ctx.out / FOLDS_FILE, list(done.values()))
+                result = done[(fold, mode)]
+                bar.update(1)
+                ctx.log.info(f"fold {fold} SPV-{mode.upper()}: " + ", ".join(
+                    f"{rule} {result[f'{rule}_val_accuracy']:.4f}"
+                    + (f"/{result[f'{rule}_test_accuracy']:.4f}" if test else "") for rule in RULES)
+                    + (" (validation/test)" if test else " (validation)") + f", {result['seconds']:.0f} s")
     bar.close()
     _report(ctx, {mode: [done[(f, mode)] for f in chosen] for mode in modes}, classify, test)
 

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from ..checks import Domain, at_least, between, non_negative, one_of, positive, probability
 from ..data.polarity import Fold, cv_folds, load_polarity
 from ..data.text import Vocabulary, tokenize
-from ..errors import GraphseqError
+from ..errors import GraphseqError, draw_bars
 from ..graphs import chain, lengths_to_batch
 from ..io import read_json, save_checkpoint, write_json
 from ..models.sentence import POOLS, SentenceClassifier
@@ -184,7 +184,7 @@ def train_fold(model: SentenceClassifier, data: Sentences, *, device: torch.devi
         if max_batches > 0:
             batches = batches[:max_batches]
         total, seen = 0.0, 0
-        bar = tqdm(batches, desc=f"{desc}epoch {epoch}/{max_epochs}", disable=quiet, dynamic_ncols=True,
+        bar = tqdm(batches, desc=f"{desc}epoch {epoch}/{max_epochs}", disable=not draw_bars(quiet), dynamic_ncols=True,
                    leave=False)
         for ids in bar:
             ids = ids.tolist()

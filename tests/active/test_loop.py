@@ -6,6 +6,7 @@ import io
 import pytest
 import torch
 
+from conftest import Terminal
 from graphseq.active.loop import Task, active_learning
 from graphseq.active.oracles import SimulatedOracle
 from graphseq.active.prompt import HumanOracle
@@ -41,13 +42,6 @@ def task():
 
 
 HINT = "graphseq run active-cora --resume --out runs/me"
-
-
-class Typed(io.StringIO):
-    """A stream that says it is a terminal."""
-
-    def isatty(self):
-        return True
 
 
 def run(store, oracle, resume=False, budget=6, batch_size=2, learner=None, initial=None):
@@ -328,12 +322,14 @@ def test_undo_into_a_finished_round_gives_the_curve_and_questions_of_the_kept_an
         assert results[0][2] == [2, 6]  # chosen by the model of 3 = Theory, 7 = Rule_Learning
 
 
-@pytest.mark.parametrize("terminal", [False, True])
-def test_the_progress_bar_is_drawn_on_a_terminal_only(tmp_path, monkeypatch, terminal):
-    # A stderr redirected to a file would fill with the bar's \r redraws.
-    stderr = Typed() if terminal else io.StringIO()
+@pytest.mark.parametrize("watched", ["terminal", "notebook", None])
+def test_the_progress_bar_is_drawn_where_a_person_watches_only(tmp_path, monkeypatch, request, watched):
+    # A stderr redirected to a file would fill with the bar's \r redraws; a notebook's is no
+    # terminal, yet a person watches it.
+    stderr = {"terminal": Terminal, "notebook": lambda: request.getfixturevalue("notebook"),
+              None: io.StringIO}[watched]()
     monkeypatch.setattr("sys.stderr", stderr)
     with LabelStore(tmp_path / STORE_NAME) as store:
         active_learning(task(), FractionLearner(), SimulatedOracle(TRUTH), store, strategy="entropy",
                         initial={0: 0}, budget=4, batch_size=2, progress=True)
-    assert ("\r" in stderr.getvalue()) == terminal
+    assert ("\r" in stderr.getvalue()) == (watched is not None)

@@ -16,6 +16,7 @@ import time
 import pytest
 
 import graphseq
+from conftest import Terminal
 from graphseq.active.oracles import QUIT
 from graphseq.active.tasks import CORA_CLASSES
 from graphseq.active.store import STORE_NAME, LabelStore
@@ -456,6 +457,7 @@ def test_log_lines_of_the_loop_go_above_its_progress_bar(tmp_path, data_root, mi
         return loop(*args, **kwargs)
 
     monkeypatch.setattr(stages, "run_loop", watched)
+    monkeypatch.setattr(sys, "stderr", Terminal())  # A bar is drawn where a person watches only.
     graphseq.run("active-cora", out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=False,
                  overrides={"learner.epochs": 2, "active.initial": 2, "active.batch_size": 2, "active.budget": 4,
                             "active.compare": ["random"], "active.reference": False})

@@ -1,7 +1,9 @@
 """Caption data: tokens and vocabulary, and the COCO and Flickr readers on
 small files written in their layouts (no copy of either set exists here)."""
+import io
 import json
 import re
+import sys
 import zipfile
 
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
+from conftest import Terminal
 from graphseq.data.captions import (CaptionSet, caption_vocabulary, download_coco, locate_coco,
                                     read_coco_captions, read_flickr_captions, read_image, tokenize_caption)
 from graphseq.data.shapes import generate_split
@@ -430,3 +433,19 @@ def test_coco_image_ids_that_are_not_integers_are_refused(tmp_path, where, key, 
     path = _damaged_coco(tmp_path, lambda d: d[where][0].update({key: value}))
     with pytest.raises(GraphseqError, match=rf"{where[:-1]} 0 has image id {value!r}, expected an integer"):
         read_coco_captions(path, tmp_path / "train2014")
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_download_bar_is_drawn_on_a_terminal_only(tmp_path, monkeypatch, terminal):
+    # A stderr redirected to a file (`2> run.log`) would fill with the bar's \r redraws.
+    import graphseq.data.captions as captions
+
+    class Response(io.BytesIO):
+        headers = {"Content-Length": "5"}
+
+    monkeypatch.setattr(captions.urllib.request, "urlopen", lambda url, timeout: Response(b"bytes"))
+    stderr = Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    captions._fetch("https://example.org/annotations.zip", tmp_path / "annotations.zip")
+    assert (tmp_path / "annotations.zip").read_bytes() == b"bytes"
+    assert ("annotations.zip: 100%" in stderr.getvalue()) == terminal

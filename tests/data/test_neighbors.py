@@ -1,9 +1,13 @@
 """Neighbour sampling through PyG's NeighborLoader, and layer-wise inference."""
+import io
+import sys
+
 import pytest
 import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
 
+from conftest import Terminal
 from graphseq.data.neighbors import layerwise_inference, make_sampler, neighbor_loader
 from graphseq.errors import GraphseqError
 from graphseq.models import GAT
@@ -64,6 +68,17 @@ def test_layerwise_inference_equals_the_full_forward_pass():
         layerwise = layerwise_inference(model.inference_layers(), data.x, data.edge_index, data.num_nodes,
                                         batch_size=16)
         assert torch.allclose(full, layerwise, atol=1e-5)
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_inference_bar_is_drawn_on_a_terminal_only(monkeypatch, terminal):
+    # A stderr redirected to a file (`2> run.log`) would fill with the bar's \r redraws.
+    stderr = Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    data = random_graph(num_nodes=20, features=6)
+    layerwise_inference(GAT(6, 3, hidden_channels=4, heads=2).eval().inference_layers(), data.x, data.edge_index,
+                        data.num_nodes, batch_size=8, quiet=False)
+    assert ("inference, layer 1/2" in stderr.getvalue()) == terminal
 
 
 def test_a_fanout_of_no_hops_is_refused():

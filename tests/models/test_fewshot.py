@@ -1,7 +1,11 @@
+import io
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import Terminal
 from graphseq.data.episodes import EpisodeSampler, FewShotClasses
 from graphseq.models.fewshot import FewShotConfig, FewShotGNN, FewShotModel, omniglot_code_embedding
 from graphseq.models.fewshot_dense import DenseFewShotGNN
@@ -313,3 +317,15 @@ def test_config_and_gnn_refuse_zero_blocks():
         FewShotConfig(5, num_layers=0)
     with pytest.raises(ValueError, match="FewShotGNN needs num_layers >= 1.*got 0"):
         FewShotGNN(10, 5, num_layers=0)
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_test_episodes_bar_is_drawn_on_a_terminal_only(monkeypatch, terminal):
+    # A stderr redirected to a file (`2> run.log`) would fill with the bar's \r redraws.
+    from graphseq.stages.fewshot import accuracy_on
+    stderr = Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    sampler = EpisodeSampler(random_classes(), 5, 1)
+    accuracy_on(FewShotModel(FewShotConfig(5)).eval(), sampler, 4, 2, seed=0, device=torch.device("cpu"),
+                progress="test")
+    assert ("test: " in stderr.getvalue()) == terminal

@@ -1,5 +1,7 @@
 """Smoke runs of the GAT pipelines for a few epochs, and gat-cora's accuracy
 on the real Cora graph."""
+import io
+import sys
 import tomllib
 from pathlib import Path
 
@@ -7,6 +9,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
+from conftest import Terminal
 from graphseq import run
 from graphseq.models import GAT
 from graphseq.pipeline import available_pipelines
@@ -50,9 +53,9 @@ def test_every_pipeline_has_a_smoke_test():
     assert not missing, f"pipelines without a test that runs them: {missing}"
 
 
-def test_an_early_stopped_run_shows_no_total_of_100000_epochs(capsys):
-    # tqdm's bar with a total prints "n/100000" and an ETA for a run that
-    # early stopping ends after a few hundred epochs.
+def _early_stopped(stderr, monkeypatch):
+    """Trains a GAT on 12 nodes with patience 3, not quiet; what ``stderr`` shows and the figures."""
+    monkeypatch.setattr(sys, "stderr", stderr)
     torch.manual_seed(0)
     masks = torch.zeros(3, 12, dtype=torch.bool)
     masks[0, :4], masks[1, 4:8], masks[2, 8:] = True, True, True
@@ -60,9 +63,20 @@ def test_an_early_stopped_run_shows_no_total_of_100000_epochs(capsys):
                 train_mask=masks[0], val_mask=masks[1], test_mask=masks[2])
     figures = fit_node_classifier(GAT(5, 3, heads=2), data, lr=0.005, weight_decay=0.0, patience=3,
                                   stop_on="loss", quiet=False)
-    err = capsys.readouterr().err
+    return stderr.getvalue(), figures
+
+
+def test_an_early_stopped_run_shows_no_total_of_100000_epochs(monkeypatch):
+    # tqdm's bar with a total prints "n/100000" and an ETA for a run that
+    # early stopping ends after a few hundred epochs. (The bar is drawn on a terminal.)
+    err, figures = _early_stopped(Terminal(), monkeypatch)
     assert figures["epochs"] < 100_000
     assert "epoch" in err and "100000" not in err and "patience" in err
+
+
+def test_node_training_draws_no_bar_into_a_redirected_stderr(monkeypatch):
+    err, _ = _early_stopped(io.StringIO(), monkeypatch)
+    assert err == ""
 
 
 def test_gat_cora_and_gat_citeseer_train_one_model_with_the_same_settings():
