@@ -454,9 +454,9 @@ def dataset_folders() -> tuple[str, ...]:
     """The folders of the data root that the dataset loaders write (the raw
     files they copy or download, PyG's ``processed/`` caches), under the
     names the loaders give them."""
-    from .data import captions, miniimagenet, omniglot, planetoid, polarity, ppi, text
+    from .data import captions, imdb, miniimagenet, omniglot, planetoid, polarity, ppi, text
     return (*planetoid.NAMES.values(), ppi.FOLDER, omniglot.FOLDER, miniimagenet.FOLDER, polarity.FOLDER,
-            text.TINY_SHAKESPEARE_FOLDER, captions.COCO_FOLDER)
+            text.TINY_SHAKESPEARE_FOLDER, imdb.FOLDER, captions.COCO_FOLDER)
 
 
 def _check_root_outside_mirror(root: Path, mirror: Path, root_from: str, mirror_from: str) -> None:

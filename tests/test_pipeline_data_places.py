@@ -1,6 +1,9 @@
 """Where a run reads and writes its datasets: the data root it writes and
 the read-only mirror it only reads are kept apart."""
+import hashlib
+import io
 import os
+import tarfile
 
 import pytest
 
@@ -95,7 +98,7 @@ def test_a_mirror_that_is_or_lies_in_a_dataset_folder_of_the_root_is_refused_bef
                    f"data mirror {(tmp_path / mirror).resolve()} (--data-mirror): a run writes its {folder} files "
                    f"there (raw copies, PyG's processed/ cache), and the mirror is only read; give a mirror "
                    f"outside the data root's dataset folders (Cora, CiteSeer, PubMed, PPI, omniglot-py, "
-                   f"mini-imagenet, rt-polaritydata, tinyshakespeare, coco)\n")
+                   f"mini-imagenet, rt-polaritydata, tinyshakespeare, aclImdb, coco)\n")
     assert tree(tmp_path) == before  # no processed/ in the mirror, no run folder
 
 
@@ -127,9 +130,11 @@ def test_a_mirror_elsewhere_in_the_data_root_is_let_be(mirror, tmp_path):
 
 
 def test_the_dataset_folders_are_those_the_loaders_write(mirror, write_fake_planetoid, write_fake_omniglot,
-                                                          write_fake_miniimagenet, tmp_path):
+                                                          write_fake_miniimagenet, tmp_path, monkeypatch):
     # Each loader is run on a fresh root; the folder it makes there must be the one named.
+    from graphseq.data import imdb
     from graphseq.data.captions import locate_coco
+    from graphseq.data.files import Checksum
     from graphseq.data.miniimagenet import load_miniimagenet
     from graphseq.data.omniglot import load_omniglot
     from graphseq.data.planetoid import load_planetoid
@@ -144,10 +149,19 @@ def test_the_dataset_folders_are_those_the_loaders_write(mirror, write_fake_plan
     write_ppi_raw(fakes / "PPI" / "raw", graphs=(1, 1, 1), nodes=10)
     write_fake_omniglot(fakes)
     write_fake_miniimagenet(fakes)
+    # The IMDB reviews are unpacked into the root from an archive (a tree in the mirror is read where it lies).
+    archive = fakes / imdb.FOLDER / imdb.ARCHIVE
+    archive.parent.mkdir(parents=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        review = tarfile.TarInfo("aclImdb/train/unsup/0_0.txt")
+        review.size = len(b"A review.")
+        tar.addfile(review, io.BytesIO(b"A review."))
+    monkeypatch.setitem(imdb.CHECKSUMS, imdb.ARCHIVE, Checksum(hashlib.sha256(archive.read_bytes()).hexdigest()))
     loads = [lambda root, name=name: load_planetoid(name, root, fakes) for name in ("cora", "citeseer", "pubmed")]
     loads += [lambda root: load_ppi(root, fakes), lambda root: load_omniglot(root, fakes, download=False),
               lambda root: load_miniimagenet(root, fakes, "val", 84),
-              lambda root: load_polarity(root, mirror), lambda root: load_tiny_shakespeare(root, mirror)]
+              lambda root: load_polarity(root, mirror), lambda root: load_tiny_shakespeare(root, mirror),
+              lambda root: imdb.load_imdb_unsup(root, fakes)]
     written = []
     for number, load in enumerate(loads):
         load(tmp_path / f"root{number}")

@@ -18,6 +18,8 @@ that passed its checksum (or had none) but that the loader cannot read.
 what every loader asks before it writes under the data root: that its
 folders are folders (not files, not links to nothing) and that it may write
 there, so that a refusal names the folder instead of ending in a traceback.
+:func:`unpacking` is where a loader unpacks a downloaded archive, so that an
+extraction cut off leaves no half folder behind.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import hashlib
 import logging
 import os
 import shutil
+import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -348,3 +351,20 @@ def removed_if_failed(folder: Path) -> Iterator[None]:
             except OSError:
                 break
         raise
+
+
+@contextlib.contextmanager
+def unpacking(place: Path, inner: str = "") -> Iterator[Path]:
+    """A new temporary folder beside ``place`` for an archive to be unpacked
+    into; when the block ends without error, the folder (or its ``inner``
+    folder, the one the archive's members start with) is renamed to
+    ``place`` in one step. An extraction cut off (a full disk, Ctrl-C, a
+    damaged archive) so leaves nothing under ``place`` that a later run
+    would take for the whole; the temporary folder goes either way."""
+    place.parent.mkdir(parents=True, exist_ok=True)
+    unpacked = Path(tempfile.mkdtemp(prefix=f".{place.name}-", dir=place.parent))
+    try:
+        yield unpacked
+        os.replace(unpacked / inner, place)
+    finally:
+        shutil.rmtree(unpacked, ignore_errors=True)

@@ -27,8 +27,6 @@ import io
 import logging
 import os
 import re
-import shutil
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +40,7 @@ from ..checks import is_integer
 from ..errors import GraphseqError
 from ..io import load_checkpoint, read_utf8, save_checkpoint
 from .files import (Checksum, check_file, check_folder_places, check_writable, download_url, hash_file,
-                    removed_if_failed)
+                    removed_if_failed, unpacking)
 from .episodes import FewShotClasses
 
 FOLDER = "omniglot-py"
@@ -185,18 +183,15 @@ def _download_part(part: str, target: Path) -> None:
     later run would take for the whole."""
     archive_path = target / f"{part}.zip"
     download_url(URL.format(part=part), archive_path)
-    unpacked = Path(tempfile.mkdtemp(prefix=f".{part}-", dir=target))
     try:
         md5 = hashlib.md5()
         hash_file(archive_path, md5)
         if md5.hexdigest() != ZIP_MD5[part]:
             raise OSError(f"{part}.zip arrived damaged (its MD5 is not {ZIP_MD5[part]})")
-        with zipfile.ZipFile(archive_path) as archive:
+        with unpacking(target / part, inner=part) as unpacked, zipfile.ZipFile(archive_path) as archive:
             archive.extractall(unpacked)
-        os.replace(unpacked / part, target / part)
     finally:
         archive_path.unlink(missing_ok=True)
-        shutil.rmtree(unpacked, ignore_errors=True)
 
 
 def list_images(folder: Path) -> List[Path]:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from .. import distributed
 from ..checks import Domain, at_least, between, each, fraction, non_negative, one_of, positive
 from ..data.files import file_sha256
+from ..data.imdb import load_imdb_unsup
 from ..data.polarity import cv_folds, load_polarity
 from ..data.pretraining import (Document, SentencePairs, TokenGraphs, collate, pack_pair,
                                 read_text_folder, shakespeare_speeches, split_held_out)
@@ -42,13 +43,16 @@ FOLDS_FILE = "folds.json"  # bert-polarity: the figures of every finished fold
 TOKENIZER_SHA256 = "tokenizer_sha256"
 
 TEXT_LIST = Domain("a list of strings", lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v))
-SHARED_TEXTS = ("shakespeare", "polarity")  # the shared texts bert_corpus reads without a folder
+SHARED_TEXTS = ("shakespeare", "polarity", "imdb")  # the shared texts bert_corpus reads without a folder
+DEFAULT_TEXTS = ("shakespeare", "polarity")  # those it reads by default
 DROPOUT = Domain("a number from 0 to 1, 1 excluded", lambda v: isinstance(v, (int, float)) and 0 <= v < 1)
 # The shortest example: [CLS] A [SEP] B [SEP] with a token of each sentence (pack_pair; one sentence needs 4).
 MIN_MAX_LEN = 5
 # The held-out examples are built in memory before the first step and scored at every evaluation: 50 times
 # the default 2,000 is plenty for a steady figure, and more would stall the run before it starts.
 MAX_EVAL_EXAMPLES = 100_000
+# Sentences tokenized in one call: enough for every thread of the tokenizer, few enough to hold in memory.
+ENCODE_CHUNK = 10_000
 # Chosen by bert-polarity itself from its folds for each group's pretraining (_group_overrides).
 GROUP_KEYS = ("corpus.exclude_folds", "corpus.folds", "corpus.fold_seed")
 
@@ -92,9 +96,11 @@ def _corpus_documents(data_root: Path, data_mirror, folder: str, texts: list, ex
                                 "it has no meaning with a corpus folder")
         return read_text_folder(folder), str(Path(folder).resolve()), excluded
     documents: List[Document] = []
+    parts: List[str] = []  # what was read, for the log
     if "shakespeare" in texts:
-        documents += shakespeare_speeches(load_tiny_shakespeare(data_root, data_mirror))
-    kept: List[Document] = []
+        speeches = shakespeare_speeches(load_tiny_shakespeare(data_root, data_mirror))
+        documents += speeches
+        parts.append(f"{len(speeches):,} tiny-shakespeare speeches")
     if "polarity" in texts:
         sentences, _ = load_polarity(data_root, data_mirror)
         left_out = set()
@@ -103,12 +109,16 @@ def _corpus_documents(data_root: Path, data_mirror, folder: str, texts: list, ex
                 left_out.update(sentences[j] for j in test.tolist())
         # By text, so that a duplicate of a test sentence elsewhere is left out too.
         kept = [[s] for s in sentences if s not in left_out]
-        if log is not None:
-            log.info(f"corpus: {len(documents):,} tiny-shakespeare speeches and {len(kept):,} of "
-                     f"{len(sentences):,} polarity sentences (left out: test folds {excluded or 'none'})")
-    elif log is not None:
-        log.info(f"corpus: {len(documents):,} tiny-shakespeare speeches")
-    return documents + kept, "shared", excluded
+        documents += kept
+        parts.append(f"{len(kept):,} of {len(sentences):,} polarity sentences (left out: test folds "
+                     f"{excluded or 'none'})")
+    if "imdb" in texts:
+        reviews = load_imdb_unsup(data_root, data_mirror, log)
+        documents += reviews
+        parts.append(f"{len(reviews):,} unlabelled IMDB reviews ({sum(map(len, reviews)):,} sentences)")
+    if log is not None:
+        log.info("corpus: " + ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1])
+    return documents, "shared", excluded
 
 
 def _split_corpus(documents: List[Document], held_out: float, table: str = "corpus"
@@ -139,14 +149,17 @@ def _check_corpus(check, *, folder: str, texts: list, exclude_folds: list, folds
        precheck=_check_corpus,
        applies={key: {"folder": ("",)} for key in ("texts", "exclude_folds", "folds", "fold_seed")},
        makes={"corpus": "pretraining"})
-def bert_corpus(ctx, *, folder: str = "", texts: list = list(SHARED_TEXTS), exclude_folds: list = [],
+def bert_corpus(ctx, *, folder: str = "", texts: list = list(DEFAULT_TEXTS), exclude_folds: list = [],
                 folds: int = 10, fold_seed: int = 0, held_out: float = 0.05) -> None:
     """The pretraining documents: every ``*.txt`` of ``folder`` (one document
-    per file, one sentence per line), or by default the shared ``texts``:
+    per file, one sentence per line), or the shared ``texts``: by default
     tiny-shakespeare's speeches and the sentence-polarity snippets, leaving
     out every snippet whose text is in one of the polarity test folds
-    ``exclude_folds`` (of ``cv_folds(10662, folds, fold_seed)``). A seeded
-    ``held_out`` fraction of the documents is kept for scoring."""
+    ``exclude_folds`` (of ``cv_folds(10662, folds, fold_seed)``); ``"imdb"``
+    adds the 50,000 unlabelled IMDB reviews (:mod:`graphseq.data.imdb`), a
+    document each, and a run without ``"polarity"`` serves every test fold
+    of ``bert-polarity``. A seeded ``held_out`` fraction of the documents
+    is kept for scoring."""
     documents, source, excluded = _corpus_documents(ctx.data_root, ctx.data_mirror, folder, texts, exclude_folds,
                                                     folds, fold_seed, ctx.log)
     train, held = _split_corpus(documents, held_out)  # (its precheck refused a split under the table's name)
@@ -317,6 +330,24 @@ def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
         (seed * 1_000_003 + step * 7_919 + distributed.rank() * 104_729 + stream) % 2**63)
 
 
+def encode_documents(tokenizer: WordPieceTokenizer, documents: List[Document],
+                     chunk: int = ENCODE_CHUNK) -> List[List[List[int]]]:
+    """The piece ids of every sentence, document by document. The sentences
+    go to the tokenizer ``chunk`` at a time, whatever document they belong
+    to, so that it spreads each call over its threads: a call a document
+    (the ten sentences of a review) kept most of them idle. A chunk's
+    encodings (offsets, strings) are dropped before the next is made, so
+    memory holds the ids and one chunk's worth of the rest."""
+    sentences = [sentence for document in documents for sentence in document]
+    ids = [piece_ids for start in range(0, len(sentences), chunk)
+           for piece_ids in tokenizer.encode_batch(sentences[start:start + chunk])]
+    encoded, start = [], 0
+    for document in documents:
+        encoded.append(ids[start:start + len(document)])
+        start += len(document)
+    return encoded
+
+
 @torch.no_grad()
 def score_pretraining(model: BertForPretraining, batches: List[TokenGraphs], device) -> Dict[str, float]:
     """Held-out masked-LM accuracy and loss, and next-sentence accuracy and
@@ -361,9 +392,10 @@ def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1
     ``bert.pt`` (weights and sizes), ``pretraining.json`` and ``curves.png``."""
     model, corpus, tokenizer = (ctx.require(k, "bert_pretrain") for k in ("model", "corpus", "tokenizer"))
     config = model.config
-    encode = lambda docs: [tokenizer.encode_batch(doc) for doc in docs]  # noqa: E731
-    examples = SentencePairs(encode(corpus.train), config.max_len, tokenizer.cls_id, tokenizer.sep_id)
-    held = SentencePairs(encode(corpus.held_out), config.max_len, tokenizer.cls_id, tokenizer.sep_id)
+    examples = SentencePairs(encode_documents(tokenizer, corpus.train), config.max_len, tokenizer.cls_id,
+                             tokenizer.sep_id)
+    held = SentencePairs(encode_documents(tokenizer, corpus.held_out), config.max_len, tokenizer.cls_id,
+                         tokenizer.sep_id)
     fixed = torch.Generator().manual_seed(12_345)  # the same held-out examples at every evaluation
     eval_batches = [held.batch(min(256, eval_examples - start), fixed, tokenizer.vocab_size, tokenizer.mask_id,
                                mask_rate) for start in range(0, eval_examples, 256)]
@@ -423,7 +455,7 @@ def read_pretraining(folder: Path, folds: int, fold_seed: int) -> List[int]:
         excluded = [int(f) for f in info["excluded_polarity_folds"]]
         shared = info["source"] == "shared"
         same_folds = shared and info["folds"] == folds and info["fold_seed"] == fold_seed
-        texts = info.get("texts", list(SHARED_TEXTS))  # runs before texts was recorded read polarity
+        texts = info.get("texts", list(DEFAULT_TEXTS))  # runs before texts was recorded read polarity
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise GraphseqError(f"{path} is damaged ({type(error).__name__}: {error}); it was left as it is") from None
     if shared and "polarity" not in texts:

@@ -13,7 +13,7 @@ import pytest
 from graphseq.cli import main
 from graphseq.data import planetoid, polarity, text
 from graphseq.data.captions import locate_coco
-from graphseq.data.files import Checksum, DamagedFileError, check_file, locate_raw_files
+from graphseq.data.files import Checksum, DamagedFileError, check_file, locate_raw_files, unpacking
 from graphseq.data.miniimagenet import load_miniimagenet
 from graphseq.data.omniglot import load_omniglot
 from graphseq.data.planetoid import load_planetoid
@@ -300,3 +300,22 @@ def test_a_read_only_data_root_is_named_when_a_mirror_file_cannot_be_copied(tmp_
                                             f"Read-only file system; make the data root writable"):
         locate_raw_files("data", ["a.txt"], root, mirror, checksums=CHECKSUMS)
     assert list(root.iterdir()) == []
+
+
+def test_an_archive_unpacks_beside_its_place_and_is_renamed_in_whole(tmp_path):
+    place = tmp_path / "data" / "part"
+    with unpacking(place, inner="part") as unpacked:
+        assert unpacked.parent == place.parent and not place.exists()
+        (unpacked / "part" / "sub").mkdir(parents=True)
+        (unpacked / "part" / "sub" / "a.txt").write_text("a")
+    assert (place / "sub" / "a.txt").read_text() == "a"
+    assert os.listdir(tmp_path / "data") == ["part"]  # no temporary folder left
+
+
+def test_an_unpacking_cut_off_leaves_nothing_under_its_place(tmp_path):
+    place = tmp_path / "data" / "part"
+    with pytest.raises(OSError, match="No space left"):
+        with unpacking(place) as unpacked:
+            (unpacked / "a.txt").write_text("a")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert os.listdir(tmp_path / "data") == []

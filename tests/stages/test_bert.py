@@ -1,0 +1,70 @@
+"""The BERT stages on the unlabelled IMDB reviews: a bert-pretrain smoke run
+on a tiny tree of the real layout, such a run serving every test fold of
+bert-polarity, corpus.texts naming the texts it knows, the reviews read once
+for the check before writing and the stage, and the sentences encoded
+alike however they are cut into calls."""
+import json
+
+import pytest
+
+from graphseq import run
+from graphseq.data import imdb
+from graphseq.data.imdb import load_imdb_unsup
+from graphseq.data.wordpiece import WordPieceTokenizer
+from graphseq.errors import GraphseqError
+from graphseq.stages.bert import _runs_plan, encode_documents, read_pretraining
+
+TINY = {"model.hidden_size": 16, "model.feedforward_size": 32, "model.num_heads": 2, "tokenizer.vocab_size": 300,
+        "pretrain.batch_size": 4, "pretrain.eval_examples": 16, "pretrain.eval_every": 2}
+WORDS = "the film plot actor scene ending music story camera light".split()
+
+
+def write_reviews(base, count=12):
+    """``count`` reviews of four sentences under ``base/aclImdb/train/unsup``."""
+    folder = base / "aclImdb" / "train" / "unsup"
+    folder.mkdir(parents=True)
+    for i in range(count):
+        sentences = [" ".join(WORDS[(i + j + k) % len(WORDS)] for k in range(5)).capitalize() + "."
+                     for j in range(4)]
+        (folder / f"{i}_0.txt").write_text(" ".join(sentences[:2]) + "<br /><br />" + " ".join(sentences[2:]))
+    return folder
+
+
+def test_bert_pretrain_reads_the_imdb_reviews_and_serves_every_polarity_fold(tmp_path):
+    mirror, out = tmp_path / "mirror", tmp_path / "run"
+    write_reviews(mirror)
+    summary = run("bert-pretrain", overrides={**TINY, "pretrain.steps": 2, "corpus.texts": ["imdb"],
+                                              "corpus.held_out": 0.25},
+                  out=out, data_root=tmp_path / "root", data_mirror=mirror, quiet=True)
+    assert summary["runs"][0]["steps"] == 2 and "val_nsp_accuracy" in summary["runs"][0]  # reviews give pairs
+    assert "corpus: 12 unlabelled IMDB reviews (48 sentences)" in (out / "log.txt").read_text()
+    assert json.loads((out / "pretraining.json").read_text())["texts"] == ["imdb"]
+    assert read_pretraining(out, folds=10, fold_seed=0) == list(range(10))
+    assert _runs_plan([out], folds=10, fold_seed=0) == {fold: out for fold in range(10)}
+
+
+def test_an_unknown_text_lists_the_known_ones_imdb_among_them(tmp_path):
+    with pytest.raises(GraphseqError, match=r"corpus.texts = \['wikipedia'\] is not allowed: .* each item one of "
+                                            r"shakespeare, polarity, imdb$"):
+        run("bert-pretrain", overrides={**TINY, "corpus.texts": ["wikipedia"]}, out=tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_reviews_are_split_once_while_their_files_are_unchanged(tmp_path, monkeypatch):
+    folder = write_reviews(tmp_path / "mirror")
+    split = []
+    real = imdb.review_sentences
+    monkeypatch.setattr(imdb, "review_sentences", lambda text: split.append(text) or real(text))
+    first = load_imdb_unsup(tmp_path / "root", tmp_path / "mirror")
+    assert load_imdb_unsup(tmp_path / "root", tmp_path / "mirror") == first and len(split) == 12
+    (folder / "3_0.txt").write_text("A review rewritten.")
+    again = load_imdb_unsup(tmp_path / "root", tmp_path / "mirror")
+    assert again[3] == ["A review rewritten."] and len(split) == 24
+
+
+def test_sentences_are_encoded_alike_however_they_are_cut_into_calls():
+    documents = [["The film ends.", "A scene."], [], ["Music!"], ["The plot.", "Light and camera.", "Story."]]
+    tokenizer = WordPieceTokenizer.train((s for d in documents for s in d), vocab_size=60, min_frequency=1)
+    each = [tokenizer.encode_batch(document) for document in documents]
+    assert encode_documents(tokenizer, documents, chunk=2) == each
+    assert encode_documents(tokenizer, documents) == each
