@@ -32,11 +32,11 @@ per case.
 
     python benchmarks/bench_gat.py [--cases cora-dense cora-csr random epoch] [--repeats 100]
                                    [--threads 1] [--device auto] [--clock cpu]
+                                   [--data-root DIR] [--data-mirror DIR]
 """
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +45,7 @@ import torch_geometric.nn as pyg_nn
 from graphseq.data.planetoid import load_planetoid
 from graphseq.models import GAT
 from graphseq.nn import GATConv
-from graphseq.pipeline import default_data_mirror, default_data_root, resolve_device
+from graphseq.pipeline import data_places, resolve_device
 from timing import CLOCKS, at_least, check_agreement, median_times, run_script
 
 CASES = ("cora-dense", "cora-csr", "random", "epoch")
@@ -141,15 +141,21 @@ def main():
                         help="steps timed per case; random gets a tenth of them, at least 5")
     parser.add_argument("--threads", type=at_least(1), default=1)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--data-root", default=None)
+    # The data options of `graphseq run`, so that an offline machine points
+    # the script at the same read-only mirror (Cora's raw files) as its runs.
+    parser.add_argument("--data-root", default=None,
+                        help="where Cora is, or is downloaded to (default $GRAPHSEQ_DATA or ./datasets)")
+    parser.add_argument("--data-mirror", default=None,
+                        help="read-only folder of raw dataset files consulted before any download "
+                             "(default $GRAPHSEQ_MIRROR)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="wall time, or this process's CPU time (steadier on a busy machine)")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    root = Path(args.data_root) if args.data_root else default_data_root()
-    data = load_planetoid("Cora", root, default_data_mirror()).to(device)
+    root, mirror = data_places(args.data_root, args.data_mirror)
+    data = load_planetoid("Cora", root, mirror).to(device)
     clock = CLOCKS[args.clock]
     print(f"GATConv on {device}, {torch.get_num_threads()} thread(s), {args.clock} clock, "
           f"median of interleaved steps (their count per case)")

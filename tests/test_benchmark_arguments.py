@@ -99,6 +99,8 @@ CASES = [
      "each of 2 processes: need at least 40960"),
     # Refused by graphseq once torch is loaded, reported the same way instead of as a traceback.
     ("bench_gat.py", ["--device", "nonsense"], "--device 'nonsense' is not supported; use auto, cpu, cuda or cuda:N"),
+    ("bench_gat.py", ["--data-mirror", ""], "--data-mirror is empty; name a folder, or leave the option out for its "
+                                          "default"),
     ("bench_recurrent.py", ["--device", "nonsense"], "--device 'nonsense' is not supported"),
     ("bench_bert.py", ["--device", "nonsense"], "--device 'nonsense' is not supported"),
     ("bench_fewshot.py", ["--device", "nonsense"], "--device 'nonsense' is not supported"),
@@ -156,6 +158,18 @@ def test_script_reports_unusable_data_in_one_line(tmp_path, script, folder, name
     returncode, out, err = awaited(refused(script, ["--repeats", "1"], tmp_path))
     assert returncode == 2 and "Traceback" not in err, err[-2000:]
     assert f"{script}: error: {blocking} is not a file (a folder?)" in err
+
+
+def test_bench_gat_reads_cora_from_the_data_mirror_it_is_given(tmp_path, mirror):
+    # Offline, a user points the script at the mirror as they point `graphseq run` at it (the README's
+    # --data-mirror); GRAPHSEQ_MIRROR is unset here, so only the option can find Cora.
+    root = tmp_path / "data"
+    args = ["--cases", "cora-dense", "--repeats", "1", "--data-root", str(root), "--data-mirror", str(mirror)]
+    returncode, out, err = awaited(refused("bench_gat.py", args, tmp_path))
+    assert returncode == 0, err[-2000:]
+    assert "cora-dense" in out and "ratio" in out
+    assert (root / "Cora" / "raw" / "ind.cora.x").is_file()  # Copied into the data root given, not ./datasets.
+    assert not (tmp_path / "datasets").exists()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("gensim") is not None, reason="gensim is installed")
