@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..errors import GraphseqError
+from ..errors import GraphseqError, plural
 from ..io import read_utf8
 from .wordpiece import SPECIAL_TOKENS
 
@@ -85,7 +85,8 @@ def split_held_out(documents: List[Document], fraction: float,
     documents, so no held-out sentence pair was seen in training); at least
     one document on each side."""
     if len(documents) < 2:
-        raise GraphseqError(f"a corpus of {len(documents)} document(s) leaves none to hold out")
+        raise GraphseqError(f"a corpus of {plural(len(documents), 'document')} leaves none to hold out for "
+                            f"scoring: give 2 or more (each *.txt file is one, and a blank line ends one)")
     order = list(range(len(documents)))
     random.Random(seed).shuffle(order)
     cut = min(max(1, round(len(documents) * fraction)), len(documents) - 1)

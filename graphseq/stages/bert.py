@@ -86,10 +86,10 @@ def _fold_list(values, folds: int, key: str) -> List[int]:
 
 
 def _corpus_documents(data_root: Path, data_mirror, folder: str, texts: list, exclude_folds: list, folds: int,
-                      fold_seed: int, log=None) -> tuple[List[Document], str, List[int]]:
+                      fold_seed: int, log=None, table: str = "corpus") -> tuple[List[Document], str, List[int]]:
     """The documents of ``bert_corpus``, where they came from, and the
     polarity test folds left out."""
-    excluded = _fold_list(exclude_folds, folds, "exclude_folds")
+    excluded = _fold_list(exclude_folds, folds, f"{table}.exclude_folds")
     if folder:
         if excluded:
             raise GraphseqError("exclude_folds leaves polarity folds out of the shared texts; "
@@ -140,7 +140,7 @@ def _check_corpus(check, *, folder: str, texts: list, exclude_folds: list, folds
                   held_out: float, **_) -> None:
     # Read once more before a write, for bert-polarity, whose pretrainings come after its first file.
     documents, _, _ = _corpus_documents(check.data_root, check.data_mirror, folder, texts, exclude_folds, folds,
-                                        fold_seed)
+                                        fold_seed, table=check.table)
     _split_corpus(documents, held_out, check.table)
 
 
@@ -447,6 +447,9 @@ def read_pretraining(folder: Path, folds: int, fold_seed: int) -> List[int]:
     all of them if it read no polarity sentence, none if it read another
     corpus or cut other folds."""
     path = folder / CORPUS_FILE
+    if not folder.is_dir():  # a typo or a file: said as such, not as an unfinished run
+        what = "does not exist" if not folder.exists() else "is not a folder"
+        raise GraphseqError(f"{folder} {what}; name the --out folder of a finished bert-pretrain run")
     if not (folder / WEIGHTS_FILE).is_file() or not path.is_file():
         raise GraphseqError(f"{folder} is not a finished bert-pretrain run (no {WEIGHTS_FILE} "
                             f"and {CORPUS_FILE})")
@@ -514,11 +517,28 @@ def _group_overrides(pretrain_set: list, part: List[int], folds: int, fold_seed:
                                  f"corpus.fold_seed={fold_seed}"]
 
 
-def _runs_plan(runs: list, folds: int, fold_seed: int) -> Dict[int, Path]:
-    """Each test fold's first finished run (of ``runs``) that left its sentences out."""
+def _runs_plan(runs: list, folds: int, fold_seed: int, table: str = "pretrain") -> Dict[int, Path]:
+    """Each test fold's first finished run (of ``runs``) that left its sentences
+    out. A run named twice, or one that would serve no fold, is refused: it is
+    a slip (another run meant), and running without it would hide that."""
     plan: Dict[int, Path] = {}
-    for folder in map(Path, runs):
-        for fold in read_pretraining(folder, folds, fold_seed):
+    seen: Dict[Path, str] = {}
+    for name in runs:
+        if not str(name).strip():
+            raise GraphseqError(f"{table}.runs holds an empty path; name the --out folder of each bert-pretrain run")
+        folder = Path(name)
+        if folder.resolve() in seen:
+            raise GraphseqError(f"{table}.runs names {seen[folder.resolve()]} twice; name each run once")
+        seen[folder.resolve()] = name
+        left_out = read_pretraining(folder, folds, fold_seed)
+        if not left_out:
+            raise GraphseqError(f"{table}.runs: {folder} serves no test fold: it may have read the sentences of "
+                                f"every polarity test fold (of folds = {folds}, fold_seed = {fold_seed}); pretrain "
+                                f"with corpus.exclude_folds, or leave it out")
+        if all(fold in plan for fold in left_out):
+            raise GraphseqError(f"{table}.runs: {folder} serves no test fold: the runs before it serve its folds "
+                                f"{sorted(left_out)}; leave it out")
+        for fold in left_out:
             plan.setdefault(fold, folder)
     return plan
 
@@ -530,7 +550,7 @@ def _check_pretrained_groups(check, *, runs: list, groups: int, folds: int, fold
     from ..pipeline import checked_config, precheck  # the runner's checks, for the run inside this one
 
     if runs:
-        plan = _runs_plan(runs, folds, fold_seed)
+        plan = _runs_plan(runs, folds, fold_seed, check.table)
         for folder in dict.fromkeys(plan.values()):
             _load_pretraining(folder)  # a damaged model or tokenizer file is named now, not after plan.json
         served = set(plan)
@@ -564,7 +584,7 @@ def bert_pretrained_groups(ctx, *, runs: list = [], groups: int = 2, folds: int 
     a run of some folds pretrains only for their groups; a resumed run
     continues an unfinished pretraining."""
     if runs:
-        plan, ctx.pending_pretraining = _runs_plan(runs, folds, fold_seed), {}
+        plan, ctx.pending_pretraining = _runs_plan(runs, folds, fold_seed, ctx.table), {}
     else:
         parts = _groups(groups, folds, ctx.table)
         plan = {fold: ctx.out / f"pretrain-{g}" for g, part in enumerate(parts) for fold in part}
@@ -644,10 +664,10 @@ def finetune_fold(ctx, model: BertClassifier, data: SentenceFold, tokenizer: Wor
     return figures
 
 
-def _chosen_folds(run_folds: list, folds: int, served) -> List[int]:
+def _chosen_folds(run_folds: list, folds: int, served, table: str = "finetune") -> List[int]:
     """The folds to fine-tune (``run_folds``, or all), each served by a
     pretraining that left its sentences out."""
-    chosen = _fold_list(run_folds, folds, "run_folds") or list(range(folds))
+    chosen = _fold_list(run_folds, folds, f"{table}.run_folds") or list(range(folds))
     missing = [f for f in chosen if f not in served]
     if missing:
         raise GraphseqError(f"no pretraining left out the sentences of test fold(s) {missing}; pretrain with "
@@ -658,7 +678,7 @@ def _chosen_folds(run_folds: list, folds: int, served) -> List[int]:
 def _check_finetune(check, *, run_folds: list, **_) -> None:
     """The folds against the pretrainings (before they run), and the data."""
     if "bert_folds" in check.facts:  # Without a pretraining stage, the stage itself says what it needs.
-        _chosen_folds(run_folds, *check.facts["bert_folds"])
+        _chosen_folds(run_folds, *check.facts["bert_folds"], check.table)
     load_polarity(check.data_root, check.data_mirror)
 
 
@@ -695,7 +715,7 @@ def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int
     keeps them and runs the rest (an unfinished fold continues from its
     checkpoint)."""
     pretrained, (folds, fold_seed) = ctx.require("pretrained", "bert_finetune"), ctx.fold_setup
-    chosen = _chosen_folds(run_folds, folds, pretrained)
+    chosen = _chosen_folds(run_folds, folds, pretrained, ctx.table)
     pending = getattr(ctx, "pending_pretraining", {})
     sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
     labels = torch.tensor(labels)

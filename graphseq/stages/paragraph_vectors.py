@@ -142,7 +142,12 @@ def _check_vocabulary(check, *, folds: int, fold_seed: int, run_folds: list, min
                             f"the longest sentence ({reach + 1} words)")
     splits = cv_folds(len(sentences), folds, fold_seed)
     for fold in _chosen_folds(run_folds, folds):
-        fold_vocabulary(words, splits[fold][0], min_count)
+        try:
+            fold_vocabulary(words, splits[fold][0], min_count)
+        except GraphseqError:  # said with the key to change, as the user set it
+            raise GraphseqError(f"{check.table}.min_count = {min_count}: no word occurs that often in the training "
+                                f"sentences of fold {fold}, so there is nothing to train; lower "
+                                f"{check.table}.min_count") from None
 
 
 @stage("spv_polarity", checks={"modes": MODE_LIST, "folds": at_least(3), "fold_seed": between(0, MAX_SEED),

@@ -425,9 +425,33 @@ def test_fill_mask_refuses_bad_requests(pretrained, capsys, args, message):
     assert message in capsys.readouterr().err
 
 
+def test_a_corpus_folder_of_one_document_is_refused_with_the_fix_before_writing(tmp_path, capsys):
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "one.txt").write_text("A sentence.\nAnother sentence.\n")
+    assert main(["run", "bert-pretrain", "--out", str(tmp_path / "run"), "--set",
+                 f"corpus.folder={json.dumps(str(tmp_path / 'corpus'))}"]) == 2
+    assert capsys.readouterr().err == ("graphseq: error: a corpus of 1 document leaves none to hold out for scoring: "
+                                       "give 2 or more (each *.txt file is one, and a blank line ends one)\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_fill_mask_names_a_folder_without_a_model(tmp_path, capsys):
     assert main(["fill-mask", str(tmp_path), "a [MASK] ."]) == 2
     assert "holds no pretrained BERT" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name,message", [
+    ("nope", "{run} does not exist; give the --out folder of a bert-pretrain run"),
+    ("notes.txt", "{run} is not a folder; give the --out folder of a bert-pretrain run"),
+    ("bert.pt", "{run} is not a folder; give the --out folder of a bert-pretrain run ({tmp}, here)"),
+])
+def test_fill_mask_names_a_missing_folder_or_a_file_given_as_the_run(tmp_path, capsys, name, message):
+    for file in ("notes.txt", "bert.pt"):
+        (tmp_path / file).write_text("not a run folder")
+    run_dir = tmp_path / name
+    assert main(["fill-mask", str(run_dir), "a [MASK] ."]) == 2
+    err = capsys.readouterr().err
+    assert err == f"graphseq: error: {message.format(run=run_dir, tmp=tmp_path)}\n"
 
 
 @pytest.mark.parametrize("pool", ["cls", "mean"])
@@ -458,7 +482,7 @@ def test_bert_polarity_fine_tunes_pretrained_and_scratch(pretrained, tmp_path, d
 
 @pytest.mark.parametrize("folds,message", [
     ([1], r"no pretraining left out the sentences of test fold\(s\) \[1\]"),  # it read fold 1
-    ([0, 10], r"run_folds must name folds 0\.\.9, got \[10\]"),
+    ([0, 10], r"finetune\.run_folds must name folds 0\.\.9, got \[10\]"),
 ])
 def test_bert_polarity_refuses_folds_it_cannot_run_before_writing(pretrained, tmp_path, data_root, mirror,
                                                                   folds, message):

@@ -31,7 +31,9 @@ def test_spv_polarity_runs_one_fold_of_both_modes(tmp_path, data_root, mirror):
 
 
 def test_a_min_count_that_leaves_no_word_is_refused_before_writing(tmp_path, data_root, mirror):
-    with pytest.raises(GraphseqError, match="no word occurs min_count=100000 times in the training sentences"):
+    with pytest.raises(GraphseqError, match="^spv.min_count = 100000: no word occurs that often in the training "
+                                            "sentences of fold 0, so there is nothing to train; lower "
+                                            "spv.min_count$"):
         run("spv-polarity", overrides={"spv.run_folds": [0], "spv.modes": ["dbow"], "spv.min_count": 100000},
             out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True)
     assert not (tmp_path / "run").exists()

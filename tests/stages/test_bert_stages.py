@@ -68,3 +68,56 @@ def test_sentences_are_encoded_alike_however_they_are_cut_into_calls():
     each = [tokenizer.encode_batch(document) for document in documents]
     assert encode_documents(tokenizer, documents, chunk=2) == each
     assert encode_documents(tokenizer, documents) == each
+
+
+def fake_pretraining(folder, excluded):
+    """A finished bert-pretrain run as bert-polarity's check reads it first:
+    its record of the polarity test folds it left out (the model is not read
+    before the runs are refused)."""
+    folder.mkdir()
+    (folder / "bert.pt").write_bytes(b"")
+    (folder / "pretraining.json").write_text(json.dumps({"source": "shared", "texts": ["polarity"],
+                                                         "excluded_polarity_folds": excluded, "folds": 10,
+                                                         "fold_seed": 0}))
+    return str(folder)
+
+
+def refused_runs(capsys, tmp_path, runs):
+    """The one-line stderr of bert-polarity refusing ``pretrain.runs = runs``, having written nothing."""
+    from graphseq.cli import main
+
+    out = tmp_path / "polarity"
+    argv = ["run", "bert-polarity", "--out", str(out), "--data-root", str(tmp_path / "root"),
+            "--data-mirror", str(tmp_path / "mirror"), "--set", f"pretrain.runs={json.dumps(runs)}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()
+    return err
+
+
+def test_bert_polarity_names_a_missing_run_folder_and_a_file_as_such(tmp_path, capsys):
+    served = fake_pretraining(tmp_path / "a", [0])
+    (tmp_path / "notes.txt").write_text("not a run")
+    assert f"{tmp_path / 'nope'} does not exist; name the --out folder of a finished bert-pretrain run" in \
+        refused_runs(capsys, tmp_path, [str(tmp_path / "nope"), served])
+    assert f"{tmp_path / 'notes.txt'} is not a folder; name the --out folder" in \
+        refused_runs(capsys, tmp_path, [served, str(tmp_path / "notes.txt")])
+    assert "pretrain.runs holds an empty path" in refused_runs(capsys, tmp_path, [served, ""])
+
+
+def test_bert_polarity_refuses_a_run_named_twice_or_serving_no_fold(tmp_path, capsys):
+    first, second = fake_pretraining(tmp_path / "a", [0, 1]), fake_pretraining(tmp_path / "b", [1, 0])
+    read_all, other = fake_pretraining(tmp_path / "all", []), fake_pretraining(tmp_path / "c", [5])
+    assert f"pretrain.runs names {first} twice" in refused_runs(capsys, tmp_path, [first, other, first])
+    assert f"pretrain.runs names {first} twice" in refused_runs(capsys, tmp_path, [first, f"{tmp_path}/./a"])
+    assert (f"pretrain.runs: {read_all} serves no test fold: it may have read the sentences of every polarity "
+            f"test fold (of folds = 10, fold_seed = 0)") in refused_runs(capsys, tmp_path, [first, read_all])
+    assert f"pretrain.runs: {second} serves no test fold: the runs before it serve its folds [0, 1]" in \
+        refused_runs(capsys, tmp_path, [first, second])
+
+
+def test_fold_numbers_out_of_range_are_named_with_their_table(tmp_path):
+    with pytest.raises(GraphseqError, match=r"^corpus\.exclude_folds must name folds 0\.\.9, got \[12\]$"):
+        run("bert-pretrain", overrides={**TINY, "corpus.exclude_folds": [3, 12]}, out=tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
