@@ -385,7 +385,8 @@ def launch(args: Sequence[str], nproc_per_node: int, out: Optional[str] = None) 
         run(launcher)
     except (SignalException, KeyboardInterrupt) as stop:
         number = int(getattr(stop, "sigval", signal.SIGINT))
-        said = _log_interrupt(place, command.pipeline, config, nproc_per_node, logged)
+        said = _log_interrupt(place, command.pipeline, config, nproc_per_node, logged, command.data_root,
+                              command.data_mirror)
         # Ctrl-C's "^C" at a terminal has no line end, unless rank 0 ended that line on its console.
         if number == signal.SIGINT and (command.quiet or not said):
             end_interrupted_line(stop, sys.stderr)
@@ -451,10 +452,11 @@ def _check_command(args: Sequence[str], processes: int) -> tuple[argparse.Namesp
     return command, config.get("pipeline") or path.stem, config
 
 
-def _log_interrupt(out: Path, pipeline: str, config: Dict[str, Any], processes: int, logged: int = 0) -> bool:
+def _log_interrupt(out: Path, pipeline: str, config: Dict[str, Any], processes: int, logged: int = 0,
+                   data_root: Optional[str] = None, data_mirror: Optional[str] = None) -> bool:
     """Appends to the run's log.txt, once its workers are stopped, the line
     an interrupted run of one process logs: how to continue it (with
-    ``--nproc-per-node``). Rank 0 logs it itself when the interrupt reached
+    ``--nproc-per-node``, and the data root and mirror it was given). Rank 0 logs it itself when the interrupt reached
     it (Ctrl-C reaches every process); SIGTERM to the launcher stops the
     workers before they can. Returns whether rank 0 logged it, past the
     ``logged`` bytes the log held before the launch (a run that is not
@@ -467,7 +469,7 @@ def _log_interrupt(out: Path, pipeline: str, config: Dict[str, Any], processes: 
     lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     if lines and lines[-1].split(" ", 2)[-1].startswith("interrupted"):
         return _log_size(out) > logged
-    line = interrupted_line(pipeline, out, config, None, f" --nproc-per-node {processes}")
+    line = interrupted_line(pipeline, out, config, None, f" --nproc-per-node {processes}", data_root, data_mirror)
     if line is None:
         return False  # A run that cannot resume, or stored nothing.
     # One write to a file opened for appending, as the run's own log lines are.

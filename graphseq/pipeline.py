@@ -678,7 +678,9 @@ def continues_from(out: Path, config: Dict[str, Any]) -> bool:
 
 
 def interrupted_line(pipeline: str | os.PathLike, out: Path, config: Dict[str, Any],
-                     before: Optional[Dict[Path, tuple]], resume_options: str = "") -> Optional[str]:
+                     before: Optional[Dict[Path, tuple]], resume_options: str = "",
+                     data_root: str | os.PathLike | None = None,
+                     data_mirror: str | os.PathLike | None = None) -> Optional[str]:
     """What the log of a run interrupted in ``out`` ends with: how to
     continue it (``resume_options`` added to the command, ``--nproc-per-node
     N`` for a launch), or that the same command starts it again where a stage
@@ -687,7 +689,7 @@ def interrupted_line(pipeline: str | os.PathLike, out: Path, config: Dict[str, A
     if not resumable_files(config):
         return None
     if continues_from(out, config):
-        return f"interrupted; continue with: {resume_command(pipeline, out)}{resume_options}"
+        return f"interrupted; continue with: {resume_command(pipeline, out, data_root, data_mirror)}{resume_options}"
     if stage_stored(out, before):
         return (f"interrupted before anything was stored to continue from; the same command starts it again "
                 f"in {shlex.quote(str(out))}")
@@ -797,12 +799,18 @@ def _started_config(out: Path, name: str, pipeline_path: Path) -> Dict[str, Any]
     return started
 
 
-def resume_command(pipeline: str | os.PathLike, out: Path) -> str:
+def resume_command(pipeline: str | os.PathLike, out: Path, data_root: str | os.PathLike | None = None,
+                   data_mirror: str | os.PathLike | None = None) -> str:
     """What a person types to continue the run in ``out``. A run started
     from a pipeline file continues from its own config.toml: the file may
-    not hold the settings given with --set, which a resume compares it with."""
+    not hold the settings given with --set, which a resume compares it with.
+    The data root and mirror the run was given are given again: without
+    them it would look for its datasets in the default places, and offline
+    find none."""
     given = out / "config.toml" if names_a_file(pipeline) else pipeline
-    return f"graphseq run {shlex.quote(str(given))} --resume --out {shlex.quote(str(out))}"
+    return f"graphseq run {shlex.quote(str(given))} --resume --out {shlex.quote(str(out))}" + "".join(
+        f" {option} {shlex.quote(str(value))}"
+        for option, value in (("--data-root", data_root), ("--data-mirror", data_mirror)) if value is not None)
 
 
 def _seed_dir(out: Path, seed: int, runs: int) -> Path:
@@ -984,7 +992,8 @@ def run(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] |
         if isinstance(error, KeyboardInterrupt) and log is not None:
             # A launched worker's checkpoint resumes only with as many workers; the launcher then
             # sees the line written and leaves it (see distributed._log_interrupt).
-            line = interrupted_line(pipeline, out, config, before, distributed.relaunch_options())
+            line = interrupted_line(pipeline, out, config, before, distributed.relaunch_options(), data_root,
+                                    data_mirror)
             if line is not None:
                 for handler in _console_handlers(log):
                     end_interrupted_line(error, handler.stream)
@@ -1011,7 +1020,7 @@ def _run_seeds(config: Dict[str, Any], name: str, out: Path, seed: int, runs: in
         log.info(f"resumed with {', '.join(changed)}; config.toml now records it, so graphseq run "
                  f"{out / 'config.toml'} would go straight to it, which need not repeat this resumed run "
                  f"(whose schedule was set for the first budget, then stretched)")
-    command = resume_command(pipeline, out) + distributed.relaunch_options()
+    command = resume_command(pipeline, out, data_root, data_mirror) + distributed.relaunch_options()
     results = []
     # Quiet: what stages and libraries print to stderr (PyG's "Processing...",
     # warnings) goes to log.txt instead of the console.

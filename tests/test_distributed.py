@@ -252,7 +252,9 @@ def test_a_launch_stopped_by_sigterm_logs_how_to_continue_it(tmp_path):
             os.killpg(launcher.pid, signal.SIGKILL)
     assert launcher.returncode == 143, stderr[-3000:]
     last = (out / "log.txt").read_text().splitlines()[-1]
+    # With the data places it was given: offline, the default ones hold no PPI.
     assert last.split(" ", 2)[2] == f"interrupted; continue with: graphseq run gat-ppi --resume --out {out} " \
+                                    f"--data-root {tmp_path / 'data'} --data-mirror {tmp_path / 'mirror'} " \
                                     f"--nproc-per-node 2"
 
 
@@ -286,7 +288,7 @@ def test_a_launch_its_workers_refused_leaves_no_empty_out_a_late_worker_made(tmp
         raise ChildFailedError("graphseq", {1: failure})
 
     monkeypatch.setattr(distributed, "_check_command", lambda args, processes: (
-        argparse.Namespace(out=str(out), pipeline="gat-ppi"), "gat-ppi", {}))
+        argparse.Namespace(out=str(out), pipeline="gat-ppi", data_root=None, data_mirror=None), "gat-ppi", {}))
     monkeypatch.setattr(elastic, "run", workers)
     assert distributed.launch(["run", "gat-ppi", "--out", str(out)], 2) == 2
     assert list(tmp_path.iterdir()) == []  # --out and the folder made above it

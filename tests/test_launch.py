@@ -254,7 +254,7 @@ def test_an_interrupted_launch_ends_in_one_line_that_says_how_to_resume(tmp_path
     # The command log.txt ends with starts the same two workers, which the checkpoint needs; written once
     # (rank 0 writes it on Ctrl-C, the launcher after SIGTERM).
     log = (out / "log.txt").read_text().splitlines()
-    resume = f"interrupted; continue with: {resume_command('gat-ppi', out)} --nproc-per-node 2"
+    resume = f"interrupted; continue with: {resume_command('gat-ppi', out, root, ppi_mirror)} --nproc-per-node 2"
     assert log[-1].split(" ", 2)[2] == resume, "\n".join(log[-3:])
     assert sum(line.split(" ", 2)[2].startswith("interrupted") for line in log) == 1, "\n".join(log[-3:])
 

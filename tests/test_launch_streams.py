@@ -28,7 +28,8 @@ def launch(monkeypatch, out, stop, quiet=True, rank_0_logs=False):
 
     config = read_config(resolve_pipeline("gat-ppi"))
     monkeypatch.setattr(distributed, "_check_command", lambda args, processes: (
-        argparse.Namespace(out=str(out), pipeline="gat-ppi", quiet=quiet), "gat-ppi", config))
+        argparse.Namespace(out=str(out), pipeline="gat-ppi", quiet=quiet, data_root=None,
+                           data_mirror=None), "gat-ppi", config))
     monkeypatch.setattr(elastic, "run", workers)
     return distributed.launch(["run", "gat-ppi", "--out", str(out)], 2)
 

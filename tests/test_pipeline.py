@@ -17,7 +17,7 @@ from graphseq.errors import GraphseqError
 from graphseq.cli import main
 from graphseq.pipeline import (_apply_options, apply_overrides, available_pipelines, check_applies,
                                check_domains, checked_config, dump_toml, parse_override, read_config,
-                               resolve_pipeline)
+                               resolve_pipeline, resume_command)
 from graphseq.stages import STAGES, stage
 
 FAST = {"train.max_epochs": 3}
@@ -566,6 +566,18 @@ def test_an_interrupted_run_logs_how_to_continue_it_when_there_is_something_to_c
     with pytest.raises(KeyboardInterrupt):  # nothing stored: no run to continue, and no folder left
         run(pipeline, out=tmp_path / "empty", overrides={"work.stored": False}, quiet=True)
     assert not (tmp_path / "empty").exists()
+
+
+def test_the_command_to_continue_an_interrupted_run_gives_its_data_places_again(tmp_path):
+    # Offline, a run continued without them would look for its datasets in the default places and find none.
+    pipeline = tmp_path / "ctrl c.toml"
+    pipeline.write_text('[work]\nstage = "test_interrupted"\n')
+    out, root, mirror = tmp_path / "run", tmp_path / "my data", tmp_path / "mirror"
+    with pytest.raises(KeyboardInterrupt):
+        run(pipeline, out=out, data_root=root, data_mirror=mirror, quiet=True)
+    assert (f"interrupted; continue with: graphseq run {out / 'config.toml'} --resume --out {out} "
+            f"--data-root '{root}' --data-mirror {mirror}") in (out / "log.txt").read_text()
+    assert resume_command("gat-cora", out) == f"graphseq run gat-cora --resume --out {out}"  # defaults: as they are
 
 
 INTERRUPTED = []  # the seeds in which the user presses Ctrl-C
