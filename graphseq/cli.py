@@ -410,7 +410,8 @@ def _add_fill_mask(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("fill-mask", help="the likeliest pieces for each [MASK] of a text, from a bert-pretrain run")
     p.add_argument("dir", help="the bert-pretrain run's --out directory (holding bert.pt and tokenizer.json)")
     p.add_argument("text", help='a text with one or more [MASK], e.g. "the movie was [MASK] ."')
-    p.add_argument("--top-k", type=int, default=5, help="pieces shown per mask (default 5)")
+    p.add_argument("--top-k", type=int, default=5,
+                   help="pieces shown per mask (default 5; more than the vocabulary shows every piece)")
     p.add_argument("--device", default="cpu", help="auto, cpu or cuda (default cpu)")
     p.set_defaults(handler=_fill_mask)
 

@@ -75,6 +75,15 @@ def test_plot_curves_names_a_damaged_metrics_file_and_leaves_it(tmp_path, capsys
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
 
 
+@pytest.mark.parametrize("given, what", [("gone", "does not exist"), ("metrics.json", "is not a folder")])
+def test_plot_curves_says_a_run_folder_is_missing_or_a_file(tmp_path, capsys, given, what):
+    (tmp_path / "metrics.json").write_text(json.dumps(METRICS))
+    assert main(["plot-curves", str(tmp_path / given)]) == 2
+    assert capsys.readouterr().err == (f"graphseq: error: {tmp_path / given} {what}; give the --out folder of a "
+                                       f"run (or one of its seed-N folders)\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+
+
 def test_plot_curves_replaces_the_figure_atomically(tmp_path, capsys):
     (tmp_path / "metrics.json").write_text(json.dumps(METRICS))
     (tmp_path / PLOT_NAME).write_bytes(b"an older figure")
