@@ -410,8 +410,9 @@ def test_the_human_prompt_fits_the_terminal_width(answered_run, fake_omniglot, t
                  oracle=HumanOracle(io.StringIO("0\n1\nq\n"), output),
                  overrides={**FAKE_ACTIVE, "oracle.episodes": 6}, **fake_omniglot)
     lines = output.getvalue().splitlines()
-    command = "graphseq run fewshot-omniglot-active --resume --out run --oracle human"
-    assert lines[-1] == command  # whole, to copy
+    command = (f"graphseq run fewshot-omniglot-active --resume --out run --data-root {fake_omniglot['data_root']} "
+               f"--data-mirror {fake_omniglot['data_mirror']} --oracle human")
+    assert lines[-1] == command  # whole, to copy (with the data places the run was given)
     assert "which class is this?" in output.getvalue() and "with your answer the model says" in output.getvalue()
     assert max(len(line) for line in lines[:-1]) <= columns
     assert max(len(line) for line in lines if "\u2588" in line) > columns - 25  # the pictures fill the width
