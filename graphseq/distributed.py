@@ -456,9 +456,9 @@ def _log_interrupt(out: Path, pipeline: str, config: Dict[str, Any], processes: 
                    data_root: Optional[str] = None, data_mirror: Optional[str] = None) -> bool:
     """Appends to the run's log.txt, once its workers are stopped, the line
     an interrupted run of one process logs: how to continue it (with
-    ``--nproc-per-node``, and the data root and mirror it was given). Rank 0 logs it itself when the interrupt reached
-    it (Ctrl-C reaches every process); SIGTERM to the launcher stops the
-    workers before they can. Returns whether rank 0 logged it, past the
+    ``--nproc-per-node``, and the data root and mirror it was given). Rank 0
+    logs it itself when the interrupt reached it (Ctrl-C reaches every
+    process); SIGTERM to the launcher stops the workers before they can. Returns whether rank 0 logged it, past the
     ``logged`` bytes the log held before the launch (a run that is not
     quiet then said it on the console too, on a line of its own)."""
     from .pipeline import interrupted_line

@@ -78,6 +78,16 @@ def check_file_place(path: str | os.PathLike, prefix: str = "") -> None:
     raise GraphseqError(f"{prefix}{path} is {kind}, not a regular file; move it away")
 
 
+def check_run_folder(folder: str | os.PathLike, fix: str) -> None:
+    """Refuses a run's folder, given to be read, that does not exist or is
+    not a folder (a typo, or one of the run's files named instead), saying
+    which before ``fix`` ("give the --out folder of ...") rather than naming
+    a file the folder lacks."""
+    if not Path(folder).is_dir():
+        what = "does not exist" if not Path(folder).exists() else "is not a folder"
+        raise GraphseqError(f"{folder} {what}; {fix}")
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     check_file_place(path)

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from ..errors import GraphseqError
-from ..io import check_file_place, check_output_file, first_sentence, read_json, write_png
+from ..io import check_file_place, check_output_file, check_run_folder, first_sentence, read_json, write_png
 
 Curves = Dict[str, List[List[float]]]  # strategy -> [[num_labels, accuracy], ...]
 PLOT_NAME = "learning_curves.png"
@@ -128,9 +128,7 @@ def plot_run(run_dir: str | Path) -> Path:
     Where several tables recorded curves, their lines share the axes, each
     strategy named ``TABLE: strategy``. A run stopped before its first model
     has no point to draw, and is refused in one line naming the file."""
-    if not Path(run_dir).is_dir():  # a typo, or the run's metrics.json named instead of its folder
-        what = "does not exist" if not Path(run_dir).exists() else "is not a folder"
-        raise GraphseqError(f"{run_dir} {what}; give the --out folder of a run (or one of its seed-N folders)")
+    check_run_folder(run_dir, "give the --out folder of a run (or one of its seed-N folders)")
     metrics_path = Path(run_dir) / "metrics.json"
     check_file_place(metrics_path)
     if not metrics_path.is_file():

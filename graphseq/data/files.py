@@ -180,6 +180,22 @@ def stamped_cache(processed: Path, stamp: Callable[[], str], read: Callable[[], 
     return None
 
 
+def stat_fingerprint(folder: Path, files: Sequence[Path], header: str, what: str) -> str:
+    """The SHA-256 of ``header`` and each file's path under ``folder``, size
+    and modification time, as ``make`` decides (an image redrawn at the same
+    size in bytes changes only the time): what a cache of ``files`` is keyed
+    by, without reading them. A changed, added or removed file changes it;
+    one that cannot be looked at (a dangling link) is named as ``what``."""
+    digest = hashlib.sha256(header.encode())
+    for path in files:
+        try:
+            stat = path.stat()
+        except OSError as error:
+            raise GraphseqError(f"cannot read the {what} {path}: {error.strerror}") from None
+        digest.update(f"{path.relative_to(folder).as_posix()} {stat.st_size} {stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
 def raw_file_lines(raw_dir: Path, names: Sequence[str], digests: Dict[str, str]) -> List[str]:
     """A cache stamp's line for each raw file of ``names``: its name, size
     and SHA-256. ``digests`` holds the SHA-256s this load has taken already

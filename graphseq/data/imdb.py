@@ -24,7 +24,6 @@ wrong now and then and needs no model of the language.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import html
 import logging
 import os
@@ -36,7 +35,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..errors import GraphseqError
 from .files import (Checksum, check_folder_places, check_writable, damaged_file_error, download_url,
-                    locate_raw_files, removed_if_failed, unpacking)
+                    locate_raw_files, removed_if_failed, stat_fingerprint, unpacking)
 from .pretraining import Document
 
 FOLDER = "aclImdb"  # under the data root, as the archive names its top folder
@@ -64,7 +63,7 @@ def load_imdb_unsup(root: Path, mirror: Optional[Path] = None,
     files, they are given from memory."""
     folder = find_unsup(Path(root), mirror, log)
     paths = list_reviews(folder)
-    key = f"{folder}\n{_fingerprint(paths)}"
+    key = f"{folder}\n{stat_fingerprint(folder, paths, '', 'IMDB review')}"
     if key not in _last_read:
         _last_read.clear()  # one folder's reviews at a time
         _last_read[key] = [review_sentences(_read_review(path)) for path in paths]
@@ -99,20 +98,18 @@ def find_unsup(root: Path, mirror: Optional[Path] = None, log: Optional[logging.
     check_writable(target, "cannot unpack the IMDB reviews")
     taken = [] if (target / ARCHIVE).is_file() else [ARCHIVE]  # the user's own copy stays
     with removed_if_failed(place.parent):
-        locate_raw_files(FOLDER, [ARCHIVE], root, mirror, lambda into: download_url(URL, into / ARCHIVE),
-                         CHECKSUMS)
-        (log or logging.getLogger("graphseq")).info(f"unpacking the unlabelled IMDB reviews into {place}")
         try:
-            unpack_unsup(target / ARCHIVE, place)
-        except DamagedArchive as error:
-            raise damaged_file_error(target, ARCHIVE, str(error), taken,
-                                     None if mirror is None else Path(mirror) / FOLDER / ARCHIVE, "IMDB") from None
-        except BaseException:
+            locate_raw_files(FOLDER, [ARCHIVE], root, mirror, lambda into: download_url(URL, into / ARCHIVE),
+                             CHECKSUMS)
+            (log or logging.getLogger("graphseq")).info(f"unpacking the unlabelled IMDB reviews into {place}")
+            try:
+                unpack_unsup(target / ARCHIVE, place)
+            except DamagedArchive as error:
+                raise damaged_file_error(target, ARCHIVE, str(error), taken, None if mirror is None
+                                         else Path(mirror) / FOLDER / ARCHIVE, "IMDB") from None
+        finally:  # unpacked or not, the archive this load fetched or copied goes (before any empty folder)
             for name in taken:
                 (target / name).unlink(missing_ok=True)
-            raise
-    for name in taken:
-        (target / name).unlink(missing_ok=True)
     return place
 
 
@@ -172,20 +169,6 @@ def list_reviews(folder: Path) -> List[Path]:
                                 f"reviews in all); restore it from a good copy, or delete the folder to "
                                 f"unpack it again")
     return [Path(path) for _, _, path in reviews]
-
-
-def _fingerprint(paths: List[Path]) -> str:
-    """What the reviews are read from: each file's name, size and
-    modification time (as ``make`` decides), a review changed, added or
-    removed changes it."""
-    digest = hashlib.sha256()
-    for path in paths:
-        try:
-            stat = path.stat()
-        except OSError as error:  # a dangling link
-            raise GraphseqError(f"cannot read the IMDB review {path}: {error.strerror}") from None
-        digest.update(f"{path.name} {stat.st_size} {stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
 
 
 def _read_review(path: Path) -> str:

@@ -40,7 +40,7 @@ from ..checks import is_integer
 from ..errors import GraphseqError
 from ..io import load_checkpoint, read_utf8, save_checkpoint
 from .files import (Checksum, check_file, check_folder_places, check_writable, download_url, hash_file,
-                    removed_if_failed, unpacking)
+                    removed_if_failed, stat_fingerprint, unpacking)
 from .episodes import FewShotClasses
 
 FOLDER = "omniglot-py"
@@ -217,14 +217,10 @@ def list_images(folder: Path) -> List[Path]:
 
 def _fingerprint(folder: Path, files: List[Path], size: int) -> str:
     """What a cache is built from: each file's path, size and modification
-    time (as ``make`` decides: an image redrawn at the same size in bytes
-    changes only the time), the output size and the cache format. A changed,
-    added or removed file changes it."""
-    digest = hashlib.sha256(f"omniglot cache format {CACHE_FORMAT}, {size}x{size}\n".encode())
-    for path in files:
-        stat = path.stat()
-        digest.update(f"{path.relative_to(folder).as_posix()} {stat.st_size} {stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
+    time (:func:`~graphseq.data.files.stat_fingerprint`), the output size and
+    the cache format."""
+    return stat_fingerprint(folder, files, f"omniglot cache format {CACHE_FORMAT}, {size}x{size}\n",
+                            "Omniglot image")
 
 
 def _contents_digest(omniglot: Omniglot) -> str:

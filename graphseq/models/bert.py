@@ -23,7 +23,7 @@ from torch_geometric.nn import global_mean_pool
 from ..data.pretraining import IGNORE, TokenGraphs, collate, pack_pair
 from ..data.wordpiece import SPECIAL_TOKENS, TOKENIZER_FILE, WordPieceTokenizer
 from ..errors import GraphseqError
-from ..io import check_file_place, first_sentence, load_checkpoint, save_checkpoint
+from ..io import check_file_place, check_run_folder, first_sentence, load_checkpoint, save_checkpoint
 from ..nn.transformer import TransformerEncoderLayer
 from . import evaluating
 
@@ -229,10 +229,8 @@ def load_pretrained(folder: str | Path, device: torch.device | str = "cpu"
                     ) -> Tuple[BertForPretraining, WordPieceTokenizer]:
     """The pretrained model and its tokenizer from a ``bert-pretrain`` run folder."""
     folder = Path(folder)
-    if not folder.is_dir():  # a typo, or one of the run's files named instead of its folder
-        what = "does not exist" if not folder.exists() else "is not a folder"
-        hint = f" ({folder.parent}, here)" if folder.name in (WEIGHTS_FILE, TOKENIZER_FILE) else ""
-        raise GraphseqError(f"{folder} {what}; give the --out folder of a bert-pretrain run{hint}")
+    hint = f" ({folder.parent}, here)" if folder.name in (WEIGHTS_FILE, TOKENIZER_FILE) else ""
+    check_run_folder(folder, f"give the --out folder of a bert-pretrain run{hint}")
     path = folder / WEIGHTS_FILE
     for place in (path, folder / TOKENIZER_FILE):
         check_file_place(place)  # a folder there is named as such, not as missing

@@ -27,7 +27,7 @@ from ..data.pretraining import (Document, SentencePairs, TokenGraphs, collate, p
 from ..data.text import load_tiny_shakespeare
 from ..data.wordpiece import TOKENIZER_FILE, WordPieceTokenizer
 from ..errors import GraphseqError
-from ..io import load_checkpoint, read_json, write_json, write_png
+from ..io import check_run_folder, load_checkpoint, read_json, write_json, write_png
 from ..models.bert import (POOLS, WEIGHTS_FILE, BertClassifier, BertConfig, BertForPretraining,
                            load_pretrained, save_pretrained)
 from ..seeding import MAX_SEED
@@ -447,9 +447,7 @@ def read_pretraining(folder: Path, folds: int, fold_seed: int) -> List[int]:
     all of them if it read no polarity sentence, none if it read another
     corpus or cut other folds."""
     path = folder / CORPUS_FILE
-    if not folder.is_dir():  # a typo or a file: said as such, not as an unfinished run
-        what = "does not exist" if not folder.exists() else "is not a folder"
-        raise GraphseqError(f"{folder} {what}; name the --out folder of a finished bert-pretrain run")
+    check_run_folder(folder, "name the --out folder of a finished bert-pretrain run")
     if not (folder / WEIGHTS_FILE).is_file() or not path.is_file():
         raise GraphseqError(f"{folder} is not a finished bert-pretrain run (no {WEIGHTS_FILE} "
                             f"and {CORPUS_FILE})")
