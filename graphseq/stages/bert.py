@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from .. import distributed
 from ..checks import Domain, at_least, between, each, fraction, non_negative, one_of, positive
 from ..data.files import file_sha256
-from ..data.imdb import load_imdb_unsup
+from ..data.imdb import NEG, POS, UNSUP, load_imdb_parts
 from ..data.polarity import cv_folds, load_polarity
 from ..data.pretraining import (Document, SentencePairs, TokenGraphs, collate, pack_pair,
                                 read_text_folder, shakespeare_speeches, split_held_out)
@@ -43,7 +43,11 @@ FOLDS_FILE = "folds.json"  # bert-polarity: the figures of every finished fold
 TOKENIZER_SHA256 = "tokenizer_sha256"
 
 TEXT_LIST = Domain("a list of strings", lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v))
-SHARED_TEXTS = ("shakespeare", "polarity", "imdb")  # the shared texts bert_corpus reads without a folder
+SHARED_TEXTS = ("shakespeare", "polarity", "imdb", "imdb-train")  # what bert_corpus reads without a folder
+# The IMDB texts: the folders of the archive each reads, and what they hold, for the log. "imdb-train" is the
+# text of the labelled training reviews, negative then positive; their labels are not read.
+IMDB_TEXTS = {"imdb": ((UNSUP,), "unlabelled IMDB reviews"),
+              "imdb-train": ((NEG, POS), "IMDB training reviews, their labels unread")}
 DEFAULT_TEXTS = ("shakespeare", "polarity")  # those it reads by default
 DROPOUT = Domain("a number from 0 to 1, 1 excluded", lambda v: isinstance(v, (int, float)) and 0 <= v < 1)
 # The shortest example: [CLS] A [SEP] B [SEP] with a token of each sentence (pack_pair; one sentence needs 4).
@@ -112,10 +116,15 @@ def _corpus_documents(data_root: Path, data_mirror, folder: str, texts: list, ex
         documents += kept
         parts.append(f"{len(kept):,} of {len(sentences):,} polarity sentences (left out: test folds "
                      f"{excluded or 'none'})")
-    if "imdb" in texts:
-        reviews = load_imdb_unsup(data_root, data_mirror, log)
-        documents += reviews
-        parts.append(f"{len(reviews):,} unlabelled IMDB reviews ({sum(map(len, reviews)):,} sentences)")
+    imdb_texts = [text for text in IMDB_TEXTS if text in texts]
+    if imdb_texts:  # asked for together, so that one pass over the archive unpacks every part missing
+        wanted = [part for text in imdb_texts for part in IMDB_TEXTS[text][0]]
+        reviews = load_imdb_parts(data_root, data_mirror, wanted, log)
+        for text in imdb_texts:
+            folders, what = IMDB_TEXTS[text]
+            read = [review for part in folders for review in reviews[part]]
+            documents += read
+            parts.append(f"{len(read):,} {what} ({sum(map(len, read)):,} sentences)")
     if log is not None:
         log.info("corpus: " + ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1])
     return documents, "shared", excluded
@@ -157,9 +166,10 @@ def bert_corpus(ctx, *, folder: str = "", texts: list = list(DEFAULT_TEXTS), exc
     out every snippet whose text is in one of the polarity test folds
     ``exclude_folds`` (of ``cv_folds(10662, folds, fold_seed)``); ``"imdb"``
     adds the 50,000 unlabelled IMDB reviews (:mod:`graphseq.data.imdb`), a
-    document each, and a run without ``"polarity"`` serves every test fold
-    of ``bert-polarity``. A seeded ``held_out`` fraction of the documents
-    is kept for scoring."""
+    document each, and ``"imdb-train"`` the text of the 25,000 labelled
+    training reviews (negative then positive, their labels unread). A run
+    without ``"polarity"`` serves every test fold of ``bert-polarity``. A
+    seeded ``held_out`` fraction of the documents is kept for scoring."""
     documents, source, excluded = _corpus_documents(ctx.data_root, ctx.data_mirror, folder, texts, exclude_folds,
                                                     folds, fold_seed, ctx.log)
     train, held = _split_corpus(documents, held_out)  # (its precheck refused a split under the table's name)

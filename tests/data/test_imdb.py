@@ -1,7 +1,9 @@
-"""The unlabelled IMDB reviews as pretraining documents, on tiny archives and
-trees of the real layout made by the tests: sentence splitting, the order of
-the reviews, the three places they come from (the data root, the mirror,
-the download), and the refusal of damaged or unsafe archives."""
+"""The IMDB reviews as pretraining documents, on tiny archives and trees of
+the real layout made by the tests: sentence splitting, the order of the
+reviews (the unlabelled ones, and the training ones negative then
+positive), the three places they come from (the data root, the mirror, the
+download), the parts unpacked together or one after the other, and the
+refusal of damaged or unsafe archives and of incomplete folders."""
 import hashlib
 import io
 import shutil
@@ -11,18 +13,22 @@ import pytest
 
 from graphseq.data import imdb
 from graphseq.data.files import Checksum
-from graphseq.data.imdb import load_imdb_unsup, review_sentences
+from graphseq.data.imdb import NEG, POS, UNSUP, load_imdb_parts, load_imdb_train, load_imdb_unsup, review_sentences
 from graphseq.errors import GraphseqError
 from graphseq.pipeline import data_places
 
 # Ids 0..11, so that the order by name (0, 1, 10, 11, 2, ...) is not the order by id.
 REVIEWS = {f"{i}_0.txt": f"Review {i} starts here. It ends here!<br /><br />Tom &amp; Jerry&#39;s cameo."
            for i in range(12)}
+# The labelled training reviews, rated 1-4 (negative) and 7-10 (positive); ids 0..10 for the same reason.
+NEG_REVIEWS = {f"{i}_{1 + i % 4}.txt": f"Negative {i}. A dull film." for i in range(11)}
+POS_REVIEWS = {f"{i}_{7 + i % 4}.txt": f"Positive {i}. A fine film." for i in range(11)}
+TRAIN_FIRST_SENTENCES = [f"Negative {i}." for i in range(11)] + [f"Positive {i}." for i in range(11)]
 
 
-def write_tree(base, reviews=REVIEWS):
-    """An extracted ``aclImdb`` with the unlabelled ``reviews`` under ``base``."""
-    folder = base / "aclImdb" / "train" / "unsup"
+def write_tree(base, reviews=REVIEWS, part="unsup"):
+    """An extracted ``aclImdb`` with the ``reviews`` of ``train/<part>`` under ``base``."""
+    folder = base / "aclImdb" / "train" / part
     folder.mkdir(parents=True)
     for name, text in reviews.items():
         (folder / name).write_text(text, encoding="utf-8")
@@ -35,15 +41,20 @@ def add(archive, name, data=b"", kind=tarfile.REGTYPE, link=""):
     archive.addfile(member, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
 
-def write_archive(path, reviews=REVIEWS, extra=()):
-    """A ``.tar.gz`` of the real layout: labelled reviews and a README
-    beside the unlabelled ones, which alone are to be unpacked."""
+def write_archive(path, reviews=REVIEWS, extra=(), train=True):
+    """A ``.tar.gz`` of the real layout: the unlabelled reviews, the
+    labelled training ones (positive first, unless ``train`` is false), and
+    a test review, a README and a bag-of-words file, which are never to be
+    unpacked."""
+    labelled = [("pos", POS_REVIEWS), ("neg", NEG_REVIEWS)] if train else []
     with tarfile.open(path, "w:gz") as archive:
         add(archive, "aclImdb", kind=tarfile.DIRTYPE)
         add(archive, "aclImdb/README", b"Large Movie Review Dataset v1.0")
-        add(archive, "aclImdb/train/pos/0_9.txt", b"A labelled review.")
-        for name, text in reviews.items():
-            add(archive, f"aclImdb/train/unsup/{name}", text.encode())
+        add(archive, "aclImdb/test/pos/0_9.txt", b"A test review.")
+        add(archive, "aclImdb/train/labeledBow.feat", b"9 0:9 1:1")
+        for folder, texts in labelled[:1] + [("unsup", reviews)] + labelled[1:]:
+            for name, text in texts.items():
+                add(archive, f"aclImdb/train/{folder}/{name}", text.encode())
         for args in extra:
             add(archive, *args)
     return path
@@ -76,6 +87,12 @@ def tree(folder):
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) if folder.exists() else None
 
 
+def part_tree(*parts):
+    """What ``tree(root / "aclImdb")`` holds once ``parts`` are unpacked."""
+    files = {"unsup": REVIEWS, "neg": NEG_REVIEWS, "pos": POS_REVIEWS}
+    return sorted(["train"] + [f"train/{p}" for p in parts] + [f"train/{p}/{n}" for p in parts for n in files[p]])
+
+
 def test_line_breaks_entities_and_sentence_ends_split_a_review():
     text = ('I loved it. "Great" film!<br /><br />Tom &amp; Jerry&#39;s cameo... was odd? yes.  It was (sort of.) '
             "Fine.<br>Mr. Smith&nbsp;agrees.")
@@ -99,7 +116,7 @@ def test_the_archive_is_downloaded_and_only_the_unlabelled_reviews_unpacked(tmp_
     documents = load_imdb_unsup(root, None)
     assert downloads == [imdb.URL] and len(documents) == 12
     # The archive went once unpacked; no labelled review, README or temporary folder is left.
-    assert tree(root / "aclImdb") == ["train", "train/unsup"] + sorted(f"train/unsup/{n}" for n in REVIEWS)
+    assert tree(root / "aclImdb") == part_tree("unsup")
     assert load_imdb_unsup(root, None) == documents and len(downloads) == 1  # read from the root now
 
 
@@ -201,3 +218,109 @@ def test_a_mirror_in_the_roots_imdb_folder_is_refused(tmp_path):
     write_tree(root)
     with pytest.raises(GraphseqError, match="aclImdb"):
         data_places(root, root / "aclImdb")
+
+
+# --------------------------------------------------------------------------- #
+# The labelled training reviews (their text)
+# --------------------------------------------------------------------------- #
+
+def test_the_training_reviews_are_the_negative_then_the_positive_ones_each_by_id(tmp_path):
+    mirror = tmp_path / "mirror"
+    write_tree(mirror, POS_REVIEWS, "pos")
+    write_tree(mirror, NEG_REVIEWS, "neg")
+    before = tree(mirror)
+    documents = load_imdb_train(tmp_path / "root", mirror)
+    assert [doc[0] for doc in documents] == TRAIN_FIRST_SENTENCES
+    assert documents[13] == ["Positive 2.", "A fine film."]
+    assert tree(mirror) == before and not (tmp_path / "root").exists()  # read where they lie
+
+
+def test_one_download_and_one_pass_over_the_archive_unpack_every_part_asked_for(tmp_path, serve, monkeypatch):
+    downloads = serve(write_archive(tmp_path / "served.tar.gz"))
+    opened = []
+    real_open = tarfile.open
+    monkeypatch.setattr(imdb.tarfile, "open", lambda *args, **kw: opened.append(args[0]) or real_open(*args, **kw))
+    root = tmp_path / "root"
+    reviews = load_imdb_parts(root, None, [UNSUP, NEG, POS])
+    assert downloads == [imdb.URL] and len(opened) == 1
+    assert [len(reviews[part]) for part in (UNSUP, NEG, POS)] == [12, 11, 11]
+    # No test review, README, bag of words, archive or temporary folder is left.
+    assert tree(root / "aclImdb") == part_tree("neg", "pos", "unsup")
+    assert [doc[0] for doc in load_imdb_train(root, None)] == TRAIN_FIRST_SENTENCES and len(downloads) == 1
+
+
+@pytest.mark.parametrize("first,first_parts,then,count", [(load_imdb_unsup, ("unsup",), load_imdb_train, 22),
+                                                          (load_imdb_train, ("neg", "pos"), load_imdb_unsup, 12)])
+def test_a_part_unpacked_before_is_kept_and_the_others_unpack_beside_it(tmp_path, serve, first, first_parts,
+                                                                        then, count):
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    (mirror / "aclImdb").mkdir(parents=True)
+    downloads = serve(write_archive(mirror / "aclImdb" / imdb.ARCHIVE))
+    first(root, mirror)
+    assert tree(root / "aclImdb") == part_tree(*first_parts)  # only what was asked for
+    unpacked = {path: path.stat().st_ino for path in (root / "aclImdb").rglob("*")}
+    documents = then(root, mirror)
+    assert len(documents) == count and downloads == []
+    assert tree(root / "aclImdb") == part_tree("neg", "pos", "unsup")
+    assert all(path.stat().st_ino == inode for path, inode in unpacked.items())  # the first part untouched
+    (mirror / "aclImdb" / imdb.ARCHIVE).unlink()
+    assert then(root, mirror) == documents  # read from the root now
+
+
+def test_the_mirrors_unlabelled_tree_is_read_and_its_archive_gives_the_training_reviews(tmp_path, serve):
+    mirror, root = tmp_path / "mirror", tmp_path / "root"
+    write_tree(mirror)
+    downloads = serve(write_archive(mirror / "aclImdb" / imdb.ARCHIVE))
+    before = tree(mirror)
+    reviews = load_imdb_parts(root, mirror, [UNSUP, NEG, POS])
+    assert [doc[0] for doc in reviews[NEG] + reviews[POS]] == TRAIN_FIRST_SENTENCES and len(reviews[UNSUP]) == 12
+    assert downloads == [] and tree(mirror) == before
+    assert tree(root / "aclImdb") == part_tree("neg", "pos")  # the unlabelled reviews read in the mirror
+
+
+def test_an_archive_without_the_training_reviews_is_refused_and_nothing_unpacked(tmp_path, serve):
+    serve(write_archive(tmp_path / "served.tar.gz", train=False))
+    root = tmp_path / "root"
+    with pytest.raises(GraphseqError, match=f"^damaged IMDB file {root / 'aclImdb' / imdb.ARCHIVE}: it holds no "
+                                            f"review under aclImdb/train/neg or aclImdb/train/pos; it was removed"):
+        load_imdb_parts(root, None, [UNSUP, NEG, POS])
+    assert not root.exists()  # not even the unlabelled reviews the archive did hold
+
+
+def test_a_training_review_missing_from_the_numbering_is_named_with_its_folder(tmp_path):
+    mirror = tmp_path / "mirror"
+    write_tree(mirror, NEG_REVIEWS, "neg")
+    folder = write_tree(mirror, POS_REVIEWS, "pos")
+    (folder / "4_7.txt").unlink()
+    with pytest.raises(GraphseqError, match=f"^{folder} lacks review 4 \\(it holds 5_8.txt next, and 10 reviews "
+                                            f"in all\\); restore it"):
+        load_imdb_train(tmp_path / "root", mirror)
+
+
+def test_an_empty_training_folder_is_named_with_its_part(tmp_path):
+    write_tree(tmp_path, NEG_REVIEWS, "neg")
+    pos = write_tree(tmp_path, {}, "pos")
+    with pytest.raises(GraphseqError, match=f"^{pos} holds no review \\(<id>_<rating>.txt files\\); replace it "
+                                            f"with a good copy of the extracted aclImdb/train/pos, or delete it"):
+        load_imdb_train(tmp_path, None)
+
+
+def test_a_training_review_given_twice_with_two_ratings_is_named(tmp_path):
+    neg = write_tree(tmp_path, NEG_REVIEWS, "neg")
+    write_tree(tmp_path, POS_REVIEWS, "pos")
+    (neg / "3_2.txt").write_text("The same review, rated again.")
+    with pytest.raises(GraphseqError, match=f"^{neg} holds review 3 twice \\(3_2.txt and 3_4.txt\\); restore"):
+        load_imdb_train(tmp_path, None)
+
+
+def test_the_parts_read_together_are_split_once_while_their_files_are_unchanged(tmp_path, monkeypatch):
+    mirror = tmp_path / "mirror"
+    write_tree(mirror)
+    write_tree(mirror, NEG_REVIEWS, "neg")
+    write_tree(mirror, POS_REVIEWS, "pos")
+    split = []
+    real = imdb.review_sentences
+    monkeypatch.setattr(imdb, "review_sentences", lambda text: split.append(text) or real(text))
+    first = load_imdb_parts(tmp_path / "root", mirror, [UNSUP, NEG, POS])
+    assert load_imdb_parts(tmp_path / "root", mirror, [UNSUP, NEG, POS]) == first and len(split) == 34
+    assert load_imdb_train(tmp_path / "root", mirror) == first[NEG] + first[POS] and len(split) == 34

@@ -1,32 +1,41 @@
-"""The BERT stages on the unlabelled IMDB reviews: a bert-pretrain smoke run
-on a tiny tree of the real layout, such a run serving every test fold of
-bert-polarity, corpus.texts naming the texts it knows, the reviews read once
-for the check before writing and the stage, and the sentences encoded
-alike however they are cut into calls."""
+"""The BERT stages on the IMDB reviews: bert-pretrain smoke runs on tiny
+trees of the real layout (the unlabelled reviews, the text of the training
+ones), such runs serving every test fold of bert-polarity, both texts
+unpacked in one pass over the archive, corpus.texts naming the texts it
+knows, the reviews read once for the check before writing and the stage,
+and the sentences encoded alike however they are cut into calls."""
+import hashlib
+import io
 import json
+import tarfile
 
 import pytest
 
 from graphseq import run
 from graphseq.data import imdb
+from graphseq.data.files import Checksum
 from graphseq.data.imdb import load_imdb_unsup
 from graphseq.data.wordpiece import WordPieceTokenizer
 from graphseq.errors import GraphseqError
-from graphseq.stages.bert import _runs_plan, encode_documents, read_pretraining
+from graphseq.stages.bert import _corpus_documents, _runs_plan, encode_documents, read_pretraining
 
 TINY = {"model.hidden_size": 16, "model.feedforward_size": 32, "model.num_heads": 2, "tokenizer.vocab_size": 300,
         "pretrain.batch_size": 4, "pretrain.eval_examples": 16, "pretrain.eval_every": 2}
 WORDS = "the film plot actor scene ending music story camera light".split()
 
 
-def write_reviews(base, count=12):
-    """``count`` reviews of four sentences under ``base/aclImdb/train/unsup``."""
-    folder = base / "aclImdb" / "train" / "unsup"
+def review(i):
+    """Review ``i``: four sentences of five words, in two paragraphs."""
+    sentences = [" ".join(WORDS[(i + j + k) % len(WORDS)] for k in range(5)).capitalize() + "." for j in range(4)]
+    return " ".join(sentences[:2]) + "<br /><br />" + " ".join(sentences[2:])
+
+
+def write_reviews(base, count=12, part="unsup", rating=0):
+    """``count`` reviews rated ``rating`` under ``base/aclImdb/train/<part>``."""
+    folder = base / "aclImdb" / "train" / part
     folder.mkdir(parents=True)
     for i in range(count):
-        sentences = [" ".join(WORDS[(i + j + k) % len(WORDS)] for k in range(5)).capitalize() + "."
-                     for j in range(4)]
-        (folder / f"{i}_0.txt").write_text(" ".join(sentences[:2]) + "<br /><br />" + " ".join(sentences[2:]))
+        (folder / f"{i}_{rating}.txt").write_text(review(i))
     return folder
 
 
@@ -43,9 +52,49 @@ def test_bert_pretrain_reads_the_imdb_reviews_and_serves_every_polarity_fold(tmp
     assert _runs_plan([out], folds=10, fold_seed=0) == {fold: out for fold in range(10)}
 
 
+def test_bert_pretrain_reads_the_imdb_training_reviews_and_serves_every_polarity_fold(tmp_path):
+    mirror, out = tmp_path / "mirror", tmp_path / "run"
+    write_reviews(mirror, 6, "neg", rating=2)
+    write_reviews(mirror, 6, "pos", rating=9)
+    summary = run("bert-pretrain", overrides={**TINY, "pretrain.steps": 2, "corpus.texts": ["imdb-train"],
+                                              "corpus.held_out": 0.25},
+                  out=out, data_root=tmp_path / "root", data_mirror=mirror, quiet=True)
+    assert summary["runs"][0]["steps"] == 2 and "val_nsp_accuracy" in summary["runs"][0]
+    assert "corpus: 12 IMDB training reviews, their labels unread (48 sentences)" in (out / "log.txt").read_text()
+    assert json.loads((out / "pretraining.json").read_text())["texts"] == ["imdb-train"]
+    assert read_pretraining(out, folds=10, fold_seed=0) == list(range(10))
+    assert _runs_plan([out], folds=10, fold_seed=0) == {fold: out for fold in range(10)}
+
+
+def test_both_imdb_texts_are_unpacked_by_one_pass_over_one_archive(tmp_path, monkeypatch):
+    """With nothing unpacked, "imdb" and "imdb-train" together download the
+    archive once and read it once; the unlabelled reviews come first."""
+    archive = tmp_path / "served.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for part, texts in (("pos", ["A fine film."] * 2), ("unsup", ["No label."] * 2), ("neg", ["Dull."] * 2)):
+            for i, text in enumerate(texts):
+                member = tarfile.TarInfo(f"aclImdb/train/{part}/{i}_{dict(pos=8, neg=3).get(part, 0)}.txt")
+                member.size = len(text)
+                tar.addfile(member, io.BytesIO(text.encode()))
+    downloads, opened = [], []
+
+    def download_url(url, path):
+        downloads.append(url)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(archive.read_bytes())
+
+    monkeypatch.setattr(imdb, "download_url", download_url)
+    monkeypatch.setitem(imdb.CHECKSUMS, imdb.ARCHIVE, Checksum(hashlib.sha256(archive.read_bytes()).hexdigest()))
+    real_open = tarfile.open
+    monkeypatch.setattr(imdb.tarfile, "open", lambda *args, **kw: opened.append(args[0]) or real_open(*args, **kw))
+    documents, _, _ = _corpus_documents(tmp_path / "root", None, "", ["imdb-train", "imdb"], [], 10, 0)
+    assert documents == [["No label."]] * 2 + [["Dull."]] * 2 + [["A fine film."]] * 2
+    assert len(downloads) == 1 and len(opened) == 1
+
+
 def test_an_unknown_text_lists_the_known_ones_imdb_among_them(tmp_path):
     with pytest.raises(GraphseqError, match=r"corpus.texts = \['wikipedia'\] is not allowed: .* each item one of "
-                                            r"shakespeare, polarity, imdb$"):
+                                            r"shakespeare, polarity, imdb, imdb-train$"):
         run("bert-pretrain", overrides={**TINY, "corpus.texts": ["wikipedia"]}, out=tmp_path / "run", quiet=True)
     assert not (tmp_path / "run").exists()
 
