@@ -47,6 +47,7 @@ Part = Tuple[str, ...]  # a folder of reviews, under FOLDER
 UNSUP: Part = ("train", "unsup")  # the 50,000 unlabelled reviews, rated 0
 NEG: Part = ("train", "neg")  # the 12,500 negative training reviews, rated 1-4
 POS: Part = ("train", "pos")  # the 12,500 positive training reviews, rated 7-10
+TRAIN = (NEG, POS)  # the text of the labelled training reviews, in this order
 ARCHIVE = "aclImdb_v1.tar.gz"
 URL = f"https://ai.stanford.edu/~amaas/data/sentiment/{ARCHIVE}"
 CHECKSUMS = {ARCHIVE: Checksum("c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe", 84_125_825)}
@@ -77,8 +78,8 @@ def load_imdb_train(root: Path, mirror: Optional[Path] = None,
     negative ones then the positive ones, each in the order of their ids.
     Their labels are not read: this is text to pretrain on, and the test
     reviews are never unpacked."""
-    reviews = load_imdb_parts(root, mirror, [NEG, POS], log)
-    return reviews[NEG] + reviews[POS]
+    reviews = load_imdb_parts(root, mirror, TRAIN, log)
+    return [review for part in TRAIN for review in reviews[part]]
 
 
 def load_imdb_parts(root: Path, mirror: Optional[Path], parts: Sequence[Part],

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from .. import distributed
 from ..checks import Domain, at_least, between, each, fraction, non_negative, one_of, positive
 from ..data.files import file_sha256
-from ..data.imdb import NEG, POS, UNSUP, load_imdb_parts
+from ..data.imdb import TRAIN, UNSUP, load_imdb_parts
 from ..data.polarity import cv_folds, load_polarity
 from ..data.pretraining import (Document, SentencePairs, TokenGraphs, collate, pack_pair,
                                 read_text_folder, shakespeare_speeches, split_held_out)
@@ -47,7 +47,7 @@ SHARED_TEXTS = ("shakespeare", "polarity", "imdb", "imdb-train")  # what bert_co
 # The IMDB texts: the folders of the archive each reads, and what they hold, for the log. "imdb-train" is the
 # text of the labelled training reviews, negative then positive; their labels are not read.
 IMDB_TEXTS = {"imdb": ((UNSUP,), "unlabelled IMDB reviews"),
-              "imdb-train": ((NEG, POS), "IMDB training reviews, their labels unread")}
+              "imdb-train": (TRAIN, "IMDB training reviews, their labels unread")}
 DEFAULT_TEXTS = ("shakespeare", "polarity")  # those it reads by default
 DROPOUT = Domain("a number from 0 to 1, 1 excluded", lambda v: isinstance(v, (int, float)) and 0 <= v < 1)
 # The shortest example: [CLS] A [SEP] B [SEP] with a token of each sentence (pack_pair; one sentence needs 4).
