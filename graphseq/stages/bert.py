@@ -4,7 +4,9 @@ next-sentence pretraining by steps on the step trainer, scored on held-out
 documents. ``bert-polarity``: that pretraining for each group of
 cross-validation folds (leaving out every sentence of the group's test
 folds), then fine-tuning on sentence polarity from the pretrained weights
-and from scratch, fold by fold.
+and from scratch, fold by fold. A corpus that reads no polarity text
+drops every sentence holding a polarity snippet, and so serves every
+fold.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import hashlib
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -21,12 +23,12 @@ from .. import distributed
 from ..checks import Domain, at_least, between, each, fraction, non_negative, one_of, positive
 from ..data.files import file_sha256
 from ..data.imdb import TRAIN, UNSUP, load_imdb_parts
-from ..data.polarity import cv_folds, load_polarity
+from ..data.polarity import SnippetMatcher, cv_folds, load_polarity
 from ..data.pretraining import (Document, SentencePairs, TokenGraphs, collate, pack_pair,
                                 read_text_folder, shakespeare_speeches, split_held_out)
 from ..data.text import load_tiny_shakespeare
 from ..data.wordpiece import TOKENIZER_FILE, WordPieceTokenizer
-from ..errors import GraphseqError
+from ..errors import GraphseqError, plural
 from ..io import check_run_folder, load_checkpoint, read_json, write_json, write_png
 from ..models.bert import (POOLS, WEIGHTS_FILE, BertClassifier, BertConfig, BertForPretraining,
                            load_pretrained, save_pretrained)
@@ -41,6 +43,9 @@ FOLDS_FILE = "folds.json"  # bert-polarity: the figures of every finished fold
 # The SHA-256 of tokenizer.json, recorded in the checkpoint and in pretraining.json: the weights embed
 # its pieces by id, so another tokenizer (a new training may differ in a few pieces) would read them wrong.
 TOKENIZER_SHA256 = "tokenizer_sha256"
+# In pretraining.json: true where the corpus read no polarity text and dropped every sentence that holds a
+# polarity snippet, so the run serves every test fold (false where it read polarity and left test folds out).
+POLARITY_CHECKED = "polarity_checked"
 
 TEXT_LIST = Domain("a list of strings", lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v))
 SHARED_TEXTS = ("shakespeare", "polarity", "imdb", "imdb-train")  # what bert_corpus reads without a folder
@@ -70,6 +75,10 @@ class PretrainingCorpus:
     excluded_folds: List[int]
     folds: int
     fold_seed: int
+    # Whether the corpus was scanned for polarity snippets (one without polarity text is), and how
+    # many of its sentences held one and were dropped.
+    polarity_checked: bool = False
+    polarity_sentences_dropped: int = 0
 
     def digest(self) -> str:
         """SHA-256 of the training and held-out documents, in order."""
@@ -130,6 +139,49 @@ def _corpus_documents(data_root: Path, data_mirror, folder: str, texts: list, ex
     return documents, "shared", excluded
 
 
+def _reads_polarity(folder: str, texts: list) -> bool:
+    return not folder and "polarity" in texts
+
+
+def _documents_digest(documents: List[Document]) -> str:
+    digest = hashlib.sha256()
+    for document in documents:
+        digest.update("\n".join(document).encode() + b"\0")
+    return digest.hexdigest()
+
+
+# The sentences the last scan found, by the digest of the snippets and the documents it read: the
+# precheck and the stage read the same corpus one after the other, and the scan (seconds on IMDB's
+# text) need not run twice. One entry, so memory holds a few indices, never a corpus.
+_last_scan: Dict[str, List[Tuple[int, List[int]]]] = {}
+
+
+def _drop_polarity_snippets(documents: List[Document], data_root: Path, data_mirror
+                            ) -> tuple[List[Document], int]:
+    """The documents without their sentences that hold a polarity snippet
+    (:class:`~graphseq.data.polarity.SnippetMatcher`: the same words, or a
+    snippet of 3+ words inside the text), a document left empty dropped;
+    and how many sentences were dropped. A pretraining on what is left has
+    read no test sentence of any fold."""
+    snippets, _ = load_polarity(data_root, data_mirror)
+    key = _documents_digest([snippets, *documents])
+    if key not in _last_scan:
+        matcher = SnippetMatcher(snippets)
+        found = [(d, held) for d, document in enumerate(documents) if (held := matcher.sentences_holding(document))]
+        _last_scan.clear()
+        _last_scan[key] = found
+    found = dict(_last_scan[key])
+    kept: List[Document] = []
+    for d, document in enumerate(documents):
+        if d in found:
+            held = set(found[d])
+            document = [sentence for i, sentence in enumerate(document) if i not in held]
+            if not document:
+                continue
+        kept.append(document)
+    return kept, sum(map(len, found.values()))
+
+
 def _split_corpus(documents: List[Document], held_out: float, table: str = "corpus"
                   ) -> tuple[List[Document], List[Document]]:
     """The training and held-out documents; next-sentence prediction draws
@@ -150,6 +202,8 @@ def _check_corpus(check, *, folder: str, texts: list, exclude_folds: list, folds
     # Read once more before a write, for bert-polarity, whose pretrainings come after its first file.
     documents, _, _ = _corpus_documents(check.data_root, check.data_mirror, folder, texts, exclude_folds, folds,
                                         fold_seed, table=check.table)
+    if not _reads_polarity(folder, texts):  # the stage trains on what is left, so the split is checked on it
+        documents, _ = _drop_polarity_snippets(documents, check.data_root, check.data_mirror)
     _split_corpus(documents, held_out, check.table)
 
 
@@ -167,13 +221,22 @@ def bert_corpus(ctx, *, folder: str = "", texts: list = list(DEFAULT_TEXTS), exc
     ``exclude_folds`` (of ``cv_folds(10662, folds, fold_seed)``); ``"imdb"``
     adds the 50,000 unlabelled IMDB reviews (:mod:`graphseq.data.imdb`), a
     document each, and ``"imdb-train"`` the text of the 25,000 labelled
-    training reviews (negative then positive, their labels unread). A run
-    without ``"polarity"`` serves every test fold of ``bert-polarity``. A
-    seeded ``held_out`` fraction of the documents is kept for scoring."""
+    training reviews (negative then positive, their labels unread). A corpus
+    without ``"polarity"`` (a folder too) drops every sentence that holds a
+    polarity snippet (:func:`_drop_polarity_snippets`; the snippets are read,
+    or downloaded, as ``bert-polarity`` reads them), so its run serves every
+    test fold of ``bert-polarity``. A seeded ``held_out`` fraction of the
+    documents is kept for scoring."""
     documents, source, excluded = _corpus_documents(ctx.data_root, ctx.data_mirror, folder, texts, exclude_folds,
                                                     folds, fold_seed, ctx.log)
+    checked, dropped = not _reads_polarity(folder, texts), 0
+    if checked:
+        documents, dropped = _drop_polarity_snippets(documents, ctx.data_root, ctx.data_mirror)
+        ctx.log.info(f"corpus: dropped {plural(dropped, 'sentence')} that {'holds' if dropped == 1 else 'hold'} "
+                     f"a polarity snippet")
     train, held = _split_corpus(documents, held_out)  # (its precheck refused a split under the table's name)
-    ctx.corpus = PretrainingCorpus(train, held, source, [] if folder else list(texts), excluded, folds, fold_seed)
+    ctx.corpus = PretrainingCorpus(train, held, source, [] if folder else list(texts), excluded, folds, fold_seed,
+                                   checked, dropped)
     ctx.log.info(f"corpus: {len(train):,} documents ({sum(map(len, train)):,} sentences) for training, "
                  f"{len(held):,} held out")
 
@@ -438,7 +501,8 @@ def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1
             "source": corpus.source, "texts": corpus.texts, "excluded_polarity_folds": corpus.excluded_folds,
             "folds": corpus.folds, "fold_seed": corpus.fold_seed,
             "training_documents": len(corpus.train), "held_out_documents": len(corpus.held_out),
-            TOKENIZER_SHA256: file_sha256(ctx.out / TOKENIZER_FILE)})
+            TOKENIZER_SHA256: file_sha256(ctx.out / TOKENIZER_FILE), POLARITY_CHECKED: corpus.polarity_checked,
+            **({"polarity_sentences_dropped": corpus.polarity_sentences_dropped} if corpus.polarity_checked else {})})
     ctx.metrics.update({key: final[key] for key in ("val_mlm_accuracy", "val_nsp_accuracy", "val_mlm_loss",
                                                     "val_nsp_loss") if key in final},
                        steps=result.step, train_minutes=result.seconds / 60)
@@ -454,8 +518,12 @@ def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1
 
 def read_pretraining(folder: Path, folds: int, fold_seed: int) -> List[int]:
     """The polarity test folds a finished ``bert-pretrain`` run left out:
-    all of them if it read no polarity sentence, none if it read another
-    corpus or cut other folds."""
+    all of them if it read no polarity text and dropped every sentence that
+    holds a snippet (its record says ``polarity_checked``); of a run that
+    read polarity, those it left out (none if it cut other folds). A run
+    that read no polarity text, recorded before that check, is refused:
+    its text was never checked (IMDB's training reviews hold polarity
+    snippets)."""
     path = folder / CORPUS_FILE
     check_run_folder(folder, "name the --out folder of a finished bert-pretrain run")
     if not (folder / WEIGHTS_FILE).is_file() or not path.is_file():
@@ -467,11 +535,16 @@ def read_pretraining(folder: Path, folds: int, fold_seed: int) -> List[int]:
         shared = info["source"] == "shared"
         same_folds = shared and info["folds"] == folds and info["fold_seed"] == fold_seed
         texts = info.get("texts", list(DEFAULT_TEXTS))  # runs before texts was recorded read polarity
+        read_polarity = shared and "polarity" in texts
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise GraphseqError(f"{path} is damaged ({type(error).__name__}: {error}); it was left as it is") from None
-    if shared and "polarity" not in texts:
-        return list(range(folds))
-    return excluded if same_folds else []
+    if read_polarity:
+        return excluded if same_folds else []
+    if POLARITY_CHECKED not in info:
+        raise GraphseqError(f"{folder} was pretrained before graphseq checked corpora for polarity snippets, so "
+                            f"its text may hold test sentences of any fold; run bert-pretrain again (it drops "
+                            f"them) and name the new run")
+    return list(range(folds)) if info[POLARITY_CHECKED] is True else []
 
 
 def check_pretraining_tokenizer(folder: Path, fix: str) -> None:

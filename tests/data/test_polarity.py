@@ -1,6 +1,6 @@
 """The sentence-polarity data: loading the real files, the download from
-Cornell's tarball, and the cross-validation folds every polarity model
-shares."""
+Cornell's tarball, the cross-validation folds every polarity model
+shares, and finding the snippets in other text."""
 import io
 import tarfile
 from pathlib import Path
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from graphseq.data import polarity
-from graphseq.data.polarity import cv_folds, load_polarity, polarity_folder
+from graphseq.data.polarity import SnippetMatcher, cv_folds, load_polarity, polarity_folder
 from graphseq.errors import GraphseqError
 
 
@@ -81,3 +81,34 @@ def test_polarity_download_copies_only_the_data_files(tmp_path, monkeypatch):
     assert sorted(p.name for p in folder.iterdir()) == ["rt-polarity.neg", "rt-polarity.pos"]
     assert not (tmp_path / "root" / "escaped.txt").exists()
     assert (folder / "rt-polarity.pos").read_bytes() == b"good\n"
+
+
+SNIPPETS = ["the rock is destined to be the 21st century's new \" conan \"", "a gripping , moving film .",
+            "dull", "well done !"]
+
+
+def test_a_sentence_with_the_words_of_a_snippet_holds_it_whatever_its_case_and_punctuation():
+    matcher = SnippetMatcher(SNIPPETS)
+    document = ["I went.", "The Rock is destined to be the 21st century's new Conan!", "Dull...", "Well-done."]
+    assert matcher.sentences_holding(document) == [1, 2, 3]
+
+
+def test_a_snippet_inside_longer_text_marks_every_sentence_it_touches():
+    matcher = SnippetMatcher(SNIPPETS)
+    assert matcher.sentences_holding(["I saw it.", "Truly a gripping, moving", "film", "it was."]) == [1, 2]
+    assert matcher.sentences_holding(["It is a gripping, moving film indeed."]) == [0]
+
+
+def test_snippets_of_one_or_two_words_are_matched_only_as_a_whole_sentence():
+    matcher = SnippetMatcher(SNIPPETS)
+    assert matcher.sentences_holding(["A dull film.", "It was well done!", "dull", "well done"]) == [2, 3]
+
+
+def test_a_near_miss_holds_no_snippet():
+    matcher = SnippetMatcher(SNIPPETS)
+    near = ["A gripping, moving story.",  # one word differs
+            "a grippingmoving film",  # two words run together
+            "Dullness, well done then.",  # the short snippets inside longer text
+            "The rock is destined to be the 21st century's new"]  # a snippet cut short where the document ends
+    assert matcher.sentences_holding(near) == []
+    assert SnippetMatcher([]).sentences_holding(["dull"]) == [] and matcher.sentences_holding([]) == []

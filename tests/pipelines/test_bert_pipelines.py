@@ -1,7 +1,9 @@
 """Smoke runs of bert-pretrain and bert-polarity on the real texts (a few
 steps of a tiny model), the corpus that leaves a test fold out, resuming a
 pretraining (only with the tokenizer it was trained with), and ``graphseq
-fill-mask``."""
+fill-mask``. Every corpus reads the polarity snippets (one without
+polarity text drops those it holds), so runs given no data places read
+them from the session's data root and the mirror."""
 import hashlib
 import json
 import logging
@@ -14,6 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import mirror_path
 
 from graphseq import run
 from graphseq.cli import main
@@ -21,10 +24,21 @@ from graphseq.data.polarity import cv_folds, load_polarity
 from graphseq.errors import GraphseqError
 from graphseq.io import load_checkpoint
 from graphseq.models.bert import BertClassifier, BertConfig
+from graphseq.pipeline import data_places
 from graphseq.stages.bert import adamw, bert_corpus, bert_tokenizer, read_pretraining
 
 TINY = {"model.hidden_size": 16, "model.feedforward_size": 32, "model.num_heads": 2, "tokenizer.vocab_size": 300,
         "pretrain.batch_size": 4, "pretrain.eval_examples": 16, "pretrain.eval_every": 2}
+
+
+@pytest.fixture(autouse=True)
+def default_data_places(monkeypatch, data_root):
+    """The session's data root, and the mirror where there is one, for runs
+    given none: a corpus folder is checked against the polarity snippets,
+    which must not land in the repository's datasets/."""
+    monkeypatch.setenv("GRAPHSEQ_DATA", str(data_root))
+    if mirror_path().is_dir():
+        monkeypatch.setenv("GRAPHSEQ_MIRROR", str(mirror_path()))
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +57,8 @@ def test_bert_pretrain_writes_model_tokenizer_and_scores(pretrained):
     assert set(figures) >= {"val_mlm_accuracy", "val_nsp_accuracy", "val_mlm_loss", "train_minutes"}
     info = json.loads((out / "pretraining.json").read_text())
     assert info["excluded_polarity_folds"] == [0] and info["texts"] == ["shakespeare", "polarity"]
+    # It left out its test folds' snippets by text, and was not scanned for them.
+    assert info["polarity_checked"] is False and "polarity_sentences_dropped" not in info
     assert read_pretraining(out, folds=10, fold_seed=0) == [0]
     assert read_pretraining(out, folds=10, fold_seed=1) == []  # other folds: it may have read any sentence
 
@@ -96,7 +112,9 @@ def test_a_pretraining_without_polarity_text_serves_every_test_fold(tmp_path, da
     run("bert-pretrain", overrides={**TINY, "pretrain.steps": 1, "corpus.texts": ["shakespeare"],
                                     "corpus.exclude_folds": [3]},
         out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
-    assert json.loads((tmp_path / "pretraining.json").read_text())["texts"] == ["shakespeare"]
+    info = json.loads((tmp_path / "pretraining.json").read_text())
+    assert info["texts"] == ["shakespeare"] and info["polarity_checked"] is True
+    assert f"corpus: dropped {info['polarity_sentences_dropped']} sentence" in (tmp_path / "log.txt").read_text()
     assert read_pretraining(tmp_path, folds=10, fold_seed=0) == list(range(10))
     assert read_pretraining(tmp_path, folds=5, fold_seed=1) == list(range(5))
 
@@ -197,12 +215,14 @@ def swap_two_pieces(path):
 
 
 @pytest.fixture(scope="module")
-def small_pretraining(tmp_path_factory):
+def small_pretraining(tmp_path_factory, data_root):
     """A finished tiny pretraining on a corpus folder, with its checkpoint, and its settings."""
     tmp = tmp_path_factory.mktemp("small")
     settings = {**TINY, "tokenizer.vocab_size": 60, "pretrain.steps": 2, "pretrain.checkpoint_every": 1,
                 "pretrain.amp": False, "corpus.held_out": 0.2, "corpus.folder": str(small_corpus(tmp / "corpus"))}
-    run("bert-pretrain", overrides=settings, out=tmp / "run", quiet=True)
+    # Module-wide, so before default_data_places: the data places of a test's runs, given.
+    run("bert-pretrain", overrides=settings, out=tmp / "run", data_root=data_root,
+        data_mirror=mirror_path() if mirror_path().is_dir() else None, quiet=True)
     return tmp / "run", settings
 
 
@@ -276,14 +296,15 @@ def test_a_folder_where_a_new_run_saves_its_tokenizer_is_refused_before_writing(
     assert files_under(out) == before
 
 
-def _tokenizer_worker(rank, store, folder):
+def _tokenizer_worker(rank, store, folder, data_places):
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
         if rank:  # Another training could number the pieces otherwise: rank 1 must read rank 0's.
             from graphseq.data.wordpiece import WordPieceTokenizer
             WordPieceTokenizer.train = None
         ctx = types.SimpleNamespace(out=folder, resume=False, log=logging.getLogger("test-bert-tokenizer"),
-                                    data_root=None, data_mirror=None, require=lambda name, stage: getattr(ctx, name))
+                                    data_root=data_places[0], data_mirror=data_places[1],
+                                    require=lambda name, stage: getattr(ctx, name))
         bert_corpus(ctx, folder=str(folder / "corpus"), held_out=0.2)
         bert_tokenizer(ctx, vocab_size=60)
         (folder / f"vocab-{rank}.json").write_text(json.dumps(ctx.tokenizer.tokenizer.get_vocab()))
@@ -293,7 +314,7 @@ def _tokenizer_worker(rank, store, folder):
 
 def test_every_process_reads_the_tokenizer_rank_zero_trained(tmp_path):
     small_corpus(tmp_path / "corpus")
-    mp.spawn(_tokenizer_worker, args=(tmp_path / "store", tmp_path), nprocs=2, join=True)
+    mp.spawn(_tokenizer_worker, args=(tmp_path / "store", tmp_path, data_places(None, None)), nprocs=2, join=True)
     saved = json.loads((tmp_path / "tokenizer.json").read_text())["model"]["vocab"]
     assert json.loads((tmp_path / "vocab-0.json").read_text()) == saved
     assert json.loads((tmp_path / "vocab-1.json").read_text()) == saved

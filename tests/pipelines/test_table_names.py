@@ -126,8 +126,9 @@ def test_a_corpus_too_small_to_split_names_the_corpus_table_as_the_users_file_na
         (folder / f"doc{d}.txt").write_text("the movie was good\nthe plot was dull\n", encoding="utf-8")
     path = _renamed(tmp_path, "bert-pretrain", {"corpus": "texts"})
     out = tmp_path / "run"
-    assert main(["run", str(path), "--quiet", "--out", str(out), "--data-mirror", str(mirror),
-                 "--set", f'texts.folder="{folder.as_posix()}"', "--set", "texts.held_out=0.2"]) == 2
+    assert main(["run", str(path), "--quiet", "--out", str(out), "--data-root", str(tmp_path / "data"),
+                 "--data-mirror", str(mirror), "--set", f'texts.folder="{folder.as_posix()}"',
+                 "--set", "texts.held_out=0.2"]) == 2
     assert capsys.readouterr().err.endswith("each part needs 2 or more (give more documents or raise "
                                             "texts.held_out)\n")
     assert not out.exists()

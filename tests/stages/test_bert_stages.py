@@ -3,31 +3,64 @@ trees of the real layout (the unlabelled reviews, the text of the training
 ones), such runs serving every test fold of bert-polarity, both texts
 unpacked in one pass over the archive, corpus.texts naming the texts it
 knows, the reviews read once for the check before writing and the stage,
-and the sentences encoded alike however they are cut into calls."""
+and the sentences encoded alike however they are cut into calls. A corpus
+without polarity text (IMDB, a folder) drops the sentences that hold a
+polarity snippet, and only a run that did so serves every fold."""
 import hashlib
 import io
 import json
+import logging
 import tarfile
+import types
 
 import pytest
 
 from graphseq import run
-from graphseq.data import imdb
+from graphseq.data import imdb, polarity
 from graphseq.data.files import Checksum
 from graphseq.data.imdb import load_imdb_unsup
 from graphseq.data.wordpiece import WordPieceTokenizer
 from graphseq.errors import GraphseqError
-from graphseq.stages.bert import _corpus_documents, _runs_plan, encode_documents, read_pretraining
+from graphseq.stages import bert
+from graphseq.stages.bert import _corpus_documents, _runs_plan, bert_corpus, encode_documents, read_pretraining
 
 TINY = {"model.hidden_size": 16, "model.feedforward_size": 32, "model.num_heads": 2, "tokenizer.vocab_size": 300,
         "pretrain.batch_size": 4, "pretrain.eval_examples": 16, "pretrain.eval_every": 2}
 WORDS = "the film plot actor scene ending music story camera light".split()
 
 
+# A stand-in polarity snippet, planted in corpora: the others are made of words that no review holds.
+SNIPPET = "a gripping , moving film ."
+NO_SNIPPET = "corpus: dropped 0 sentences that hold a polarity snippet"
+
+
+def sentences(i):
+    """The four sentences of five words of review ``i``."""
+    return [" ".join(WORDS[(i + j + k) % len(WORDS)] for k in range(5)).capitalize() + "." for j in range(4)]
+
+
 def review(i):
-    """Review ``i``: four sentences of five words, in two paragraphs."""
-    sentences = [" ".join(WORDS[(i + j + k) % len(WORDS)] for k in range(5)).capitalize() + "." for j in range(4)]
-    return " ".join(sentences[:2]) + "<br /><br />" + " ".join(sentences[2:])
+    """Review ``i``: its four sentences, in two paragraphs."""
+    return " ".join(sentences(i)[:2]) + "<br /><br />" + " ".join(sentences(i)[2:])
+
+
+@pytest.fixture
+def polarity_mirror(monkeypatch):
+    """Writes stand-in polarity files into a mirror (12 negative snippets,
+    SNIPPET among them, and 12 positive ones) and returns it; the real
+    files' checksums are set aside for the test."""
+    monkeypatch.setattr(polarity, "CHECKSUMS", {})
+
+    def write(mirror):
+        folder = mirror / "rt-polaritydata"
+        folder.mkdir(parents=True)
+        negative = [SNIPPET] + [f"a dreary snippet , number {i} ." for i in range(11)]
+        (folder / "rt-polarity.neg").write_text("\n".join(negative) + "\n", encoding="cp1252")
+        (folder / "rt-polarity.pos").write_text("".join(f"a joyous snippet , number {i} .\n" for i in range(12)),
+                                                encoding="cp1252")
+        return mirror
+
+    return write
 
 
 def write_reviews(base, count=12, part="unsup", rating=0):
@@ -39,29 +72,33 @@ def write_reviews(base, count=12, part="unsup", rating=0):
     return folder
 
 
-def test_bert_pretrain_reads_the_imdb_reviews_and_serves_every_polarity_fold(tmp_path):
-    mirror, out = tmp_path / "mirror", tmp_path / "run"
+def test_bert_pretrain_reads_the_imdb_reviews_and_serves_every_polarity_fold(tmp_path, polarity_mirror):
+    mirror, out = polarity_mirror(tmp_path / "mirror"), tmp_path / "run"
     write_reviews(mirror)
     summary = run("bert-pretrain", overrides={**TINY, "pretrain.steps": 2, "corpus.texts": ["imdb"],
                                               "corpus.held_out": 0.25},
                   out=out, data_root=tmp_path / "root", data_mirror=mirror, quiet=True)
     assert summary["runs"][0]["steps"] == 2 and "val_nsp_accuracy" in summary["runs"][0]  # reviews give pairs
-    assert "corpus: 12 unlabelled IMDB reviews (48 sentences)" in (out / "log.txt").read_text()
-    assert json.loads((out / "pretraining.json").read_text())["texts"] == ["imdb"]
+    log = (out / "log.txt").read_text()
+    assert "corpus: 12 unlabelled IMDB reviews (48 sentences)" in log and NO_SNIPPET in log
+    info = json.loads((out / "pretraining.json").read_text())
+    assert info["texts"] == ["imdb"] and info["polarity_checked"] is True and info["polarity_sentences_dropped"] == 0
     assert read_pretraining(out, folds=10, fold_seed=0) == list(range(10))
     assert _runs_plan([out], folds=10, fold_seed=0) == {fold: out for fold in range(10)}
 
 
-def test_bert_pretrain_reads_the_imdb_training_reviews_and_serves_every_polarity_fold(tmp_path):
-    mirror, out = tmp_path / "mirror", tmp_path / "run"
+def test_bert_pretrain_reads_the_imdb_training_reviews_and_serves_every_polarity_fold(tmp_path, polarity_mirror):
+    mirror, out = polarity_mirror(tmp_path / "mirror"), tmp_path / "run"
     write_reviews(mirror, 6, "neg", rating=2)
     write_reviews(mirror, 6, "pos", rating=9)
     summary = run("bert-pretrain", overrides={**TINY, "pretrain.steps": 2, "corpus.texts": ["imdb-train"],
                                               "corpus.held_out": 0.25},
                   out=out, data_root=tmp_path / "root", data_mirror=mirror, quiet=True)
     assert summary["runs"][0]["steps"] == 2 and "val_nsp_accuracy" in summary["runs"][0]
-    assert "corpus: 12 IMDB training reviews, their labels unread (48 sentences)" in (out / "log.txt").read_text()
-    assert json.loads((out / "pretraining.json").read_text())["texts"] == ["imdb-train"]
+    log = (out / "log.txt").read_text()
+    assert "corpus: 12 IMDB training reviews, their labels unread (48 sentences)" in log and NO_SNIPPET in log
+    info = json.loads((out / "pretraining.json").read_text())
+    assert info["texts"] == ["imdb-train"] and info["polarity_checked"] is True
     assert read_pretraining(out, folds=10, fold_seed=0) == list(range(10))
     assert _runs_plan([out], folds=10, fold_seed=0) == {fold: out for fold in range(10)}
 
@@ -119,13 +156,14 @@ def test_sentences_are_encoded_alike_however_they_are_cut_into_calls():
     assert encode_documents(tokenizer, documents) == each
 
 
-def fake_pretraining(folder, excluded):
+def fake_pretraining(folder, excluded, texts=("polarity",), source="shared"):
     """A finished bert-pretrain run as bert-polarity's check reads it first:
-    its record of the polarity test folds it left out (the model is not read
-    before the runs are refused)."""
+    its record of the texts it read and the polarity test folds it left out
+    (the model is not read before the runs are refused), as written before
+    the corpora were checked for polarity snippets."""
     folder.mkdir()
     (folder / "bert.pt").write_bytes(b"")
-    (folder / "pretraining.json").write_text(json.dumps({"source": "shared", "texts": ["polarity"],
+    (folder / "pretraining.json").write_text(json.dumps({"source": source, "texts": list(texts),
                                                          "excluded_polarity_folds": excluded, "folds": 10,
                                                          "fold_seed": 0}))
     return str(folder)
@@ -170,3 +208,76 @@ def test_fold_numbers_out_of_range_are_named_with_their_table(tmp_path):
     with pytest.raises(GraphseqError, match=r"^corpus\.exclude_folds must name folds 0\.\.9, got \[12\]$"):
         run("bert-pretrain", overrides={**TINY, "corpus.exclude_folds": [3, 12]}, out=tmp_path / "run", quiet=True)
     assert not (tmp_path / "run").exists()
+
+
+def write_corpus(folder, documents):
+    """A corpus folder: one file a document, one sentence a line."""
+    folder.mkdir()
+    for d, document in enumerate(documents):
+        (folder / f"doc{d:02d}.txt").write_text("\n".join(document) + "\n")
+    return folder
+
+
+def test_a_corpus_folder_drops_a_planted_snippet_and_serves_every_polarity_fold(tmp_path, polarity_mirror,
+                                                                                monkeypatch):
+    mirror, out = polarity_mirror(tmp_path / "mirror"), tmp_path / "run"
+    documents = [sentences(i) for i in range(8)]
+    documents[3][1] = "And yet, A Gripping, Moving Film!"
+    scans = []
+    monkeypatch.setattr(bert, "SnippetMatcher", lambda snippets: scans.append(1) or polarity.SnippetMatcher(snippets))
+    run("bert-pretrain", overrides={**TINY, "pretrain.steps": 2, "corpus.held_out": 0.25,
+                                    "corpus.folder": str(write_corpus(tmp_path / "corpus", documents))},
+        out=out, data_root=tmp_path / "root", data_mirror=mirror, quiet=True)
+    assert "corpus: dropped 1 sentence that holds a polarity snippet" in (out / "log.txt").read_text()
+    assert len(scans) == 1  # the stage reuses what its check before writing found
+    info = json.loads((out / "pretraining.json").read_text())
+    assert info["polarity_checked"] is True and info["polarity_sentences_dropped"] == 1
+    assert info["training_documents"] + info["held_out_documents"] == 8
+    assert read_pretraining(out, folds=10, fold_seed=0) == list(range(10))
+    summary = run("bert-polarity", overrides={"pretrain.runs": [str(out)], "finetune.run_folds": [4],
+                                              "finetune.max_steps": 1, "finetune.batch_size": 4,
+                                              "finetune.scratch": False, "finetune.test": False},
+                  out=tmp_path / "polarity", data_root=tmp_path / "root", data_mirror=mirror, quiet=True)
+    assert summary["runs"][0]["folds"] == [4]
+    assert json.loads((tmp_path / "polarity" / "plan.json").read_text()) == {str(f): str(out) for f in range(10)}
+
+
+def test_the_sentences_that_hold_a_snippet_are_dropped_and_a_document_left_empty_with_them(tmp_path,
+                                                                                         polarity_mirror):
+    mirror = polarity_mirror(tmp_path / "mirror")
+    documents = [sentences(i) for i in range(6)] + [["A gripping,", "moving film."]]
+    documents[2] = documents[2][:2] + ["so: a gripping, moving film", "the end"] + documents[2][2:]
+    ctx = types.SimpleNamespace(data_root=tmp_path / "root", data_mirror=mirror, log=logging.getLogger("test"))
+    bert_corpus(ctx, folder=str(write_corpus(tmp_path / "corpus", documents)), held_out=0.25)
+    expected = [sentences(i) for i in range(6)]
+    expected[2] = expected[2][:2] + ["the end"] + expected[2][2:]
+    assert sorted(ctx.corpus.train + ctx.corpus.held_out) == sorted(expected)
+    assert ctx.corpus.polarity_checked and ctx.corpus.polarity_sentences_dropped == 3
+
+
+def test_a_corpus_left_with_one_document_is_refused_before_writing(tmp_path, polarity_mirror):
+    # The check before writing splits what the stage would train on, not the folder as it stands.
+    mirror = polarity_mirror(tmp_path / "mirror")
+    folder = write_corpus(tmp_path / "corpus", [sentences(0), ["It is a gripping, moving film."]])
+    with pytest.raises(GraphseqError, match="a corpus of 1 document leaves none to hold out for scoring"):
+        run("bert-pretrain", overrides={**TINY, "corpus.folder": str(folder)}, out=tmp_path / "run",
+            data_root=tmp_path / "root", data_mirror=mirror, quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_without_polarity_text_recorded_before_the_snippet_check_is_refused_with_the_fix(tmp_path, capsys):
+    for name, texts, source in (("imdb", ["imdb"], "shared"), ("folder", [], str(tmp_path / "corpus"))):
+        old = fake_pretraining(tmp_path / name, [], texts=texts, source=source)
+        assert refused_runs(capsys, tmp_path, [old]) == (
+            f"graphseq: error: {old} was pretrained before graphseq checked corpora for polarity snippets, so its "
+            f"text may hold test sentences of any fold; run bert-pretrain again (it drops them) and name the new "
+            f"run\n")
+
+
+def test_a_run_that_read_polarity_text_still_serves_the_folds_it_left_out(tmp_path):
+    # Such a run leaves its test folds' snippets out by text and is not scanned; its record, with or
+    # without polarity_checked (false), serves those folds as before the check.
+    old = fake_pretraining(tmp_path / "old", [2, 7])
+    assert read_pretraining(tmp_path / "old", folds=10, fold_seed=0) == [2, 7]
+    assert read_pretraining(tmp_path / "old", folds=10, fold_seed=1) == []
+    assert _runs_plan([old], folds=10, fold_seed=0) == {2: tmp_path / "old", 7: tmp_path / "old"}
