@@ -167,8 +167,8 @@ class SnippetMatcher:
         words: List[str] = []
         owner: List[int] = []  # the sentence of each word
         for i, sentence in enumerate(document):
-            tokens = WORD.findall(sentence.lower())
-            if tuple(tokens) in self.whole:
+            tokens = snippet_words(sentence)
+            if tokens in self.whole:
                 held.add(i)
             words += tokens
             owner += [i] * len(tokens)

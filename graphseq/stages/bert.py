@@ -14,7 +14,7 @@ import hashlib
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -84,10 +84,16 @@ class PretrainingCorpus:
         """SHA-256 of the training and held-out documents, in order."""
         digest = hashlib.sha256()
         for part in (self.train, self.held_out):
-            for document in part:
-                digest.update("\n".join(document).encode() + b"\0")
+            _hash_documents(digest, part)
             digest.update(b"\1")
         return digest.hexdigest()
+
+
+def _hash_documents(digest, documents: List[Document]) -> None:
+    """Feeds ``documents`` to ``digest``: each one's sentences, a line each,
+    then a NUL, so that no two lists of documents feed it the same bytes."""
+    for document in documents:
+        digest.update("\n".join(document).encode() + b"\0")
 
 
 def _fold_list(values, folds: int, key: str) -> List[int]:
@@ -143,17 +149,10 @@ def _reads_polarity(folder: str, texts: list) -> bool:
     return not folder and "polarity" in texts
 
 
-def _documents_digest(documents: List[Document]) -> str:
-    digest = hashlib.sha256()
-    for document in documents:
-        digest.update("\n".join(document).encode() + b"\0")
-    return digest.hexdigest()
-
-
 # The sentences the last scan found, by the digest of the snippets and the documents it read: the
 # precheck and the stage read the same corpus one after the other, and the scan (seconds on IMDB's
 # text) need not run twice. One entry, so memory holds a few indices, never a corpus.
-_last_scan: Dict[str, List[Tuple[int, List[int]]]] = {}
+_last_scan: Dict[str, Dict[int, List[int]]] = {}
 
 
 def _drop_polarity_snippets(documents: List[Document], data_root: Path, data_mirror
@@ -164,13 +163,15 @@ def _drop_polarity_snippets(documents: List[Document], data_root: Path, data_mir
     and how many sentences were dropped. A pretraining on what is left has
     read no test sentence of any fold."""
     snippets, _ = load_polarity(data_root, data_mirror)
-    key = _documents_digest([snippets, *documents])
+    digest = hashlib.sha256()
+    _hash_documents(digest, [snippets, *documents])
+    key = digest.hexdigest()
     if key not in _last_scan:
         matcher = SnippetMatcher(snippets)
-        found = [(d, held) for d, document in enumerate(documents) if (held := matcher.sentences_holding(document))]
+        found = {d: held for d, document in enumerate(documents) if (held := matcher.sentences_holding(document))}
         _last_scan.clear()
         _last_scan[key] = found
-    found = dict(_last_scan[key])
+    found = _last_scan[key]
     kept: List[Document] = []
     for d, document in enumerate(documents):
         if d in found:
