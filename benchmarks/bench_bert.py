@@ -34,7 +34,8 @@ from graphseq.data.pretraining import collate
 from graphseq.data.wordpiece import WordPieceTokenizer
 from graphseq.errors import GraphseqError
 from graphseq.models.bert import BertConfig, BertEncoder
-from graphseq.pipeline import default_data_mirror, default_data_root, resolve_device
+from graphseq.data.places import default_data_mirror, default_data_root
+from graphseq.devices import resolve_device
 from timing import CLOCKS, at_least, check_agreement, median_times, run_script
 
 

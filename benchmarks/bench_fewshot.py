@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from graphseq.data.episodes import EpisodeSampler, FewShotClasses
 from graphseq.models.fewshot import FewShotConfig, FewShotModel
 from graphseq.models.fewshot_dense import DenseFewShotGNN
-from graphseq.pipeline import resolve_device
+from graphseq.devices import resolve_device
 from timing import CLOCKS, at_least, check_agreement, median_times, run_script
 
 

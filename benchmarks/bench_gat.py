@@ -45,7 +45,8 @@ import torch_geometric.nn as pyg_nn
 from graphseq.data.planetoid import load_planetoid
 from graphseq.models import GAT
 from graphseq.nn import GATConv
-from graphseq.pipeline import data_places, resolve_device
+from graphseq.data.places import data_places
+from graphseq.devices import resolve_device
 from timing import CLOCKS, at_least, check_agreement, median_times, run_script
 
 CASES = ("cora-dense", "cora-csr", "random", "epoch")

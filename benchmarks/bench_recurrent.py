@@ -31,7 +31,7 @@ from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence, pad_sequence
 
 from graphseq.graphs import chain, lengths_to_batch
 from graphseq.nn import ChainGRU, ChainLSTM, chain_schedule
-from graphseq.pipeline import resolve_device
+from graphseq.devices import resolve_device
 from timing import CLOCKS, at_least, check_agreement, median_times, run_script
 
 

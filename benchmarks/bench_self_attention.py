@@ -47,7 +47,7 @@ from torch_geometric.nn import TransformerConv
 
 from graphseq import graphs
 from graphseq.nn import SelfAttentionConv
-from graphseq.pipeline import resolve_device
+from graphseq.devices import resolve_device
 from timing import at_least, check_agreement, median_times, run_script
 
 # (graphs, nodes per graph, channels, heads); a list of sizes is a batch of unequal graphs.

@@ -34,7 +34,7 @@ import torch
 from graphseq.data.polarity import cv_folds, load_polarity
 from graphseq.errors import GraphseqError
 from graphseq.io import atomic_write_text, check_output_file, read_json
-from graphseq.pipeline import default_data_mirror, default_data_root
+from graphseq.data.places import default_data_mirror, default_data_root
 from graphseq.stages.paragraph_vectors import spv_fold, words_of
 from graphseq.stages.polarity import read_folds
 from timing import run_script
@@ -140,7 +140,7 @@ def bilstm_fold(fold: int, args) -> Dict[str, Any]:
 
 def spv_settings(pipeline: str = "spv-polarity") -> tuple[Dict[str, Any], str]:
     """The spv-polarity pipeline's settings and rule, so ours runs as the pipeline does."""
-    from graphseq.pipeline import read_config, resolve_pipeline
+    from graphseq.runner.config import read_config, resolve_pipeline
 
     table = dict(read_config(resolve_pipeline(pipeline))["spv"])
     rule = table.get("classify", "likelihood")

@@ -6,14 +6,14 @@ them, and an active-learning loop with a person in it.
 load when ``graphseq.run`` is first used.
 """
 from .errors import GraphseqError
+from .version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["GraphseqError", "run", "__version__"]
 
 
 def __getattr__(name: str):
     if name == "run":
-        from .pipeline import run
+        from .runner import run
 
         return run
     raise AttributeError(f"module 'graphseq' has no attribute {name!r}")

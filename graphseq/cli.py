@@ -12,7 +12,6 @@ import errno
 import math
 import os
 import sys
-import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -90,26 +89,25 @@ def _run(args: argparse.Namespace) -> int:
         _set_threads(args.threads)
     if args.nproc_per_node < 1:
         raise GraphseqError(f"--nproc-per-node must be at least 1, got {args.nproc_per_node}")
-    if args.nproc_per_node > 1:
-        from . import distributed
-
-        name = distributed.check_launch(args.pipeline, args.overrides, args.oracle, args.nproc_per_node)
-        argv = _without_nproc(args.argv)
-        if args.out is None:  # One folder for all workers, named once.
-            args.out = str(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
-            argv += ["--out", args.out]
-        return distributed.launch(argv, args.nproc_per_node, args.out)
-    from .pipeline import run
+    from .runner import execute, plan
 
     options = {}
     if args.labels:  # First, so that a pipeline without a use for it names the option the user typed.
         options["labels"] = args.labels
     if args.oracle or args.labels:
         options["oracle"] = args.oracle or "file"
-    summary = run(args.pipeline, overrides=args.overrides, seed=args.seed, runs=args.runs,
-                  device=args.device, out=args.out, data_root=args.data_root,
-                  data_mirror=args.data_mirror, quiet=args.quiet, resume=args.resume,
-                  threads=args.threads, **options)
+    checked = plan(args.pipeline, overrides=args.overrides, seed=args.seed, runs=args.runs, device=args.device,
+                   out=args.out, data_root=args.data_root, data_mirror=args.data_mirror, quiet=args.quiet,
+                   resume=args.resume, threads=args.threads,
+                   processes=args.nproc_per_node if args.nproc_per_node > 1 else None, **options)
+    if args.nproc_per_node > 1:  # Planned here once; each worker runs the same command.
+        from .runner.launch import launch
+
+        argv = _without_nproc(args.argv)
+        if args.out is None:  # One folder for all workers, named once.
+            argv += ["--out", str(checked.out)]
+        return launch(argv, args.nproc_per_node, checked)
+    summary = execute(checked)
     from .distributed import launched_rank
 
     if launched_rank() != 0:
@@ -145,7 +143,7 @@ def _add_list(commands: argparse._SubParsersAction) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from .pipeline import available_pipelines, read_config
+    from .runner.config import available_pipelines, read_config
 
     pipelines = available_pipelines()
     width = max((len(n) for n in pipelines), default=0)
@@ -267,8 +265,8 @@ def _sample(args: argparse.Namespace) -> int:
     cells = None if args.cells is None else _int_list(args.cells, "--cells")
     from . import views
     from .io import check_output_file
+    from .devices import resolve_device
     from .models import charlm
-    from .pipeline import resolve_device
 
     if args.html:
         check_output_file(args.html, ".html", "--html", inputs=[args.text_file] if args.text_file else [],
@@ -417,8 +415,8 @@ def _add_fill_mask(commands: argparse._SubParsersAction) -> None:
 
 
 def _fill_mask(args: argparse.Namespace) -> int:
+    from .devices import resolve_device
     from .models.bert import fill_mask, load_pretrained
-    from .pipeline import resolve_device
 
     if args.top_k < 1:
         raise GraphseqError(f"--top-k must be at least 1, got {args.top_k}")

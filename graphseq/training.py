@@ -24,7 +24,7 @@ rank 0 alone writes.
         loss = F.cross_entropy(model(x), y)
         return loss, {"accuracy": accuracy(...)}   # or just the loss
 
-    result = train_steps(ctx, model, optimizer, loss_fn, steps=1000,
+    result = train_steps(model, optimizer, loss_fn, steps=1000, out="runs/mine",
                          evaluate=lambda model: {"val_accuracy": ...},
                          eval_every=100, select=("val_accuracy", "max"),
                          checkpoint_every=100)
@@ -41,6 +41,7 @@ share of it on each rank.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import random
 import time
@@ -115,8 +116,10 @@ class _Progress:
     count: int = 0
 
 
-def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, *,
-                steps: int, scheduler: Any = None, clip: float = 0.0, amp: bool = False,
+def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, *,
+                steps: int, out: Union[str, Path], device: Union[str, torch.device] = "cpu", resume: bool = False,
+                quiet: bool = False, log: Optional[logging.Logger] = None, pipeline: str = "",
+                scheduler: Any = None, clip: float = 0.0, amp: bool = False,
                 evaluate: Optional[Evaluate] = None, eval_every: int = 0,
                 select: Optional[Tuple[str, str]] = None, checkpoint_every: int = 0,
                 extra_state: Optional[Dict[str, Any]] = None, meta: Optional[Dict[str, Any]] = None,
@@ -127,12 +130,17 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
     run, resumed parts included).
 
     Args:
-        ctx: the run's context (``out``, ``device``, ``resume``, ``quiet``, ``log``).
-        model: the module being trained, already on ``ctx.device``.
+        model: the module being trained, already on ``device``.
         optimizer: its optimizer.
         loss_fn: ``loss_fn(model, step) -> loss`` or ``(loss, {name: value})``;
             the extra figures are averaged into the history as ``train_<name>``.
         steps: the step budget (0: none, then ``minutes`` must be set).
+        out: the run's folder, which holds the checkpoint and the curves.
+        device: the device the model is on.
+        resume: continue from the checkpoint in ``out`` (its steps count).
+        quiet: draw no progress bar.
+        log: where progress lines go (default: the ``graphseq`` logger).
+        pipeline: the pipeline's name, for the title of the curves.
         scheduler: stepped once after every optimizer step; saved and restored.
         clip: the largest gradient norm (0: no clipping).
         amp: mixed precision (autocast and a gradient scaler) on CUDA; ignored on CPU.
@@ -152,8 +160,8 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
             model; a resume is refused when they differ from the checkpoint's.
         minutes: an optional cap on training time over the whole run (0: none).
         desc: the progress bar's label.
-        checkpoint: the checkpoint's file name in ``ctx.out``.
-        curves: the plot of the history written into ``ctx.out`` at the end
+        checkpoint: the checkpoint's file name in ``out``.
+        curves: the plot of the history written into ``out`` at the end
             (``None``: no plot).
         find_unused_parameters: passed to DDP, for models whose loss skips
             some parameters in some steps.
@@ -177,18 +185,19 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
         raise GraphseqError(f"{desc}: select must be (figure, 'max' or 'min'), got {select!r}")
     if select is not None and evaluate is None:
         raise GraphseqError(f"{desc}: select={select!r} needs an evaluate function")
-    device = torch.device(ctx.device)
+    device = torch.device(device)
+    log = log if log is not None else logging.getLogger("graphseq")
     extra_state = {} if extra_state is None else extra_state
     meta = dict(meta or {})
-    path = Path(ctx.out) / checkpoint
+    path = Path(out) / checkpoint
     # A folder where the checkpoint goes would stop its first save, after
     # training: refused before the first step instead.
-    check_file_place(path, "--resume: " if ctx.resume else "")
+    check_file_place(path, "--resume: " if resume else "")
     use_amp = amp and device.type == "cuda"
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
     progress = _Progress()
-    if ctx.resume:
-        _restore(path, ctx, model, optimizer, scheduler, scaler, progress, extra_state, meta)
+    if resume:
+        _restore(path, device, log, model, optimizer, scheduler, scaler, progress, extra_state, meta)
     runner = distributed.wrap(_LossModule(model, loss_fn), device,
                               find_unused_parameters=find_unused_parameters)
     main = distributed.is_main()
@@ -211,7 +220,7 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
         if select is not None:
             _keep_best(entry, select, model, progress, desc)
         if main:
-            ctx.log.info(f"{desc} step {progress.step}: " + ", ".join(
+            log.info(f"{desc} step {progress.step}: " + ", ".join(
                 f"{k} {v:.4f}" for k, v in entry.items() if k not in ("step", "minutes"))
                 + f" ({entry['minutes']:.1f} min)")
         return entry
@@ -225,15 +234,15 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
         return False
 
     if main and progress.step:
-        ctx.log.info(f"{desc}: resuming at step {progress.step}")
+        log.info(f"{desc}: resuming at step {progress.step}")
     bar = tqdm(total=steps if steps > 0 else None, initial=progress.step, desc=desc, unit="step",
-               disable=not draw_bars(ctx.quiet or not main), dynamic_ncols=True)
+               disable=not draw_bars(quiet or not main), dynamic_ncols=True)
     started = time.perf_counter() - progress.seconds
     model.train()
     # Log lines above the bar, not through it; with no bar (quiet, not rank 0,
     # or no person watching) there is nothing to keep them off, and a quiet
     # run's stderr is the log itself, which tqdm's handler would write back into.
-    with logging_redirect_tqdm(loggers=[ctx.log]) if not bar.disable else contextlib.nullcontext():
+    with logging_redirect_tqdm(loggers=[log]) if not bar.disable else contextlib.nullcontext():
         while not out_of_budget():
             cpu_started = time.process_time()
             optimizer.zero_grad(set_to_none=True)
@@ -270,12 +279,12 @@ def train_steps(ctx, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn
         record()
     save()
     if main and curves and progress.history:
-        name = getattr(ctx, "pipeline", desc)
+        name = pipeline or desc
         kept = None if progress.best is None else \
             (f"kept ({select[0]})", progress.best["step"], progress.best[select[0]])
         # A label that already starts with the pipeline's name (fewshot's) is not given it twice.
         named = desc == name or desc.startswith(f"{name} ")
-        plot_history(progress.history, Path(ctx.out) / curves,
+        plot_history(progress.history, Path(out) / curves,
                      f"{desc if named else f'{name} {desc}'}: {progress.step} steps", final=kept)
     if select is not None and progress.best_weights is not None:
         model.load_state_dict(progress.best_weights)
@@ -370,7 +379,7 @@ RESUMED = ("model", "optimizer", "scheduler", "scaler", "step", "seconds", "hist
            "world_size", "ranks")  # what _restore reads from a checkpoint that _save wrote
 
 
-def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+def _restore(path: Path, device: torch.device, log: logging.Logger, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
              scaler: torch.amp.GradScaler, progress: _Progress, extra_state: Dict[str, Any],
              meta: Dict[str, Any]) -> None:
     if not path.is_file():
@@ -416,10 +425,10 @@ def _restore(path: Path, ctx, model: nn.Module, optimizer: torch.optim.Optimizer
     mine = checkpoint["ranks"][distributed.rank()]
     progress.running, progress.count = mine["running"], mine["count"]
     extra_state.clear()
-    extra_state.update(_to_device(mine["extra_state"], torch.device(ctx.device)))
+    extra_state.update(_to_device(mine["extra_state"], device))
     set_rng_state(mine["rng"])
     if distributed.is_main():
-        ctx.log.info(f"resumed from {path} at step {progress.step}")
+        log.info(f"resumed from {path} at step {progress.step}")
 
 
 def _difference(key: str, was: Any, now: Any) -> str:

@@ -244,7 +244,7 @@ def test_importing_the_layers_loads_no_runner_stage_prompt_or_database():
     code = ("import sys, graphseq.nn; "
             "print(sorted(m for m in sys.modules if m.startswith(('graphseq.', 'sqlite3', 'networkx'))))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    for module in ("graphseq.pipeline", "graphseq.stages", "graphseq.active", "sqlite3", "networkx"):
+    for module in ("graphseq.runner", "graphseq.stages", "graphseq.active", "sqlite3", "networkx"):
         assert f"'{module}" not in loaded, loaded
 
 
@@ -252,12 +252,12 @@ def test_a_place_the_run_cannot_write_is_named_in_one_line(monkeypatch, capsys, 
     """A read-only data root that lacks the processed files, a full disk."""
     import errno
 
-    import graphseq.pipeline
+    import graphseq.runner
 
     def refuse(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "root" / "Cora"))
 
-    monkeypatch.setattr(graphseq.pipeline, "run", refuse)
+    monkeypatch.setattr(graphseq.runner, "plan", refuse)
     assert main(["run", "gat-cora", "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == f"graphseq: error: cannot write {tmp_path / 'root' / 'Cora'}: Permission denied\n"
 
@@ -520,7 +520,7 @@ def test_an_empty_data_folder_is_refused_not_taken_for_the_working_folder(option
 
 
 def test_an_empty_graphseq_data_is_unset(monkeypatch):
-    from graphseq.pipeline import default_data_root
+    from graphseq.data.places import default_data_root
 
     monkeypatch.setenv("GRAPHSEQ_DATA", "")
     assert default_data_root() == Path("datasets")

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,7 +20,8 @@ from torch_geometric.nn import SAGEConv
 
 from graphseq import distributed
 from graphseq.data.neighbors import make_sampler
-from graphseq.pipeline import read_config, resolve_pipeline
+from graphseq.runner import launch
+from graphseq.runner.config import read_config, resolve_pipeline
 from graphseq.training import train_steps
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,9 +45,8 @@ def one_step(out, rows):
     def loss_fn(model, step):
         return F.cross_entropy(model(x[rows]), y[rows])
 
-    ctx = SimpleNamespace(out=out, device=torch.device("cpu"), resume=False, quiet=True,
-                          log=logging.getLogger("test-distributed"), pipeline="test")
-    result = train_steps(ctx, model, optimizer, loss_fn, steps=1,
+    result = train_steps(model, optimizer, loss_fn, steps=1, out=out, device=torch.device("cpu"), quiet=True,
+                         log=logging.getLogger("test-distributed"), pipeline="test",
                          evaluate=lambda m: {"val_rank": float(distributed.rank())})
     return model, result
 
@@ -194,13 +193,13 @@ def test_every_word_gloo_has_for_a_lost_peer_ends_the_worker_in_one_line(capsys,
 def test_only_a_worker_of_a_launch_adds_its_processes_to_the_resume_command(monkeypatch):
     # Its checkpoint resumes only with as many processes, so the command a person copies must start them.
     monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv(distributed.LAUNCHED, "1")
-    assert distributed.relaunch_options() == " --nproc-per-node 2"
-    monkeypatch.delenv(distributed.LAUNCHED)  # torchrun's own worker: its command line is the person's
-    assert distributed.relaunch_options() == ""
-    monkeypatch.setenv(distributed.LAUNCHED, "1")
+    monkeypatch.setenv(launch.LAUNCHED, "1")
+    assert launch.relaunch_options() == " --nproc-per-node 2"
+    monkeypatch.delenv(launch.LAUNCHED)  # torchrun's own worker: its command line is the person's
+    assert launch.relaunch_options() == ""
+    monkeypatch.setenv(launch.LAUNCHED, "1")
     monkeypatch.setenv("WORLD_SIZE", "1")
-    assert distributed.relaunch_options() == ""
+    assert launch.relaunch_options() == ""
 
 
 def test_under_the_launcher_a_worker_that_lost_its_peer_leaves_the_word_to_it(capsys, monkeypatch):
@@ -260,13 +259,13 @@ def test_a_launch_stopped_by_sigterm_logs_how_to_continue_it(tmp_path):
 
 def test_the_launcher_logs_an_interrupt_once_and_only_in_a_run_that_wrote_its_log(tmp_path):
     config = read_config(resolve_pipeline("gat-ppi"))
-    distributed._log_interrupt(tmp_path, "gat-ppi", config, 2)
+    launch._log_interrupt(tmp_path, "gat-ppi", config, 2)
     assert not (tmp_path / "log.txt").exists()  # Stopped in its checks: the run wrote nothing.
     (tmp_path / "checkpoint.pt").write_bytes(b"")
     said = ("2026-01-01 10:00:00 interrupted; continue with: graphseq run gat-ppi --resume --out run "
             "--nproc-per-node 2\n")
     (tmp_path / "log.txt").write_text("2026-01-01 09:59:59 gat-ppi step 2: train_loss 0.7\n" + said)
-    distributed._log_interrupt(tmp_path, "gat-ppi", config, 2)  # Ctrl-C: rank 0 logged it already.
+    launch._log_interrupt(tmp_path, "gat-ppi", config, 2)  # Ctrl-C: rank 0 logged it already.
     assert (tmp_path / "log.txt").read_text().endswith("train_loss 0.7\n" + said)
 
 
@@ -287,11 +286,11 @@ def test_a_launch_its_workers_refused_leaves_no_empty_out_a_late_worker_made(tmp
         failure = ProcessFailure(local_rank=1, pid=1, exitcode=2, error_file="")
         raise ChildFailedError("graphseq", {1: failure})
 
-    monkeypatch.setattr(distributed, "_check_command", lambda args, processes: (
-        argparse.Namespace(out=str(out), pipeline="gat-ppi", data_root=None, data_mirror=None), "gat-ppi", {}))
+    plan = argparse.Namespace(out=out, pipeline="gat-ppi", name="gat-ppi", quiet=True, data_root=None,
+                              data_mirror=None, config={})
     monkeypatch.setattr(elastic, "run", workers)
-    assert distributed.launch(["run", "gat-ppi", "--out", str(out)], 2) == 2
+    assert launch.launch(["run", "gat-ppi", "--out", str(out)], 2, plan) == 2
     assert list(tmp_path.iterdir()) == []  # --out and the folder made above it
     stored.append("checkpoint.pt")  # A file written is never removed.
-    assert distributed.launch(["run", "gat-ppi", "--out", str(out)], 2) == 2
+    assert launch.launch(["run", "gat-ppi", "--out", str(out)], 2, plan) == 2
     assert (out / "checkpoint.pt").read_text() == "a stage's file"

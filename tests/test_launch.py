@@ -21,9 +21,10 @@ import torch
 from graphseq import GraphseqError, distributed, run
 from graphseq.cli import main
 from graphseq.data.ppi import write_ppi_raw
-from graphseq.distributed import _what_now
 from graphseq.io import load_checkpoint
-from graphseq.pipeline import read_config, resolve_pipeline, resume_command
+from graphseq.runner.config import read_config, resolve_pipeline
+from graphseq.runner.launch import _what_now, check_processes
+from graphseq.runner.run_folder import resume_command
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--set", "model.hidden_channels=8", "--set", "model.heads=2", "--set", "model.output_heads=2",
@@ -189,7 +190,7 @@ def test_full_batch_node_training_refuses_several_processes_before_any_worker_st
 
 def test_neighbour_sampled_node_training_runs_in_several_processes():
     config = read_config(resolve_pipeline("gat-cora-neighbor"))
-    distributed.check_settings("gat-cora-neighbor", config, 3)  # No refusal.
+    check_processes("gat-cora-neighbor", config, {}, 3)  # No refusal.
 
 
 def test_a_batch_the_processes_cannot_share_is_refused_once_before_any_worker_starts(tmp_path, capfd):

@@ -13,7 +13,8 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 
 from conftest import Terminal
 from graphseq import distributed
-from graphseq.pipeline import read_config, resolve_pipeline
+from graphseq.runner.config import read_config, resolve_pipeline
+from graphseq.runner.launch import launch as launch_workers
 
 
 def launch(monkeypatch, out, stop, quiet=True, rank_0_logs=False):
@@ -26,12 +27,10 @@ def launch(monkeypatch, out, stop, quiet=True, rank_0_logs=False):
                 log.write("2026-01-01 10:00:00 interrupted; continue with: graphseq run gat-ppi --resume\n")
         raise stop
 
-    config = read_config(resolve_pipeline("gat-ppi"))
-    monkeypatch.setattr(distributed, "_check_command", lambda args, processes: (
-        argparse.Namespace(out=str(out), pipeline="gat-ppi", quiet=quiet, data_root=None,
-                           data_mirror=None), "gat-ppi", config))
+    plan = argparse.Namespace(out=out, pipeline="gat-ppi", name="gat-ppi", quiet=quiet, data_root=None,
+                              data_mirror=None, config=read_config(resolve_pipeline("gat-ppi")))
     monkeypatch.setattr(elastic, "run", workers)
-    return distributed.launch(["run", "gat-ppi", "--out", str(out)], 2)
+    return launch_workers(["run", "gat-ppi", "--out", str(out)], 2, plan)
 
 
 def ctrl_c():

@@ -15,9 +15,10 @@ from graphseq import run
 from graphseq.checks import at_least
 from graphseq.errors import GraphseqError
 from graphseq.cli import main
-from graphseq.pipeline import (_apply_options, apply_overrides, available_pipelines, check_applies,
-                               check_domains, checked_config, dump_toml, parse_override, read_config,
-                               resolve_pipeline, resume_command)
+from graphseq.runner.config import (apply_overrides, available_pipelines, check_applies, check_domains,
+                                    checked_config, parse_override, read_config, resolve_pipeline)
+from graphseq.runner.run import _apply_options
+from graphseq.runner.run_folder import resume_command
 from graphseq.stages import STAGES, stage
 
 FAST = {"train.max_epochs": 3}
@@ -40,11 +41,6 @@ def test_int_override_of_a_float_key_becomes_float():
     config = read_config(resolve_pipeline("gat-cora"))
     apply_overrides(config, {"train.lr": 1})
     assert config["train"]["lr"] == 1.0 and isinstance(config["train"]["lr"], float)
-
-
-def test_dump_toml_round_trips():
-    config = {"description": 'say "hi"', "a": {"x": 1, "y": 0.5, "z": "s", "w": [1, 2], "b": True}}
-    assert tomllib.loads(dump_toml(config)) == config
 
 
 def test_registry_refuses_a_second_stage_of_the_same_name():
@@ -220,8 +216,8 @@ def test_resume_may_lengthen_the_budget_and_records_it(charlm_run, tmp_path, dat
     # config.toml now says 4 steps; run as a pipeline file it would not take this run's stretched schedule.
     assert "resumed with train.steps = 4 (was 2); config.toml now records it, so graphseq run " \
         f"{out / 'config.toml'} would go straight to it" in (out / "log.txt").read_text()
-    from graphseq.pipeline import _check_stamp
-    _check_stamp(out / "config.toml")  # the runner's own rewrite is no edit
+    from graphseq.runner.run_folder import check_stamp
+    check_stamp(out / "config.toml")  # the runner's own rewrite is no edit
 
 
 def test_a_resume_may_set_a_key_to_its_default_that_the_run_did_not_record(charlm_run, tmp_path, data_root,
@@ -527,7 +523,7 @@ def test_a_quiet_run_whose_log_handler_writes_to_stderr_does_not_loop(tmp_path):
     import contextlib
     import logging
 
-    from graphseq.pipeline import _LogStream
+    from graphseq.runner.run import _LogStream
 
     class ToStderr(logging.Handler):
         def emit(self, record):
@@ -772,7 +768,7 @@ def test_every_shipped_pipeline_gives_each_table_what_it_needs(name):
 
 def test_a_missing_product_found_by_a_stage_names_its_table(tmp_path):
     import torch
-    from graphseq.pipeline import Context
+    from graphseq.stages import Context
     ctx = Context("mine", tmp_path, torch.device("cpu"), 0, tmp_path, None, table="net")
     with pytest.raises(GraphseqError, match=re.escape("[net] (gat) needs 'num_features', which no table before it "
                                                       "made; check the order of the pipeline's tables")):

@@ -9,7 +9,7 @@ import pytest
 
 from graphseq.cli import main
 from graphseq.errors import GraphseqError
-from graphseq.pipeline import data_places
+from graphseq.data.places import data_places
 
 
 def tree(folder):
@@ -97,8 +97,8 @@ def test_a_mirror_that_is_or_lies_in_a_dataset_folder_of_the_root_is_refused_bef
     assert err == (f"graphseq: error: the data root's {folder} folder {root / folder} (--data-root) {where} the "
                    f"data mirror {(tmp_path / mirror).resolve()} (--data-mirror): a run writes its {folder} files "
                    f"there (raw copies, PyG's processed/ cache), and the mirror is only read; give a mirror "
-                   f"outside the data root's dataset folders (Cora, CiteSeer, PubMed, PPI, omniglot-py, "
-                   f"mini-imagenet, rt-polaritydata, tinyshakespeare, aclImdb, coco)\n")
+                   f"outside the data root's dataset folders (aclImdb, CiteSeer, coco, Cora, mini-imagenet, "
+                   f"omniglot-py, PPI, PubMed, rt-polaritydata, tinyshakespeare)\n")
     assert tree(tmp_path) == before  # no processed/ in the mirror, no run folder
 
 
@@ -141,7 +141,7 @@ def test_the_dataset_folders_are_those_the_loaders_write(mirror, write_fake_plan
     from graphseq.data.polarity import load_polarity
     from graphseq.data.ppi import load_ppi, write_ppi_raw
     from graphseq.data.text import load_tiny_shakespeare
-    from graphseq.pipeline import dataset_folders
+    from graphseq.data.places import dataset_folders
 
     fakes = tmp_path / "fakes"
     for name in ("Cora", "CiteSeer", "PubMed"):
@@ -176,4 +176,4 @@ def test_the_dataset_folders_are_those_the_loaders_write(mirror, write_fake_plan
     with pytest.raises(GraphseqError, match="offline"):
         locate_coco("val2014", tmp_path / "coco-root", None, fetch=offline)
     written += [places[0].relative_to(tmp_path / "coco-root").parts[0]]
-    assert written == list(dataset_folders())
+    assert sorted(written, key=str.lower) == list(dataset_folders())

@@ -5,10 +5,11 @@ refused before anything is written."""
 from pathlib import Path
 
 import pytest
+import tomli_w
 
 from graphseq import GraphseqError
 from graphseq.cli import main
-from graphseq.pipeline import dump_toml, read_config
+from graphseq.runner.config import read_config
 
 CHARLM = """description = "charlm with tables of the user's naming"
 [data]
@@ -30,7 +31,7 @@ def test_a_table_name_toml_must_quote_is_written_back_so_that_it_reads_the_same(
     path.write_text(CHARLM.format(model=f'"{name}"'), encoding="utf-8")
     config = read_config(path)
     again = tmp_path / "again.toml"
-    again.write_text(dump_toml(config), encoding="utf-8")
+    again.write_text(tomli_w.dumps(config), encoding="utf-8")
     assert read_config(again) == config  # '[modèle]' unquoted was malformed TOML
 
 
@@ -83,7 +84,7 @@ def test_two_tables_that_continue_from_one_file_are_refused_before_writing(tmp_p
 
 
 def test_trainings_told_apart_by_their_names_may_share_a_pipeline(tmp_path):
-    from graphseq.pipeline import precheck, resolve_pipeline
+    from graphseq.runner.config import precheck, resolve_pipeline
 
     text = Path(resolve_pipeline("fewshot-omniglot-5w1s")).read_text(encoding="utf-8")
     again = '\n[train_again]\nstage = "train_episodes"\nname = "again"\n'

@@ -6,7 +6,6 @@ import math
 import sys
 import time
 import traceback
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,10 +18,11 @@ from graphseq.io import first_sentence, load_checkpoint, save_checkpoint
 from graphseq.training import train_steps
 
 
-def make_ctx(out, resume=False, quiet=True, log=None):
+def place(out, resume=False, quiet=True, log=None):
+    """Where train_steps trains, as a stage hands it over."""
     out.mkdir(parents=True, exist_ok=True)
-    return SimpleNamespace(out=out, device=torch.device("cpu"), resume=resume, quiet=quiet,
-                           log=log or logging.getLogger("test-training"), pipeline="test")
+    return dict(out=out, device=torch.device("cpu"), resume=resume, quiet=quiet,
+                log=log or logging.getLogger("test-training"), pipeline="test")
 
 
 class Tiny(nn.Module):
@@ -41,7 +41,7 @@ def batch(step, size=6):
     return torch.randn(size, 4, generator=generator), torch.randint(0, 3, (size,), generator=generator)
 
 
-def train(out, steps, resume=False, ctx=None, **kwargs):
+def train(out, steps, resume=False, where=None, **kwargs):
     torch.manual_seed(0)
     model = Tiny()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -59,7 +59,7 @@ def train(out, steps, resume=False, ctx=None, **kwargs):
         return {"val_loss": float(F.cross_entropy(model(x), y))}
 
     kwargs.setdefault("evaluate", evaluate)
-    result = train_steps(ctx or make_ctx(out, resume), model, optimizer, loss_fn, steps=steps,
+    result = train_steps(model, optimizer, loss_fn, **(where or place(out, resume)), steps=steps,
                          scheduler=scheduler, clip=1.0, eval_every=2,
                          checkpoint_every=2, extra_state=carried, **kwargs)
     return model, result
@@ -99,7 +99,7 @@ def test_a_resume_with_a_new_budget_steps_at_the_new_schedules_rate_at_once(tmp_
             seen.append((step, optimizer.param_groups[0]["lr"]))
             return model(batch(step)[0][:, :3]).pow(2).mean()
 
-        train_steps(make_ctx(tmp_path, resume), model, optimizer, loss_fn, steps=stop or steps,
+        train_steps(model, optimizer, loss_fn, **place(tmp_path, resume), steps=stop or steps,
                     scheduler=scheduler, checkpoint_every=1)
         return seen
 
@@ -158,7 +158,7 @@ def test_the_best_weights_by_validation_are_restored(tmp_path):
         seen[score] = {k: v.clone() for k, v in model.state_dict().items()}
         return {"val_accuracy": score}
 
-    result = train_steps(make_ctx(tmp_path), model, optimizer, loss_fn, steps=4, evaluate=evaluate,
+    result = train_steps(model, optimizer, loss_fn, **place(tmp_path), steps=4, evaluate=evaluate,
                          eval_every=1, select=("val_accuracy", "max"))
     assert result.best["val_accuracy"] == 0.9 and result.best["step"] == 2
     for key, value in model.state_dict().items():
@@ -173,8 +173,8 @@ def test_the_best_weights_by_validation_are_restored(tmp_path):
 def test_select_by_the_smallest_figure(tmp_path):
     model = nn.Linear(3, 2)
     losses = iter([0.5, 0.3, 0.4])
-    result = train_steps(make_ctx(tmp_path), model, torch.optim.SGD(model.parameters(), lr=0.1),
-                         lambda m, s: m(torch.ones(1, 3)).sum(), steps=3, eval_every=1,
+    result = train_steps(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                         lambda m, s: m(torch.ones(1, 3)).sum(), **place(tmp_path), steps=3, eval_every=1,
                          evaluate=lambda m: {"val_loss": next(losses)}, select=("val_loss", "min"))
     assert result.best["step"] == 2
 
@@ -313,8 +313,8 @@ def test_budgets_and_clipping_that_are_no_numbers_are_refused(tmp_path, budget, 
     model = nn.Linear(3, 2)
     arguments = {"steps": 0, "minutes": 1e-6, **budget}
     with pytest.raises(GraphseqError, match=f"^train: {message}$"):
-        train_steps(make_ctx(tmp_path), model, torch.optim.SGD(model.parameters(), lr=0.1),
-                    lambda m, s: m(torch.ones(1, 3)).sum(), **arguments)
+        train_steps(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    lambda m, s: m(torch.ones(1, 3)).sum(), **place(tmp_path), **arguments)
     assert not list(tmp_path.iterdir())
 
 
@@ -328,22 +328,22 @@ def test_resume_refuses_a_checkpoint_of_another_loop_or_model_in_one_line(tmp_pa
     with pytest.raises(GraphseqError, match=r"^--resume: .*checkpoint\.pt does not fit this model \(Error\(s\) "
                                             r"in loading state_dict for Linear"):
         model = nn.Linear(4, 3)
-        train_steps(make_ctx(tmp_path, resume=True), model, torch.optim.SGD(model.parameters(), lr=0.1),
-                    lambda m, s: m(torch.ones(1, 4)).sum(), steps=4)
+        train_steps(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    lambda m, s: m(torch.ones(1, 4)).sum(), **place(tmp_path, resume=True), steps=4)
 
 
 def test_minutes_alone_bound_the_run(tmp_path):
     model = nn.Linear(3, 2)
-    result = train_steps(make_ctx(tmp_path), model, torch.optim.SGD(model.parameters(), lr=0.1),
-                         lambda m, s: m(torch.ones(1, 3)).sum(), steps=0, minutes=1e-6)
+    result = train_steps(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                         lambda m, s: m(torch.ones(1, 3)).sum(), **place(tmp_path), steps=0, minutes=1e-6)
     assert result.step >= 1 and math.isfinite(result.history[-1]["train_loss"])
 
 
 def test_select_of_a_figure_evaluate_does_not_give_names_the_figures(tmp_path):
     model = nn.Linear(3, 2)
     with pytest.raises(GraphseqError, match="val_accuracy.*val_loss"):
-        train_steps(make_ctx(tmp_path), model, torch.optim.SGD(model.parameters(), lr=0.1),
-                    lambda m, s: m(torch.ones(1, 3)).sum(), steps=2, eval_every=1,
+        train_steps(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    lambda m, s: m(torch.ones(1, 3)).sum(), **place(tmp_path), steps=2, eval_every=1,
                     evaluate=lambda m: {"val_loss": 1.0}, select=("val_accuracy", "max"))
 
 
@@ -354,10 +354,9 @@ def test_a_run_on_another_device_resumes_with_the_random_states_read_on_the_cpu(
 
     train(tmp_path, 2)
     model = Tiny()
-    ctx = make_ctx(tmp_path, resume=True)
-    ctx.device = torch.device("meta")
     progress = training._Progress()
-    training._restore(tmp_path / "checkpoint.pt", ctx, model, torch.optim.Adam(model.parameters()), None,
+    training._restore(tmp_path / "checkpoint.pt", torch.device("meta"), logging.getLogger("test-training"), model,
+                      torch.optim.Adam(model.parameters()), None,
                       torch.amp.GradScaler("cuda", enabled=False), progress, {}, {})
     assert progress.step == 2
 
@@ -421,7 +420,7 @@ def test_a_finite_history_is_not_marked_and_its_steps_are_ticked_in_whole_number
                                          ("train", "test train: 2 steps"), ("test", "test: 2 steps"),
                                          ("tested", "test tested: 2 steps")])
 def test_the_curves_title_names_the_pipeline_once(tmp_path, monkeypatch, desc, title):
-    """fewshot's labels start with the pipeline's name already (ctx.pipeline is "test" here)."""
+    """fewshot's labels start with the pipeline's name already (the pipeline is "test" here)."""
     import graphseq.training as training
 
     titles = []
@@ -446,7 +445,7 @@ def _train_watched(tmp_path, stderr, **kwargs):
     """Trains 4 steps, not quiet, with a run's log whose console is ``stderr``; what ``stderr`` shows."""
     log = logging.Logger("test-training-console")  # the run's log: a line on stderr per evaluation
     log.addHandler(logging.StreamHandler(stderr))
-    train(tmp_path, 4, ctx=make_ctx(tmp_path, quiet=False, log=log), curves=None, **kwargs)
+    train(tmp_path, 4, where=place(tmp_path, quiet=False, log=log), curves=None, **kwargs)
     return stderr.getvalue()
 
 

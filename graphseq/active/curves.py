@@ -163,7 +163,7 @@ def curve_tables(figures: Mapping[str, Any]) -> List[str]:
     """The tables whose learning curves one seed's ``figures`` hold: ``[""]``
     for the ``curves`` of a run in which one table records them, else the
     table of each ``TABLE.curves``, as metrics.json names a figure that
-    several tables record (:func:`graphseq.pipeline.table_figures`)."""
+    several sections record (:func:`graphseq.runner.run.section_metrics`)."""
     tables = [key[:-len(".curves")] for key in figures if key.endswith(".curves")]
     return tables or ([""] if "curves" in figures else [])
 

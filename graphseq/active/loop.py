@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from ..errors import GraphseqError, draw_bars, plural
 from ..seeding import keyed_generator
-from ..views import terminal_width
+from ..pictures import terminal_width
 from .oracles import QUIT, SKIP, UNDO, Question, Reply
 from .prompt import fit
 from .store import LabelStore

@@ -29,7 +29,7 @@ except ImportError:  # Windows: no terminal line discipline to flush
     termios = None
 
 from ..errors import GraphseqError
-from ..views import terminal_width
+from ..pictures import terminal_width
 from .oracles import QUIT, SKIP, UNDO, Question, Reply, parse_class, quoted
 
 NO_BREAK = "\u00a0"  # textwrap breaks lines at ASCII spaces only

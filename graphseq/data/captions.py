@@ -26,12 +26,13 @@ from tqdm import tqdm
 
 from ..errors import GraphseqError, draw_bars
 from .files import check_folder_places, removed_if_failed
+from .places import dataset_folder
 from .text import Vocabulary, count_words
 
 PAD, START, END, UNKNOWN = "<pad>", "<start>", "<end>", "<unk>"
 SPECIALS = (PAD, START, END, UNKNOWN)
 
-COCO_FOLDER = "coco"  # under the data root
+COCO_FOLDER = dataset_folder("coco")  # under the data root
 COCO_URL = "http://images.cocodataset.org"
 COCO_SPLITS = ("train2014", "val2014", "train2017", "val2017")
 COCO_ANNOTATIONS = {"2014": "annotations/annotations_trainval2014.zip",

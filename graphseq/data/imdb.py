@@ -40,9 +40,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..errors import GraphseqError
 from .files import (Checksum, check_folder_places, check_writable, damaged_file_error, download_url,
                     locate_raw_files, removed_if_failed, stat_fingerprint, unpacking)
+from .places import dataset_folder
 from .pretraining import Document
 
-FOLDER = "aclImdb"  # under the data root, as the archive names its top folder
+FOLDER = dataset_folder("aclImdb")  # under the data root, as the archive names its top folder
 Part = Tuple[str, ...]  # a folder of reviews, under FOLDER
 UNSUP: Part = ("train", "unsup")  # the 50,000 unlabelled reviews, rated 0
 NEG: Part = ("train", "neg")  # the 12,500 negative training reviews, rated 1-4

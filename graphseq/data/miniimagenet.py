@@ -24,8 +24,9 @@ from ..io import load_checkpoint, read_utf8, save_checkpoint
 from .captions import as_rgb
 from .episodes import FewShotClasses
 from .files import check_folder_places
+from .places import dataset_folder
 
-FOLDER = "mini-imagenet"
+FOLDER = dataset_folder("mini-imagenet")
 SPLITS = ("train", "val", "test")
 # The usual ImageNet channel statistics.
 MEAN = (0.485, 0.456, 0.406)

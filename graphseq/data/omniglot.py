@@ -42,8 +42,9 @@ from ..io import load_checkpoint, read_utf8, save_checkpoint
 from .files import (Checksum, check_file, check_folder_places, check_writable, download_url, hash_file,
                     removed_if_failed, stat_fingerprint, unpacking)
 from .episodes import FewShotClasses
+from .places import dataset_folder
 
-FOLDER = "omniglot-py"
+FOLDER = dataset_folder("omniglot-py")
 PARTS = ("images_background", "images_evaluation")
 URL = "https://raw.githubusercontent.com/brendenlake/omniglot/master/python/{part}.zip"
 ZIP_MD5 = {"images_background": "68d2efa1b9178cc56df9314c21c6e718",

@@ -17,8 +17,10 @@ from ..io import atomic_write_text, first_sentence
 from .files import (STAMP, Checksum, check_folder_places, check_writable, damaged_file_error, download_url,
                     failed_cache_build, file_sha256, locate_raw_files, raw_file_lines, removed_if_failed,
                     stamped_cache)
+from .places import dataset_folder
 
 NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
+dataset_folder(*NAMES.values())
 RAW_SUFFIXES = ["x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"]
 URL = Planetoid.url
 

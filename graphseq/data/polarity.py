@@ -26,9 +26,10 @@ from torch import Tensor
 
 from ..errors import GraphseqError
 from .files import Checksum, download_url, locate_raw_files
+from .places import dataset_folder
 
 URL = "http://www.cs.cornell.edu/people/pabo/movie-review-data/rt-polaritydata.tar.gz"
-FOLDER = "rt-polaritydata"
+FOLDER = dataset_folder("rt-polaritydata")
 FILES = ["rt-polarity.neg", "rt-polarity.pos"]
 CLASS_NAMES = ["negative", "positive"]
 # The sentence polarity dataset v1.0 as first committed to

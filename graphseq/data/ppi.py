@@ -23,8 +23,9 @@ from ..errors import GraphseqError
 from ..io import atomic_write_text, first_sentence
 from .files import (STAMP, check_folder_places, check_writable, damaged_file_error, failed_cache_build, file_sha256,
                     locate_raw_files, raw_file_lines, removed_if_failed, stamped_cache)
+from .places import dataset_folder
 
-FOLDER = "PPI"  # under the data root
+FOLDER = dataset_folder("PPI")  # under the data root
 SPLITS = {"train": "train", "val": "valid", "test": "test"}  # PyG's split name -> raw file prefix
 RAW_FILES = [f"{prefix}_{name}" for prefix, name in
              product(SPLITS.values(), ["feats.npy", "graph_id.npy", "graph.json", "labels.npy"])]

@@ -19,8 +19,9 @@ from torch import Tensor
 
 from ..errors import GraphseqError
 from .files import Checksum, download_url, locate_raw_files
+from .places import dataset_folder
 
-TINY_SHAKESPEARE_FOLDER = "tinyshakespeare"  # under the data root
+TINY_SHAKESPEARE_FOLDER = dataset_folder("tinyshakespeare")  # under the data root
 TINY_SHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/"
                         "data/tinyshakespeare/input.txt")
 # karpathy/char-rnn, commit 6f9487a6.

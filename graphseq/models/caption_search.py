@@ -14,7 +14,9 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
+from ..devices import resolve_device
 from ..errors import GraphseqError
+from ..pictures import draw_attention
 from . import evaluating
 from .captioner import Captioner
 from .charlm import tempered_softmax
@@ -199,8 +201,6 @@ def caption_image(run_dir: str | Path, image: str | Path, *, beam_size: int = 3,
     written."""
     from ..data.captions import read_image
     from ..io import check_output_file
-    from ..pipeline import resolve_device
-    from ..views import draw_attention
     from .captioner import load_captioner
 
     check_request(max_length, temperature, beam_size, samples, options=True)

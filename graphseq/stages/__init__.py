@@ -1,17 +1,16 @@
-"""The reusable pipeline stages. Importing this package registers every stage;
-each module holds one kind of work (loading data, building a model, training,
-evaluating, reporting).
+"""The reusable pipeline stages. Each module holds one kind of work (loading
+data, building a model, training, evaluating, reporting); importing this
+package imports every module in it, and so registers every stage: a new
+stage is a function in a module here, decorated with :func:`stage`.
 """
-from .registry import (SPECS, STAGES, Precheck, StageSpec, check_order, get_stage, stage,  # noqa: F401
-                       stage_params, stage_spec)
+import importlib
+import pkgutil
 
-# Stage modules register themselves on import.
-from . import planetoid, models, node_training  # noqa: F401,E402
-from . import active  # noqa: F401,E402
-from . import charlm, polarity  # noqa: F401,E402
-from . import attention_comparison  # noqa: F401,E402
-from . import graph_training  # noqa: F401,E402
-from . import captioning  # noqa: F401,E402
-from . import fewshot  # noqa: F401,E402
-from . import bert  # noqa: F401,E402
-from . import paragraph_vectors  # noqa: F401,E402
+from .context import PRODUCTS, Context
+from .registry import SPECS, STAGES, Precheck, StageSpec, check_order, get_stage, stage, stage_params, stage_spec
+
+__all__ = ["Context", "PRODUCTS", "Precheck", "SPECS", "STAGES", "StageSpec", "check_order", "get_stage", "stage",
+           "stage_params", "stage_spec"]
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

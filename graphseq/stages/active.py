@@ -47,7 +47,7 @@ def _note_no_standard_split(check, **_) -> None:
 
 @stage("active_cora", checks={"name": Domain(f"one of {', '.join(NAMES)}", lambda v: v.lower() in NAMES)},
        precheck=_note_standard_split,
-       makes={"data": "pool"})
+       makes={"data": "an active-learning pool"})
 def active_cora(ctx, *, name: str = "cora"):
     """Cora (or another Planetoid graph) as a pool of papers to label."""
     ctx.task, ctx.data = cora_task(ctx.data_root, ctx.data_mirror, name)
@@ -57,7 +57,7 @@ def active_cora(ctx, *, name: str = "cora"):
 
 @stage("active_polarity", checks={"neighbours": at_least(1), "limit": non_negative},
        precheck=_note_no_standard_split,
-       makes={"data": "pool"})
+       makes={"data": "an active-learning pool"})
 def active_polarity(ctx, *, neighbours: int = 10, limit: int = 0):
     """Sentence-polarity snippets as nodes of a TF-IDF k-nearest-neighbour graph."""
     ctx.task, ctx.data = polarity_task(ctx.data_root, ctx.data_mirror, neighbours, limit=limit)
@@ -68,7 +68,7 @@ def active_polarity(ctx, *, neighbours: int = 10, limit: int = 0):
 @stage("active_gcn", checks={"hidden": at_least(1), "epochs": at_least(1), "lr": positive,
                              "weight_decay": non_negative, "dropout": probability,
                              "evaluate": one_of("test", "val")},
-       makes={"model": "learner"}, needs={"data": "pool"})
+       makes={"model": "an active learner"}, needs={"data": "an active-learning pool"})
 def active_gcn(ctx, *, hidden: int = 16, epochs: int = 200, lr: float = 0.01,
                weight_decay: float = 5e-4, dropout: float = 0.5, evaluate: str = "test"):
     """The learner retrained every round: a two-layer GCN. The learning
@@ -80,7 +80,7 @@ def active_gcn(ctx, *, hidden: int = 16, epochs: int = 200, lr: float = 0.01,
     if not isinstance(getattr(data, f"{evaluate}_mask", None), torch.Tensor):
         raise GraphseqError(f"{ctx.table}.evaluate = {evaluate!r}: this task has no {evaluate} nodes "
                             f"(active-polarity holds out test sentences only)")
-    ctx.make_learner = lambda: GCNLearner(data, num_classes, ctx.device, seed=ctx.seed, hidden=hidden,
+    ctx.model = lambda: GCNLearner(data, num_classes, ctx.device, seed=ctx.seed, hidden=hidden,
                                           epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout,
                                           evaluate=evaluate)
 
@@ -134,7 +134,7 @@ BY_ORACLE = {"compare": ("simulated",), "noise": ("simulated",), "strategy": ("h
     "labels": Domain("empty, or the path of an existing file", lambda v: not v or Path(v).is_file())},
     options=("oracle", "labels"), resumes=STORE_NAME, resume_may_change=("budget",), precheck=_check_active,
     applies={key: {"oracle": oracles} for key, oracles in BY_ORACLE.items()},
-    makes={"curves": "curves"}, needs={"data": "pool", "model": "learner"})
+    makes={"curves": "learning curves"}, needs={"data": "an active-learning pool", "model": "an active learner"})
 def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin", "least_confidence",
                                                   "degree", "pagerank", "age", "coreset"),
                     strategy: str = "margin", budget: int = 140, initial: int = 14, batch_size: int = 14,
@@ -157,7 +157,7 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
     ``evaluated_on``, the nodes their accuracy is measured on (``test`` or ``val``).
     """
     task, data = ctx.require("task", "active_learning"), ctx.require("data", "active_learning")
-    make_learner = ctx.require("make_learner", "active_learning")
+    make_learner = ctx.require("model", "active_learning")
     size = task.pool.numel()
     for key, value in (("initial", initial), ("budget", budget)):  # before labels.sqlite is made
         if value > size:
@@ -213,7 +213,7 @@ def _evaluated_on(learner) -> str:
     return getattr(learner, "mask_name", "test_mask").removesuffix("_mask")
 
 
-@stage("active_curves", needs={"curves": "curves"})
+@stage("active_curves", needs={"curves": "learning curves"})
 def active_curves(ctx, *, title: str = ""):
     """Plots this run's learning curves into ``learning_curves.png``.
 

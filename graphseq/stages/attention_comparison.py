@@ -88,7 +88,7 @@ def _check_heads(check, *, variants: List[str], hidden_channels: int, heads: int
        applies={**{key: {"variants": WITH_TRANSFORMER} for key in TRANSFORMER_KEYS},
                 "encoding_dim": {"variants": WITH_TRANSFORMER,
                                  "positional_encoding": ("random_walk", "laplacian")}},
-       needs={"data": "graph"})
+       needs={"data": "a graph dataset"})
 def attention_comparison(ctx, *, variants: List[str] = list(VARIANTS), hidden_channels: int = 64,
                          heads: int = 2, layers: int = 2, dim_feedforward: int = 128,
                          dropout: float = 0.6, layer_dropout: float = 0.5, attention_dropout: float = 0.6,

@@ -14,7 +14,7 @@ import hashlib
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -212,7 +212,7 @@ def _check_corpus(check, *, folder: str, texts: list, exclude_folds: list, folds
                               "folds": at_least(3), "fold_seed": between(0, MAX_SEED), "held_out": fraction},
        precheck=_check_corpus,
        applies={key: {"folder": ("",)} for key in ("texts", "exclude_folds", "folds", "fold_seed")},
-       makes={"corpus": "pretraining"})
+       makes={"corpus": "a pretraining corpus"})
 def bert_corpus(ctx, *, folder: str = "", texts: list = list(DEFAULT_TEXTS), exclude_folds: list = [],
                 folds: int = 10, fold_seed: int = 0, held_out: float = 0.05) -> None:
     """The pretraining documents: every ``*.txt`` of ``folder`` (one document
@@ -274,7 +274,7 @@ def check_tokenizer(folder: Path, record: str, weights: str, fix: str, prefix: s
 @stage("bert_tokenizer", checks={"vocab_size": at_least(16), "min_frequency": at_least(1)},
        resume_reads=(TOKENIZER_FILE,),
        applies={"vocab_size": {"file": ("",)}, "min_frequency": {"file": ("",)}},
-       makes={"tokenizer": "wordpiece"}, needs={"corpus": "pretraining"})
+       makes={"tokenizer": "a WordPiece tokenizer"}, needs={"corpus": "a pretraining corpus"})
 def bert_tokenizer(ctx, *, vocab_size: int = 8000, min_frequency: int = 2, file: str = "") -> None:
     """A WordPiece vocabulary of at most ``vocab_size`` pieces trained on the
     training documents (or the tokenizer ``file``, a ``tokenizer.json`` of
@@ -340,7 +340,7 @@ def _check_model(check, *, hidden_size: int, num_layers: int, num_heads: int, fe
 @stage("bert_model", checks={"hidden_size": at_least(1), "num_layers": at_least(1), "num_heads": at_least(1),
                              "feedforward_size": at_least(1), "max_len": at_least(MIN_MAX_LEN),
                              "dropout": DROPOUT, "activation": one_of("gelu", "relu")}, precheck=_check_model,
-       makes={"model": "bert"}, needs={"tokenizer": "wordpiece"})
+       makes={"model": "a BERT model"}, needs={"tokenizer": "a WordPiece tokenizer"})
 def bert_model(ctx, *, hidden_size: int = 128, num_layers: int = 2, num_heads: int = 4,
                feedforward_size: int = 512, max_len: int = 64, dropout: float = 0.1,
                activation: str = "gelu", norm_first: bool = False) -> None:
@@ -451,7 +451,7 @@ def score_pretraining(model: BertForPretraining, batches: List[TokenGraphs], dev
        resume_notes={"steps": "the learning rate warms up and decays to zero over the steps the run was "
                               "started with, so more steps would be another schedule (start a new run, "
                               "with another --out, to pretrain longer)"},
-       needs={"corpus": "pretraining", "tokenizer": "wordpiece", "model": "bert"})
+       needs={"corpus": "a pretraining corpus", "tokenizer": "a WordPiece tokenizer", "model": "a BERT model"})
 def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1e-3, warmup: float = 0.06,
                   weight_decay: float = 0.01, clip: float = 1.0, mask_rate: float = 0.15, amp: bool = True,
                   eval_every: int = 250, eval_examples: int = 2000, checkpoint_every: int = 250,
@@ -488,7 +488,8 @@ def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1
         return loss, shown
 
     optimizer = adamw(model, lr, weight_decay)
-    result = train_steps(ctx, model, optimizer, loss_fn, steps=steps,
+    result = train_steps(model, optimizer, loss_fn, steps=steps, out=ctx.out, device=ctx.device, resume=ctx.resume,
+                         quiet=ctx.quiet, log=ctx.log, pipeline=ctx.pipeline,
                          scheduler=warmup_linear_decay(optimizer, steps, warmup), clip=clip, amp=amp,
                          evaluate=lambda m: score_pretraining(m, eval_batches, ctx.device),
                          eval_every=eval_every, checkpoint_every=checkpoint_every,
@@ -565,18 +566,16 @@ def _load_pretraining(folder: Path, device: torch.device | str = "cpu"):
 
 
 def _pretrain_group(ctx, out: Path, overrides: List[str]) -> None:
-    """Runs ``bert-pretrain`` into ``out`` (continuing it on ``--resume``),
-    unless it has finished there already."""
-    from ..pipeline import run  # the runner runs each pretraining as a run of its own
-
+    """Runs ``bert-pretrain`` into ``out`` as a run of its own (continuing it
+    on ``--resume``), unless it has finished there already."""
     if (out / WEIGHTS_FILE).is_file():
         return
     started = (out / "config.toml").is_file()
     if started and not (out / CHECKPOINT).is_file():
         raise GraphseqError(f"the pretraining in {out} stopped before its first checkpoint; delete that "
                             f"folder and resume, and it starts again")
-    run("bert-pretrain", overrides=overrides, seed=ctx.seed, device=str(ctx.device), out=out,
-        data_root=ctx.data_root, data_mirror=ctx.data_mirror, quiet=ctx.quiet, resume=started)
+    ctx.runner.run("bert-pretrain", overrides=overrides, seed=ctx.seed, device=str(ctx.device), out=out,
+                   data_root=ctx.data_root, data_mirror=ctx.data_mirror, quiet=ctx.quiet, resume=started)
 
 
 def _groups(groups: int, folds: int, table: str) -> List[List[int]]:
@@ -629,8 +628,6 @@ def _check_pretrained_groups(check, *, runs: list, groups: int, folds: int, fold
                              pretrain_set: list, **_) -> None:
     """The finished runs, or the settings and texts of the pretrainings to
     run; leaves the folds served for bert_finetune's precheck."""
-    from ..pipeline import checked_config, precheck  # the runner's checks, for the run inside this one
-
     if runs:
         plan = _runs_plan(runs, folds, fold_seed, check.table)
         for folder in dict.fromkeys(plan.values()):
@@ -640,10 +637,10 @@ def _check_pretrained_groups(check, *, runs: list, groups: int, folds: int, fold
         overrides = _group_overrides(pretrain_set, _groups(groups, folds, check.table)[0], folds, fold_seed,
                                      check.table)
         try:
-            config = checked_config("bert-pretrain", overrides)
+            config = check.runner.checked_config("bert-pretrain", overrides)
         except GraphseqError as error:
             raise GraphseqError(f"pretrain_set: {error}") from None
-        precheck(config, check.data_root, check.data_mirror)
+        check.runner.precheck(config, check.data_root, check.data_mirror)
         served = set(range(folds))
     check.facts["bert_folds"] = (folds, served)
 
@@ -652,7 +649,7 @@ def _check_pretrained_groups(check, *, runs: list, groups: int, folds: int, fold
                                          "fold_seed": between(0, MAX_SEED), "pretrain_set": TEXT_LIST},
        resumes=PLAN_FILE, precheck=_check_pretrained_groups,
        applies={"groups": {"runs": ([],)}, "pretrain_set": {"runs": ([],)}},
-       makes={"pretrained": "bert_groups"})
+       makes={"pretrained": "pretrained BERT models"})
 def bert_pretrained_groups(ctx, *, runs: list = [], groups: int = 2, folds: int = 10, fold_seed: int = 0,
                            pretrain_set: list = []) -> None:
     """The pretrained model each test fold fine-tunes from, written to
@@ -666,21 +663,32 @@ def bert_pretrained_groups(ctx, *, runs: list = [], groups: int = 2, folds: int 
     a run of some folds pretrains only for their groups; a resumed run
     continues an unfinished pretraining."""
     if runs:
-        plan, ctx.pending_pretraining = _runs_plan(runs, folds, fold_seed, ctx.table), {}
+        plan, pending = _runs_plan(runs, folds, fold_seed, ctx.table), {}
     else:
         parts = _groups(groups, folds, ctx.table)
         plan = {fold: ctx.out / f"pretrain-{g}" for g, part in enumerate(parts) for fold in part}
-        ctx.pending_pretraining = {ctx.out / f"pretrain-{g}": (part, _group_overrides(pretrain_set, part, folds,
-                                                                                     fold_seed, ctx.table))
-                                   for g, part in enumerate(parts)}
+        pending = {ctx.out / f"pretrain-{g}": (part, _group_overrides(pretrain_set, part, folds, fold_seed,
+                                                                      ctx.table))
+                   for g, part in enumerate(parts)}
     for folder in dict.fromkeys(plan.values()):  # a resumed run's pretrainings, before plan.json is written
         check_pretraining_tokenizer(folder, "put the run's own tokenizer.json back" if runs else
                                     f"put the run's own tokenizer.json back, or delete {folder} and resume, "
                                     f"and it pretrains again")
     if distributed.is_main():
         write_json(ctx.out / PLAN_FILE, {str(f): str(p) for f, p in sorted(plan.items())})
-    ctx.pretrained = plan
-    ctx.fold_setup = (folds, fold_seed)
+    ctx.pretrained = PretrainedFolds(plan, folds, fold_seed, pending)
+
+
+@dataclass
+class PretrainedFolds:
+    """What ``bert_pretrained_groups`` hands to ``bert_finetune``: the
+    pretraining folder that serves each test fold (``plan``), the folds'
+    setup, and the pretrainings still to run, each with the test folds it
+    leaves out and its overrides."""
+    plan: Dict[int, Path]
+    folds: int
+    fold_seed: int
+    pending: Dict[Path, Tuple[List[int], List[str]]]
 
 
 @dataclass
@@ -732,7 +740,8 @@ def finetune_fold(ctx, model: BertClassifier, data: SentenceFold, tokenizer: Wor
         return {"val_accuracy": float((predicted == data.val_labels).float().mean())}
 
     optimizer = adamw(model, lr, weight_decay, layer_decay)
-    result = train_steps(ctx, model, optimizer, loss_fn, steps=steps,
+    result = train_steps(model, optimizer, loss_fn, steps=steps, out=ctx.out, device=ctx.device, resume=ctx.resume,
+                         quiet=ctx.quiet, log=ctx.log, pipeline=ctx.pipeline,
                          scheduler=warmup_linear_decay(optimizer, steps, warmup), clip=clip, amp=amp,
                          evaluate=evaluate, eval_every=max(1, per_epoch // evals_per_epoch),
                          select=("val_accuracy", "max"), meta={"bert_config": asdict(model.config)},
@@ -771,7 +780,7 @@ def _check_finetune(check, *, run_folds: list, **_) -> None:
                                 "evals_per_epoch": at_least(1), "max_steps": non_negative},
        resume_may_change=("run_folds",), resume_reads=(FOLDS_FILE,), precheck=_check_finetune,
        applies={"scratch_lr": {"scratch": (True,)}},
-       needs={"pretrained": "bert_groups"})
+       needs={"pretrained": "pretrained BERT models"})
 def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int = 32, lr: float = 1e-3,
                   scratch_lr: float = 0.0, layer_decay: float = 1.0, pool: str = "cls",
                   pretrained_pooler: bool = False, warmup: float = 0.1, weight_decay: float = 0.01, clip: float = 1.0,
@@ -796,9 +805,9 @@ def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int
     ``folds.json`` holds the figures of every finished fold; a resumed run
     keeps them and runs the rest (an unfinished fold continues from its
     checkpoint)."""
-    pretrained, (folds, fold_seed) = ctx.require("pretrained", "bert_finetune"), ctx.fold_setup
-    chosen = _chosen_folds(run_folds, folds, pretrained, ctx.table)
-    pending = getattr(ctx, "pending_pretraining", {})
+    pretrained: PretrainedFolds = ctx.require("pretrained", "bert_finetune")
+    folds, fold_seed, pending = pretrained.folds, pretrained.fold_seed, pretrained.pending
+    chosen = _chosen_folds(run_folds, folds, pretrained.plan, ctx.table)
     sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
     labels = torch.tensor(labels)
     variants = ["pretrained", "scratch"] if scratch else ["pretrained"]
@@ -810,7 +819,7 @@ def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int
         if all((fold, v) in done for v in variants):
             ctx.log.info(f"fold {fold}: kept from {FOLDS_FILE}")
             continue
-        source = pretrained[fold]
+        source = pretrained.plan[fold]
         if source in pending:
             part, overrides = pending.pop(source)
             ctx.log.info(f"pretraining in {source}, leaving out the sentences of test folds {part}")

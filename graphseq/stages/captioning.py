@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -27,7 +27,7 @@ from ..models.caption_search import MAX_CAPTION_WORDS, Generated, beam_search, g
 from ..models.captioner import DECODERS, MODEL_FILE, Captioner, ConvEncoder
 from ..seeding import MAX_SEED
 from ..training import CHECKPOINT, train_steps
-from ..views import draw_attention
+from ..pictures import draw_attention
 from .registry import stage, stage_params
 
 ENCODER_CHECKPOINT = "encoder_checkpoint.pt"
@@ -78,7 +78,7 @@ def _note_splits(check, *, val: int, test: int, test_unseen: Optional[int] = Non
     "seed": between(0, MAX_SEED), "train": at_least(1), "val": at_least(1), "test": non_negative,
     "test_unseen": non_negative, "image_size": IMAGE_SIZE, "max_objects": between(1, MAX_OBJECTS)},
     precheck=_note_splits,
-    makes={"data": "captions"})
+    makes={"data": "a caption dataset"})
 def shapes_captions(ctx, *, seed: int = 0, train: int = 8000, val: int = 500, test: int = 1000,
                     test_unseen: int = 1000, image_size: int = 64, max_objects: int = 3) -> None:
     """The generated shapes set (:mod:`graphseq.data.shapes`): ``train``,
@@ -98,7 +98,7 @@ def shapes_captions(ctx, *, seed: int = 0, train: int = 8000, val: int = 500, te
     "train_split": one_of(*COCO_SPLITS), "eval_split": one_of(*COCO_SPLITS), "val": at_least(1),
     "test": non_negative, "max_train": non_negative, "image_size": IMAGE_SIZE, "min_count": at_least(1)},
     precheck=_note_splits,
-    makes={"data": "captions"})
+    makes={"data": "a caption dataset"})
 def coco_captions(ctx, *, train_split: str = "train2014", eval_split: str = "val2014",
                   val: int = 5000, test: int = 5000, max_train: int = 0, image_size: int = 128,
                   min_count: int = 5, download: bool = True) -> None:
@@ -172,7 +172,7 @@ def attribute_scores(model: AttributeClassifier, data: CaptionSet, targets: Tens
     "channels": CHANNELS, "pretrain_steps": non_negative, "batch_size": at_least(1), "lr": positive,
     "max_attributes": at_least(1), "eval_every": at_least(1)}, resumes=ENCODER_CHECKPOINT,
     applies={key: {"from_run": ("",)} for key in ("pretrain_steps", "batch_size", "lr", "eval_every")},
-    makes={"encoder": "image"}, needs={"data": "captions"})
+    makes={"encoder": "an image encoder"}, needs={"data": "a caption dataset"})
 def caption_encoder(ctx, *, channels: list = [16, 32, 64, 128], pretrain_steps: int = 1500,
                     batch_size: int = 64, lr: float = 0.002, max_attributes: int = 1000,
                     eval_every: int = 250, from_run: str = "") -> None:
@@ -215,7 +215,8 @@ def caption_encoder(ctx, *, channels: list = [16, 32, 64, 128], pretrain_steps: 
 
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     ctx.log.info(f"encoder: pretraining on {len(names)} attributes of {len(train)} images")
-    result = train_steps(ctx, model, optimizer, loss_fn, steps=pretrain_steps,
+    result = train_steps(model, optimizer, loss_fn, steps=pretrain_steps, out=ctx.out, device=ctx.device,
+                         resume=ctx.resume, quiet=ctx.quiet, log=ctx.log, pipeline=ctx.pipeline,
                          scheduler=cosine_schedule(optimizer, pretrain_steps, 0.1),
                          evaluate=lambda m: attribute_scores(m, val, val_targets, ctx.device),
                          eval_every=eval_every, select=("val_attribute_f1", "max"),
@@ -269,7 +270,7 @@ def _check_heads(check, *, decoder: str, hidden_size: int, heads: int, **_) -> N
     "num_layers": at_least(1), "heads": at_least(1), "attention_layers": at_least(1), "dropout": probability},
        precheck=_check_heads,
        applies={"heads": {"decoder": ("attention",)}, "attention_layers": {"decoder": ("attention",)}},
-       makes={"model": "captioner"}, needs={"data": "captions", "encoder": "image"})
+       makes={"model": "a captioner"}, needs={"data": "a caption dataset", "encoder": "an image encoder"})
 def captioner(ctx, *, decoder: str = "attention", embedding_dim: int = 64, hidden_size: int = 128,
               num_layers: int = 1, heads: int = 1, attention_layers: int = 2,
               dropout: float = 0.0) -> None:
@@ -402,7 +403,7 @@ def _check_eval_images(check, *, eval_images: int, **_) -> None:
     "clip": non_negative, "encoder_lr": positive, "eval_every": at_least(1), "eval_images": at_least(1),
     "max_length": between(1, MAX_CAPTION_WORDS), "checkpoint_every": at_least(1)}, resume_may_change=("steps",),
     resume_reads=(CHECKPOINT,), precheck=_check_eval_images, applies={"encoder_lr": {"finetune_encoder": (True,)}},
-    needs={"data": "captions", "model": "captioner"})
+    needs={"data": "a caption dataset", "model": "a captioner"})
 def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float = 0.002,
                     final_lr_fraction: float = 0.1, clip: float = 5.0, finetune_encoder: bool = False,
                     encoder_lr: float = 0.0002, eval_every: int = 500, eval_images: int = 500,
@@ -452,8 +453,8 @@ def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float =
     # say) resumes the earlier stages and starts the decoder afresh; one that
     # lost the checkpoint later is refused (by the precheck, before a write).
     started = (ctx.out / CHECKPOINT).is_file()
-    result = train_steps(replace(ctx, resume=ctx.resume and started), model, optimizer, loss_fn,
-                         steps=steps, scheduler=scheduler, clip=clip, evaluate=evaluate,
+    result = train_steps(model, optimizer, loss_fn, steps=steps, out=ctx.out, device=ctx.device,
+                         resume=ctx.resume and started, quiet=ctx.quiet, log=ctx.log, pipeline=ctx.pipeline, scheduler=scheduler, clip=clip, evaluate=evaluate,
                          eval_every=eval_every, select=("val_bleu4", "max"),
                          checkpoint_every=checkpoint_every, desc=f"train {model.config['decoder']}",
                          meta={"model_config": dict(model.config), "vocabulary": list(model.vocab.symbols)})
@@ -492,7 +493,7 @@ def _check_evaluation(check, *, figure_images: int, splits: List[str], **_) -> N
     "splits": each(one_of(*SPLITS), distinct=True), "beam_size": at_least(1),
     "max_length": between(1, MAX_CAPTION_WORDS), "batch_size": at_least(1), "figure_images": non_negative},
     precheck=_check_evaluation, applies={"figure_images": {"splits": SCORES_TEST}},
-    needs={"data": "captions", "model": "captioner"})
+    needs={"data": "a caption dataset", "model": "a captioner"})
 def evaluate_captions(ctx, *, splits: list = ["val", "test", "test_unseen"], beam_size: int = 3,
                       max_length: int = 20, batch_size: int = 100, figure_images: int = 4) -> None:
     """Captions every image of each split (those the data has: COCO has no

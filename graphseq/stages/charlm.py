@@ -59,7 +59,7 @@ def _note_vocabulary(check, *, text_file: str, **_) -> None:
                                                                          check.data_mirror))
 
 
-@stage("char_corpus", checks={"val_fraction": fraction}, precheck=_note_vocabulary, makes={"data": "text"})
+@stage("char_corpus", checks={"val_fraction": fraction}, precheck=_note_vocabulary, makes={"data": "a text corpus"})
 def char_corpus(ctx, *, text_file: str = "", val_fraction: float = 0.1) -> None:
     """Tiny-shakespeare (or ``text_file``), its characters as the vocabulary,
     the first ``1 - val_fraction`` for training and the rest for validation."""
@@ -80,7 +80,7 @@ def _check_chunks(check, *, cell: str, hidden_size: int, chunk_size: int, **_) -
 @stage("char_lm", checks={"cell": one_of(*CELLS), "embedding_dim": at_least(1), "hidden_size": at_least(1),
                           "num_layers": at_least(1), "dropout": probability, "chunk_size": at_least(1)},
        precheck=_check_chunks, applies={"chunk_size": {"cell": ("onlstm",)}},
-       makes={"model": "char"}, needs={"data": "text"})
+       makes={"model": "a character language model"}, needs={"data": "a text corpus"})
 def char_lm(ctx, *, cell: str = "lstm", embedding_dim: int = 64, hidden_size: int = 256,
             num_layers: int = 1, dropout: float = 0.0, chunk_size: int = 8) -> None:
     """A character language model: embedding, chain recurrent layers, read-out."""
@@ -131,7 +131,7 @@ def cosine_rate(step: int, steps: int, end: float) -> float:
     "eval_window": at_least(1), "checkpoint_every": at_least(1)},
     resumes=CHECKPOINT, resume_may_change=("steps", "minutes"), data_parallel=True, splits=("batch_size",),
     applies={"lr_end": {"steps": positive}},
-    needs={"data": "text", "model": "char"})
+    needs={"data": "a text corpus", "model": "a character language model"})
 def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
           lr_end: float = 0.1, clip: float = 5.0,
           steps: int = 10000, minutes: float = 0.0, eval_every: int = 250, eval_chars: int = 30000,
@@ -183,7 +183,8 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
 
     if distributed.is_main():
         ctx.log.info(f"training: {len(streams)} windows of {batch_size} x {window} characters per epoch")
-    result = train_steps(ctx, model, optimizer, loss_fn, steps=steps, minutes=minutes,
+    result = train_steps(model, optimizer, loss_fn, steps=steps, out=ctx.out, device=ctx.device, resume=ctx.resume,
+                         quiet=ctx.quiet, log=ctx.log, pipeline=ctx.pipeline, minutes=minutes,
                          scheduler=schedule, clip=clip, evaluate=validate, eval_every=eval_every,
                          checkpoint_every=checkpoint_every, extra_state=carried, desc=ctx.pipeline,
                          meta={"model_config": dict(model.config), "vocabulary": list(data.vocab.symbols)},
@@ -214,7 +215,7 @@ def _check_prime(check, *, prime: str, **_) -> None:
 
 
 @stage("char_sample", checks={"length": non_negative, "temperature": non_negative}, precheck=_check_prime,
-       needs={"data": "text", "model": "char"})
+       needs={"data": "a text corpus", "model": "a character language model"})
 def char_sample(ctx, *, prime: str = "ROMEO:", length: int = 500, temperature: float = 0.8) -> None:
     """Writes ``sample.txt``: ``length`` characters drawn after ``prime``."""
     model, data = ctx.require("model", "char_sample"), ctx.require("data", "char_sample")

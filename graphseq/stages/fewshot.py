@@ -35,7 +35,7 @@ from ..active.store import STORE_NAME, LabelStore
 from ..io import first_sentence, load_checkpoint, read_json, write_json
 from ..models.fewshot import EMBEDDINGS, QUERY_MODES, UNKNOWN_LABELS, FewShotConfig, FewShotModel
 from ..training import CHECKPOINT, train_steps
-from ..views import image_blocks, side_by_side, terminal_width
+from ..pictures import image_blocks, side_by_side, terminal_width
 from .active import ORACLES, check_human_streams, make_oracle
 from .registry import stage, stage_params
 
@@ -90,7 +90,7 @@ def _check_episodes(splits: Dict[str, FewShotClasses], ways: int, shots: int, un
 @stage("omniglot", checks={"ways": at_least(2), "shots": at_least(1), "unlabelled": at_least(0),
                            "train_characters": at_least(1), "val_characters": at_least(0),
                            "split_seed": at_least(0), "size": at_least(8)}, precheck=_note_ways,
-       makes={"data": "episodes"})
+       makes={"data": "a few-shot dataset"})
 def omniglot(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, train_characters: int = 1200,
              val_characters: int = 100, split_seed: int = 0, size: int = 28, rotations: bool = True) -> None:
     """Omniglot episodes: ``ways`` classes, ``shots`` labelled and
@@ -138,7 +138,7 @@ def _check_miniimagenet(check, *, ways: int, shots: int, unlabelled: int, **_) -
 
 @stage("miniimagenet", checks={"ways": at_least(2), "shots": at_least(1), "unlabelled": at_least(0),
                                "size": at_least(8)}, precheck=_check_miniimagenet,
-       makes={"data": "episodes"})
+       makes={"data": "a few-shot dataset"})
 def miniimagenet(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, size: int = 84) -> None:
     """Mini-ImageNet episodes from the Ravi & Larochelle splits (64 training,
     16 validation and 20 test classes of 600 images)."""
@@ -164,7 +164,7 @@ def _note_model(check, *, active: bool, **_) -> None:
                               "growth": at_least(1), "metric_ratios": each(positive),
                               "metric_width": at_least(0), "last_dropout": probability},
        precheck=_note_model,
-       makes={"model": "fewshot"}, needs={"data": "episodes"})
+       makes={"model": "a few-shot model"}, needs={"data": "a few-shot dataset"})
 def fewshot_gnn(ctx, *, embedding: str = "", embedding_dim: int = 0, unknown_label: str = "zeros",
                 num_layers: int = 2, growth: int = 48, metric_ratios: Sequence[float] = (2.0, 1.5, 1.0, 1.0),
                 metric_width: int = 0, last_norm: bool = True, last_dropout: float = 0.3,
@@ -280,7 +280,7 @@ def _note_training(check, *, name: str, init: str = "", query: str = "learned", 
         resumes=CHECKPOINT, resume_may_change=("steps",), resume_reads=("checkpoint-*.pt",),
         precheck=_note_training,
         applies={"eval_every": {"eval_episodes": positive}, "eval_batch_size": {"eval_episodes": positive}},
-       makes={"trained": "fewshot_trained"}, needs={"data": "episodes", "model": "fewshot"})
+       makes={"trained": "a trained few-shot model"}, needs={"data": "a few-shot dataset", "model": "a few-shot model"})
 def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float = 1e-3,
                    halve_every: int = 10000, weight_decay: float = 0.0, labelled_only: bool = False,
                    query: str = "learned", eval_every: int = 2000, eval_episodes: int = 2000,
@@ -315,10 +315,6 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     data, model = ctx.require("data", "train_episodes"), ctx.require("model", "train_episodes")
     if ctx.resume:
         _refuse_changing_an_asking_model(ctx, name, steps)
-    if query not in QUERY_MODES:
-        raise GraphseqError(f"{ctx.table}.query must be one of {', '.join(QUERY_MODES)}, got {query!r}")
-    if batch_size < 1 or steps < 1:
-        raise GraphseqError(f"train_episodes needs steps >= 1 and batch_size >= 1, got {steps} and {batch_size}")
     if labelled_only and model.config.active:
         raise GraphseqError("an active model needs the unlabelled images; labelled_only must be false")
     train = data.sampler("train", labelled_only)
@@ -350,18 +346,17 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=halve_every, gamma=0.5) \
         if halve_every > 0 else None
     checkpoint = f"checkpoint{'-' + name if name else ''}.pt"
-    run_ctx = ctx
-    if ctx.resume and not (ctx.out / checkpoint).is_file() and name:
-        # A run of several trainings stopped before this one began.
-        run_ctx = dataclasses.replace(ctx, resume=False)
-    if init and not (run_ctx.resume and (ctx.out / checkpoint).is_file()):
+    # A run of several trainings may have stopped before this one began.
+    resume = ctx.resume and ((ctx.out / checkpoint).is_file() or not name)
+    if init and not (resume and (ctx.out / checkpoint).is_file()):
         _initialise(model, Path(init), ctx.log)
     episodes = train.episode_size
     ctx.log.info(f"training{' ' + name if name else ''}: {steps} steps of {batch_size} episodes "
                  f"({episodes} nodes each{', labelled only' if labelled_only else ''}"
                  + (f", {per_support} to a support set" if per_support > 1 else "") + f"), Adam lr {lr}"
                  + (f" halved every {halve_every} steps" if halve_every > 0 else ""))
-    result = train_steps(run_ctx, model, optimizer, loss_fn, steps=steps, scheduler=scheduler,
+    result = train_steps(model, optimizer, loss_fn, steps=steps, out=ctx.out, device=ctx.device, resume=resume,
+                         quiet=ctx.quiet, log=ctx.log, pipeline=ctx.pipeline, scheduler=scheduler,
                          evaluate=evaluate if val is not None and eval_episodes > 0 else None,
                          eval_every=eval_every,
                          select=("val_accuracy", "max") if val is not None and eval_episodes > 0 else None,
@@ -369,7 +364,7 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
                          meta={"fewshot_config": dataclasses.asdict(model.config)},
                          desc=f"{ctx.pipeline}{' ' + name if name else ''}", checkpoint=checkpoint,
                          curves=f"curves{'-' + name if name else ''}.png")
-    if not hasattr(ctx, "trained"):
+    if ctx.trained is None:
         ctx.trained = {}
     ctx.trained[name] = model  # Later stages may ask for it by name (the oracle).
     suffix = _suffix(name)
@@ -423,7 +418,7 @@ def _check_queries(check, *, queries: List[str], **_) -> None:
 @stage("test_episodes", checks={"episodes": at_least(1), "batch_size": at_least(1),
                                  "queries": each(one_of(*QUERY_MODES), distinct=True), "name": NAME},
         resume_may_change=("episodes", "batch_size"), resume_reads=("test*.json",), precheck=_check_queries,
-       needs={"data": "episodes", "model": "fewshot"})
+       needs={"data": "a few-shot dataset", "model": "a few-shot model"})
 def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled_only: bool = False,
                   queries: List[str] = ("learned",), name: str = "") -> None:
     """Tests the model on ``episodes`` episodes of the test classes (the same
@@ -433,13 +428,8 @@ def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled
     ``queries``, or without a name, also with the query: ``_learned``,
     ``_random``)."""
     data, model = ctx.require("data", "test_episodes"), ctx.require("model", "test_episodes")
-    if episodes < 1:
-        raise GraphseqError(f"{ctx.table}.episodes must be at least 1, got {episodes}")
     sampler = data.sampler("test", labelled_only)
     modes = list(queries) if model.config.active else ["learned"]
-    for mode in modes:
-        if mode not in QUERY_MODES:
-            raise GraphseqError(f"{ctx.table}.queries: unknown {mode!r}; choose from {', '.join(QUERY_MODES)}")
     # A resumed run whose model is unchanged reuses the figures of the test it already ran.
     record = ctx.out / f"test{'-' + name if name else ''}.json"
     settings = {"weights": weights_digest(model), "episodes": episodes, "labelled_only": labelled_only,
@@ -472,7 +462,6 @@ def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled
     model.train()
     if distributed.is_main():
         write_json(record, {"settings": settings, "results": results})
-    ctx.fewshot_test = results
 
 
 def weights_digest(model: torch.nn.Module) -> str:
@@ -665,7 +654,7 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
         applies={"episodes": {"oracle": ORACLES}, "query": {"oracle": ORACLES}, "training": {"oracle": ORACLES},
                  "noise": {"oracle": ("simulated",)}, "labels": {"oracle": ("file",)},
                  "picture_width": {"oracle": ("human",)}},
-       needs={"data": "episodes", "trained": "fewshot_trained"})
+       needs={"data": "a few-shot dataset", "trained": "a trained few-shot model"})
 def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "", noise: float = 0.0,
                    query: str = "learned", training: str = "", picture_width: int = 20) -> None:
     """An active model asks, in each of ``episodes`` test episodes, for the
@@ -697,10 +686,6 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
     trained = ctx.require("trained", "fewshot_oracle")
     _check_training(ctx.table, training, {name: model.config.active for name, model in trained.items()})
     model = trained[training]
-    if query not in QUERY_MODES:
-        raise GraphseqError(f"{ctx.table}.query must be one of {', '.join(QUERY_MODES)}, got {query!r}")
-    if episodes < 1:
-        raise GraphseqError(f"{ctx.table}.episodes must be at least 1, got {episodes}")
 
     model.eval()
     seed = ctx.seed + ORACLE_SEED

@@ -22,7 +22,7 @@ from ..training import CHECKPOINT, train_steps
 from .registry import stage
 
 
-@stage("ppi", makes={"data": "graphs"})
+@stage("ppi", makes={"data": "a dataset of graphs"})
 def ppi(ctx) -> None:
     """PPI's training, validation and test graphs as ``ctx.data``
     (``{"train": ..., "val": ..., "test": ...}``), ``ctx.num_features`` and
@@ -40,7 +40,7 @@ def ppi(ctx) -> None:
 
 @stage("inductive_gat", checks={"hidden_channels": at_least(1), "heads": at_least(1),
                                 "output_heads": at_least(1), "layers": at_least(2)},
-       makes={"model": "gnn"}, needs={"data": ("graph", "graphs")})
+       makes={"model": "a graph network"}, needs={"data": ("a graph dataset", "a dataset of graphs")})
 def inductive_gat(ctx, *, hidden_channels: int = 256, heads: int = 4, output_heads: int = 6,
                   layers: int = 3) -> None:
     """The paper's PPI model (:class:`~graphseq.models.inductive_gat.InductiveGAT`) as ``ctx.model``."""
@@ -81,7 +81,7 @@ def multilabel_scores(model: nn.Module, graphs: Sequence[Data], device: torch.de
 @stage("train_graphs", checks={"lr": positive, "weight_decay": non_negative, "batch_size": at_least(1),
                                "steps": at_least(1), "eval_every": at_least(1), "checkpoint_every": at_least(1)},
        resumes=CHECKPOINT, resume_may_change=("steps",), data_parallel=True, splits=("batch_size",),
-       needs={"data": "graphs", "model": "gnn"})
+       needs={"data": "a dataset of graphs", "model": "a graph network"})
 def train_graphs(ctx, *, lr: float = 0.005, weight_decay: float = 0.0, batch_size: int = 2,
                  steps: int = 5000, eval_every: int = 10, checkpoint_every: int = 100) -> None:
     """Trains ``ctx.model`` on mini-batches of ``batch_size`` training graphs
@@ -118,7 +118,8 @@ def train_graphs(ctx, *, lr: float = 0.005, weight_decay: float = 0.0, batch_siz
         scores = multilabel_scores(model, val, ctx.device)
         return {"val_loss": scores["loss"], "val_f1": scores["f1"]}
 
-    result = train_steps(ctx, model, optimizer, loss_fn, steps=steps, evaluate=evaluate,
+    result = train_steps(model, optimizer, loss_fn, steps=steps, out=ctx.out, device=ctx.device, resume=ctx.resume,
+                         quiet=ctx.quiet, log=ctx.log, pipeline=ctx.pipeline, evaluate=evaluate,
                          eval_every=eval_every, select=("val_f1", "max"),
                          checkpoint_every=checkpoint_every, desc=ctx.pipeline)
     ctx.metrics.update(val_f1=result.best["val_f1"], best_step=result.best["step"], steps=result.step,
@@ -128,7 +129,7 @@ def train_graphs(ctx, *, lr: float = 0.005, weight_decay: float = 0.0, batch_siz
                      f"{result.best['val_f1']:.4f}")
 
 
-@stage("evaluate_graphs", checks={"split": one_of("train", "val", "test")}, needs={"data": "graphs", "model": "gnn"})
+@stage("evaluate_graphs", checks={"split": one_of("train", "val", "test")}, needs={"data": "a dataset of graphs", "model": "a graph network"})
 def evaluate_graphs(ctx, *, split: str = "test") -> None:
     """Micro-F1 of ``ctx.model`` on one split's graphs, as ``<split>_f1``."""
     data = ctx.require("data", "evaluate_graphs")

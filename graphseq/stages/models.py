@@ -8,7 +8,7 @@ from .registry import stage
 
 @stage("gat", checks={"hidden_channels": at_least(1), "heads": at_least(1), "output_heads": at_least(1),
                       "dropout": probability, "attention_dropout": probability, "value_dropout": probability},
-       makes={"model": "gnn"}, needs={"data": ("graph", "graphs")})
+       makes={"model": "a graph network"}, needs={"data": ("a graph dataset", "a dataset of graphs")})
 def gat(ctx, *, hidden_channels: int = 8, heads: int = 8, output_heads: int = 1,
         dropout: float = 0.6, attention_dropout: float = 0.6, value_dropout: float = 0.6) -> None:
     """The two-layer GAT of the paper as the authors' code builds it

@@ -232,7 +232,7 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
        data_parallel={"loader": ("neighbor",)}, applies={
            **{key: {"loader": ("neighbor",)} for key in ("num_neighbors", "batch_size", "num_workers", "inference")},
            "inference_batch_size": {"loader": ("neighbor",), "inference": ("layerwise", "sampled")}},
-       needs={"data": "graph", "model": "gnn"})
+       needs={"data": "a graph dataset", "model": "a graph network"})
 def train_nodes(ctx, *, lr: float = 0.005, weight_decay: float = 5e-4, max_epochs: int = 100_000,
                 patience: int = 100, stop_on: str = "gat", loader: str = "full",
                 num_neighbors: List[int] = [10, 10], batch_size: int = 512, num_workers: int = 0,
@@ -259,7 +259,7 @@ def train_nodes(ctx, *, lr: float = 0.005, weight_decay: float = 5e-4, max_epoch
 
 
 @stage("evaluate_nodes", checks={"mask": one_of("train_mask", "val_mask", "test_mask")},
-       needs={"data": "graph", "model": "gnn"})
+       needs={"data": "a graph dataset", "model": "a graph network"})
 def evaluate_nodes(ctx, *, mask: str = "test_mask") -> None:
     """Accuracy of ``ctx.model`` on one of the data's masks, as ``<split>_accuracy``."""
     data = ctx.require("data", "evaluate_nodes")

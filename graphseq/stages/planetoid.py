@@ -10,7 +10,7 @@ from .registry import stage
 @stage("planetoid", checks={"name": Domain(f"one of {', '.join(NAMES.values())} (any case)",
                                            lambda v: v.lower() in NAMES),
                             "split": one_of("public", "full", "random")},
-       makes={"data": "graph"})
+       makes={"data": "a graph dataset"})
 def planetoid(ctx, *, name: str = "Cora", split: str = "public", normalize_features: bool = True,
               sparse_features: bool = True) -> None:
     """Sets ``ctx.data`` (features stored sparsely if ``sparse_features``),

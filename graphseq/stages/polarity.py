@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -97,7 +98,7 @@ def _check_vocabulary(check, *, folds: int, split_seed: int, test_folds: List[in
 @stage("sentence_polarity", checks={"folds": at_least(3), "split_seed": between(0, MAX_SEED),
                                     "test_folds": FOLD_LIST, "min_freq": at_least(1)},
        resume_may_change=("test_folds",), precheck=_check_vocabulary,
-       makes={"data": "sentences"})
+       makes={"data": "a sentence-polarity dataset"})
 def sentence_polarity(ctx, *, folds: int = 10, split_seed: int = 0, test_folds: List[int] = [],
                       min_freq: int = 1) -> None:
     """The 10,662 snippets, lower-cased and split into words, and ``folds``
@@ -119,15 +120,15 @@ def sentence_polarity(ctx, *, folds: int = 10, split_seed: int = 0, test_folds: 
 
 @stage("bilstm_classifier", checks={"embedding_dim": at_least(1), "hidden_size": at_least(1),
                                     "num_layers": at_least(1), "dropout": probability, "pool": one_of(*POOLS)},
-       makes={"model": "classifier"})
+       makes={"model": "a sentence classifier"})
 def bilstm_classifier(ctx, *, embedding_dim: int = 300, hidden_size: int = 150, num_layers: int = 1,
                       dropout: float = 0.5, pool: str = "max") -> None:
     """A bidirectional chain-LSTM sentence classifier, built afresh for each
-    fold (its vocabulary differs from fold to fold) as ``ctx.make_model``."""
-    config = dict(embedding_dim=embedding_dim, hidden_size=hidden_size, num_layers=num_layers,
-                  dropout=dropout, pool=pool)
-    ctx.model_config = config
-    ctx.make_model = lambda vocab_size, num_classes: SentenceClassifier(vocab_size, num_classes, **config)
+    fold (its vocabulary differs from fold to fold): ``ctx.model`` is what
+    builds it, ``ctx.model(vocab_size, num_classes)``, and its ``keywords``
+    the configuration a checkpoint records."""
+    ctx.model = partial(SentenceClassifier, embedding_dim=embedding_dim, hidden_size=hidden_size,
+                        num_layers=num_layers, dropout=dropout, pool=pool)
 
 
 def sentence_batch(sentences: List[Tensor], device: torch.device) -> Tuple[Tensor, Tensor, Tensor]:
@@ -237,7 +238,7 @@ def _mean_std(values: List[float]) -> Tuple[float, float]:
                                   "lr": positive, "weight_decay": non_negative, "clip": positive,
                                   "max_batches": non_negative},
        resumes=FOLDS_FILE, resume_reads=("fold-*.pt",),
-       needs={"data": "sentences", "model": "classifier"})
+       needs={"data": "a sentence-polarity dataset", "model": "a sentence classifier"})
 def train_sentences(ctx, *, max_epochs: int = 10, patience: int = 3, batch_size: int = 50, lr: float = 4e-3,
                     weight_decay: float = 0.0, clip: float = 5.0, test: bool = True,
                     max_batches: int = 0) -> None:
@@ -250,7 +251,7 @@ def train_sentences(ctx, *, max_epochs: int = 10, patience: int = 3, batch_size:
     resumed run keeps the folds already finished and runs the rest. ``max_batches`` > 0 stops each
     epoch early, for smoke tests."""
     data: SentenceFolds = ctx.require("data", "train_sentences")
-    make_model: Callable = ctx.require("make_model", "train_sentences")
+    make_model: partial = ctx.require("model", "train_sentences")
     # folds.json holds the figures of every fold finished so far (their
     # weights are in fold-<i>.pt); a resumed run keeps those and runs the rest.
     done = {f["fold"]: f for f in (read_folds(ctx.out / FOLDS_FILE, ("epochs", "val_accuracy")) if ctx.resume
@@ -272,7 +273,7 @@ def train_sentences(ctx, *, max_epochs: int = 10, patience: int = 3, batch_size:
                 quiet=ctx.quiet, desc=f"fold {i} ", log=ctx.log)}
             if test:
                 figures["test_accuracy"] = accuracy(model, fold.test, fold.test_labels, ctx.device)
-            save_checkpoint({"model": model.state_dict(), "model_config": dict(ctx.model_config),
+            save_checkpoint({"model": model.state_dict(), "model_config": dict(make_model.keywords),
                              "vocabulary": list(fold.vocab.symbols), "figures": figures}, ctx.out / f"fold-{i}.pt")
             done[i] = figures
             write_json(ctx.out / FOLDS_FILE, list(done.values()))

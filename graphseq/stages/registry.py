@@ -14,40 +14,10 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 from ..checks import Condition, Domain
 from ..errors import GraphseqError
+from .context import PRODUCTS
 
 STAGES: Dict[str, Callable[..., Any]] = {}
 SPECS: Dict[str, "StageSpec"] = {}
-
-# What stages hand on to later ones (``makes``, ``needs``): each product fills
-# a slot of the context, named as a user reads it, and is of one kind. The
-# runner walks a pipeline's tables with these before it writes anything.
-SLOTS: Dict[str, str] = {  # slot -> what a message calls it ("the latest data comes from ...")
-    "data": "data", "model": "model", "encoder": "image encoder", "corpus": "corpus", "tokenizer": "tokenizer",
-    "trained": "trained model", "curves": "learning curves", "pretrained": "pretrained models",
-}
-KINDS: Dict[str, str] = {  # kind -> what it is, as a message says it
-    "graph": "a graph dataset",                     # one graph with node masks (planetoid)
-    "graphs": "a dataset of graphs",                # training, validation and test graphs (ppi)
-    "pool": "an active-learning pool",              # a graph and its pool of unlabelled nodes
-    "text": "a text corpus",                        # characters (char_corpus)
-    "episodes": "a few-shot dataset",               # classes to draw episodes from
-    "captions": "a caption dataset",                # images and their captions
-    "sentences": "a sentence-polarity dataset",     # labelled sentences in folds
-    "gnn": "a graph network",                       # a node (or graph) classifier
-    "char": "a character language model",
-    "fewshot": "a few-shot model",
-    "image": "an image encoder",
-    "captioner": "a captioner",
-    "classifier": "a sentence classifier",
-    "learner": "an active learner",
-    "bert": "a BERT model",
-    "pretraining": "a pretraining corpus",
-    "wordpiece": "a WordPiece tokenizer",
-    "fewshot_trained": "a trained few-shot model",
-    "curves": "learning curves",
-    "bert_groups": "pretrained BERT models",
-}
-
 
 @dataclass(frozen=True)
 class StageSpec:
@@ -64,8 +34,8 @@ class StageSpec:
     resume_notes: Dict[str, str] = field(default_factory=dict)  # why --resume may not change a key
     applies: Dict[str, Dict[str, Condition]] = field(default_factory=dict)  # key -> {key: values or domain}
     splits: Tuple[str, ...] = ()             # keys whose value the processes share out (a batch size)
-    makes: Dict[str, str] = field(default_factory=dict)              # slot -> kind it hands on
-    needs: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # slot -> kinds it accepts
+    makes: Dict[str, str] = field(default_factory=dict)              # product -> kind it hands on
+    needs: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # product -> kinds it accepts
 
 
 @dataclass
@@ -75,8 +45,10 @@ class Precheck:
     the ``facts`` that the prechecks of the pipeline's earlier stages left
     for later ones (say, the folds a pretraining stage provides), and the
     run's folders (one a seed) that ``--resume`` continues, to read what
-    they hold, never to write; ``table``, the name of the table whose
-    precheck runs, as a user names its keys (``--set train.steps=N``)."""
+    they hold, never to write; ``table``, the name of the section whose
+    precheck runs, as a user names its keys (``--set train.steps=N``);
+    ``runner``, what a stage that runs pipelines of its own checks them
+    with (``checked_config``, ``precheck``)."""
 
     data_root: Path
     data_mirror: Optional[Path]
@@ -84,6 +56,7 @@ class Precheck:
     facts: Dict[str, Any] = field(default_factory=dict)
     resumed: Tuple[Path, ...] = ()
     table: str = ""
+    runner: Any = None
 
 
 def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequence[str] = (),
@@ -144,12 +117,14 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
             batch size of streams or graphs), which must divide evenly by
             their number; a launch that they do not divide is refused
             before any process starts.
-        makes: what the stage hands on to later tables, slot by slot, from
-            :data:`SLOTS` to a kind of :data:`KINDS`: ``{"data": "graph"}``.
-        needs: what it takes from earlier tables, a kind or the kinds it
-            accepts per slot: ``{"data": ("graph", "graphs")}``. Before a
-            run writes anything, the runner refuses a table that needs what
-            no table before it makes, or another kind than the latest maker's.
+        makes: what the stage hands on to later sections, by the name of
+            the product (a field of :class:`~graphseq.stages.context.Context`)
+            and its kind, as a message names it: ``{"data": "a graph dataset"}``.
+        needs: what it takes from earlier sections, a kind or the kinds it
+            accepts per product: ``{"data": ("a graph dataset", "a dataset
+            of graphs")}``. Before a run writes anything, the runner refuses
+            a section that needs what no section before it makes, or another
+            kind than the latest maker's.
     """
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -164,12 +139,12 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
         if unknown:
             raise ValueError(f"stage {name!r} declares {', '.join(unknown)}, which are no parameters of "
                              f"{fn.__qualname__}")
-        wants = {slot: (kinds,) if isinstance(kinds, str) else tuple(kinds) for slot, kinds in (needs or {}).items()}
-        declared = [*(makes or {}).items(), *((slot, kind) for slot, kinds in wants.items() for kind in kinds)]
-        strange = [f"{slot}: {kind}" for slot, kind in declared if slot not in SLOTS or kind not in KINDS]
+        wants = {product: (kinds,) if isinstance(kinds, str) else tuple(kinds)
+                 for product, kinds in (needs or {}).items()}
+        strange = [product for product in [*(makes or {}), *wants] if product not in PRODUCTS]
         if strange:
-            raise ValueError(f"stage {name!r} makes or needs {', '.join(strange)}, which are no slot and kind "
-                             f"of graphseq.stages.registry.SLOTS and KINDS")
+            raise ValueError(f"stage {name!r} makes or needs {', '.join(strange)}, which are no products of "
+                             f"graphseq.stages.Context ({', '.join(PRODUCTS)})")
         fn.data_parallel = bool(data_parallel)  # with some settings, at least
         STAGES[name] = fn
         SPECS[name] = StageSpec(name, dict(checks or {}), tuple(options), resumes, tuple(resume_may_change),
@@ -205,23 +180,23 @@ def check_order(tables: Sequence[Tuple[str, str]]) -> None:
     first table that needs what no table before it makes (``needs`` of
     :func:`stage`), or another kind of it than the latest table that makes
     it: a run checks this before it writes anything."""
-    made: Dict[str, Tuple[str, str, str]] = {}  # slot -> (table, stage, kind) of its latest maker
+    made: Dict[str, Tuple[str, str, str]] = {}  # product -> (table, stage, kind) of its latest maker
     for position, (table, name) in enumerate(tables):
         spec = stage_spec(name)
-        for slot, kinds in spec.needs.items():
-            wanted = " or ".join(KINDS[kind] for kind in kinds)
-            if slot in made:
-                maker, maker_stage, kind = made[slot]
+        for product, kinds in spec.needs.items():
+            wanted = " or ".join(kinds)
+            if product in made:
+                maker, maker_stage, kind = made[product]
                 if kind not in kinds:
-                    raise GraphseqError(f"[{table}] ({name}) needs {wanted}, but the latest {SLOTS[slot]} "
-                                        f"comes from [{maker}] ({maker_stage}: {KINDS[kind]})")
+                    raise GraphseqError(f"[{table}] ({name}) needs {wanted}, but the latest {PRODUCTS[product]} "
+                                        f"comes from [{maker}] ({maker_stage}: {kind})")
                 continue
-            verb = "loads" if slot == "data" else "makes"
+            verb = "loads" if product == "data" else "makes"
             later = [later for later, later_stage in tables[position + 1:]
-                     if stage_spec(later_stage).makes.get(slot) in kinds]
-            makers = sorted(stage_name for stage_name, other in SPECS.items() if other.makes.get(slot) in kinds)
-            advice = (f"move a {slot} table ([{later[0]}]) before it" if later else
+                     if stage_spec(later_stage).makes.get(product) in kinds]
+            makers = sorted(stage_name for stage_name, other in SPECS.items() if other.makes.get(product) in kinds)
+            advice = (f"move a {product} table ([{later[0]}]) before it" if later else
                       "add a table before it with " + " or ".join(f'stage = "{m}"' for m in makers))
             raise GraphseqError(f"[{table}] ({name}) needs {wanted}; no table before it {verb} one: {advice}")
-        for slot, kind in spec.makes.items():
-            made[slot] = (table, name, kind)
+        for product, kind in spec.makes.items():
+            made[product] = (table, name, kind)

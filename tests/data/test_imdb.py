@@ -15,7 +15,7 @@ from graphseq.data import imdb
 from graphseq.data.files import Checksum
 from graphseq.data.imdb import NEG, POS, UNSUP, load_imdb_parts, load_imdb_train, load_imdb_unsup, review_sentences
 from graphseq.errors import GraphseqError
-from graphseq.pipeline import data_places
+from graphseq.data.places import data_places
 
 # Ids 0..11, so that the order by name (0, 1, 10, 11, 2, ...) is not the order by id.
 REVIEWS = {f"{i}_0.txt": f"Review {i} starts here. It ends here!<br /><br />Tom &amp; Jerry&#39;s cameo."

@@ -24,7 +24,7 @@ from graphseq.data.polarity import cv_folds, load_polarity
 from graphseq.errors import GraphseqError
 from graphseq.io import load_checkpoint
 from graphseq.models.bert import BertClassifier, BertConfig
-from graphseq.pipeline import data_places
+from graphseq.data.places import data_places
 from graphseq.stages.bert import adamw, bert_corpus, bert_tokenizer, read_pretraining
 
 TINY = {"model.hidden_size": 16, "model.feedforward_size": 32, "model.num_heads": 2, "tokenizer.vocab_size": 300,

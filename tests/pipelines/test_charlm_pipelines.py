@@ -10,7 +10,7 @@ import torch
 from graphseq import GraphseqError, run, training
 from graphseq.cli import main
 from graphseq.io import load_checkpoint, save_checkpoint
-from graphseq.pipeline import checked_config
+from graphseq.runner.config import checked_config
 
 # A model and budget small enough for seconds on a CPU; real data all the same.
 TINY = {"model.hidden_size": 16, "model.embedding_dim": 8, "train.batch_size": 4,

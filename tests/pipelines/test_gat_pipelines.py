@@ -12,7 +12,7 @@ from torch_geometric.data import Data
 from conftest import Terminal
 from graphseq import run
 from graphseq.models import GAT
-from graphseq.pipeline import available_pipelines
+from graphseq.runner.config import available_pipelines
 from graphseq.stages.node_training import fit_node_classifier
 
 REPO = Path(__file__).resolve().parents[2]

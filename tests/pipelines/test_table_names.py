@@ -9,7 +9,7 @@ import pytest
 import graphseq
 from graphseq.cli import main
 from graphseq.errors import GraphseqError
-from graphseq.pipeline import resolve_pipeline
+from graphseq.runner.config import resolve_pipeline
 
 
 def test_an_unknown_training_is_refused_under_the_key_the_user_sets(tmp_path, capsys):

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from graphseq import GraphseqError, run
-from graphseq.pipeline import read_config
+from graphseq.runner.config import read_config
 
 
 def test_transformer_cora_runs_all_three_variants(tmp_path, data_root, mirror):

@@ -6,7 +6,7 @@ import pytest
 from graphseq import GraphseqError
 from graphseq.cli import main
 from graphseq.data.shapes import Scene, ShapeObject
-from graphseq.pipeline import checked_config, precheck
+from graphseq.runner.config import checked_config, precheck
 from graphseq.stages.captioning import attribute_targets, bleu, object_scores
 
 REFERENCES = [[["a", "small", "red", "circle"], ["there", "is", "a", "small", "red", "circle"]],

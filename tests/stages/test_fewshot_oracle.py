@@ -40,10 +40,10 @@ def test_a_closed_standard_input_is_refused_before_any_file(omniglot, tmp_path, 
 
 
 def test_the_picture_width_is_a_setting_a_resumed_run_may_change():
-    from graphseq.pipeline import _differences
+    from graphseq.runner.run_folder import differences
 
     started = {"oracle": {"stage": "fewshot_oracle", "oracle": "human", "picture_width": 20}}
-    assert _differences(started, {"oracle": {**started["oracle"], "picture_width": 12}}) == []
+    assert differences(started, {"oracle": {**started["oracle"], "picture_width": 12}}) == []
 
 
 @pytest.mark.slow
