@@ -22,11 +22,11 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..errors import GraphseqError, draw_bars, plural
-from ..seeding import keyed_generator
 from ..pictures import terminal_width
+from ..seeding import keyed_generator
 from .oracles import QUIT, SKIP, UNDO, Question, Reply
 from .prompt import fit
-from .store import LabelStore
+from .store import Answer, LabelStore
 from .strategies import get_strategy, random_sampling
 
 # What a person reads about an item: (item, probabilities [num_items,
@@ -93,6 +93,30 @@ def _class_index(label, item: int, names: Sequence[str], who: str) -> int:
     if not 0 <= index < len(names):
         raise GraphseqError(f"{who} label {label!r} for item {item} is no class (0..{len(names) - 1})")
     return index
+
+
+def store_answer(store: LabelStore, strategy: str, item: int, reply: Reply, names: Sequence[str],
+                 oracle: Oracle, who: str, pending: Optional[Sequence[int]] = None) -> Optional[int]:
+    """Stores ``reply`` (a class's index, or SKIP) to the question about
+    ``item`` at once, before the next question is asked: every question an
+    oracle answers, in any loop, is stored here. Returns the class's index,
+    or None for a skip. ``who`` names the loop in the refusal of a reply
+    that is no class; ``pending``: the questions left of the round."""
+    if reply is SKIP:
+        store.add(strategy, item, None, oracle.source, pending=pending)
+        return None
+    label = _class_index(reply, item, names, f"{who}: the {oracle.source} oracle's")
+    store.add(strategy, item, names[label], oracle.source, pending=pending)
+    return label
+
+
+def undo_answer(store: LabelStore, strategy: str, oracle: Oracle, name: Callable[[Answer], str],
+                requeue: bool = False) -> Optional[Answer]:
+    """Takes the last answer back (an UNDO reply), telling the oracle what
+    was undone (``name(answer)``) or that there was nothing to undo."""
+    undone = store.undo(strategy, requeue=requeue)
+    oracle.tell("  nothing to undo" if undone is None else f"  undone: {name(undone)}")
+    return undone
 
 
 def _check_task(task: Task, initial: Mapping[int, int] | Sequence[int]) -> Dict[int, int] | List[int]:
@@ -257,25 +281,21 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                     oracle.tell("\n".join(said + ([f"continue with: {resume_hint}"] if resume_hint else [])))
                     break
                 if reply is UNDO:
-                    undone = store.undo(strategy, requeue=True)
+                    undone = undo_answer(store, strategy, oracle, lambda answer: f"item {answer.item} " + (
+                        f"= {answer.label}" if answer.label is not None else "(skipped)"), requeue=True)
                     if undone is None:
-                        oracle.tell("  nothing to undo")
                         continue
                     labelled.pop(undone.item, None)
                     skipped.discard(undone.item)
                     queue = store.pending(strategy)
-                    oracle.tell(f"  undone: item {undone.item} " +
-                                (f"= {undone.label}" if undone.label is not None else "(skipped)"))
                     if undone.item in trained:  # Train again: no model may know the undone answer.
                         break
                     continue
                 queue.pop(0)
-                if reply is SKIP:
-                    store.add(strategy, item, None, oracle.source, pending=queue)
+                label = store_answer(store, strategy, item, reply, names, oracle, "active_learning", pending=queue)
+                if label is None:
                     skipped.add(item)
                 else:
-                    label = _class_index(reply, item, names, f"active_learning: the {oracle.source} oracle's")
-                    store.add(strategy, item, names[label], oracle.source, pending=queue)
                     labelled[item] = label
                 bar.update(len(labelled) - bar.n)
             if stopped:

@@ -30,7 +30,8 @@ from ..data.episodes import EpisodeSampler, FewShotClasses
 from ..data.miniimagenet import SPLITS as MINIIMAGENET_SPLITS, find_miniimagenet, load_miniimagenet, read_split
 from ..data.omniglot import load_omniglot, omniglot_split
 from ..errors import GraphseqError, draw_bars
-from ..active.oracles import QUIT, SKIP, UNDO, FileOracle, Question
+from ..active.loop import store_answer, undo_answer
+from ..active.oracles import QUIT, UNDO, FileOracle, Question
 from ..active.store import STORE_NAME, LabelStore
 from ..io import first_sentence, load_checkpoint, read_json, write_json
 from ..models.fewshot import EMBEDDINGS, QUERY_MODES, UNKNOWN_LABELS, FewShotConfig, FewShotModel
@@ -739,23 +740,20 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
                                              f"--oracle {the_oracle.source}"]))
                 ctx.stopped = True
                 break
-            if reply is SKIP:
-                store.add(strategy, e, None, the_oracle.source)
-                skipped.add(e)
-            elif reply is UNDO:
+            if reply is UNDO:
                 queue.insert(0, e)
-                undone = store.undo(strategy)
-                if undone is None:
-                    the_oracle.tell("  nothing to undo")
-                    continue
-                answers[undone.item] = -1
-                skipped.discard(undone.item)
-                queue.insert(0, undone.item)
-                the_oracle.tell(f"  undone: episode {undone.item + 1} " +
-                                (f"= class {undone.label}" if undone.label is not None else "(skipped)"))
+                undone = undo_answer(store, strategy, the_oracle, lambda answer: f"episode {answer.item + 1} " + (
+                    f"= class {answer.label}" if answer.label is not None else "(skipped)"))
+                if undone is not None:
+                    answers[undone.item] = -1
+                    skipped.discard(undone.item)
+                    queue.insert(0, undone.item)
+                continue
+            label = store_answer(store, strategy, e, reply, names, the_oracle, "fewshot_oracle")
+            if label is None:
+                skipped.add(e)
             else:
-                store.add(strategy, e, names[reply], the_oracle.source)
-                answers[e] = reply
+                answers[e] = label
                 after = _asking(model, batch, query, answers, seed)[e].softmax(dim=-1)
                 guess, was = int(after.argmax()), int(before[e].argmax())
                 the_oracle.tell("\n".join(_wrapped(
