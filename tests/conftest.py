@@ -1,7 +1,12 @@
 """Shared fixtures: a writable data root per test session and the read-only
 mirror of real datasets (``GRAPHSEQ_MIRROR``, else ``../shared/datasets``);
 and :class:`Terminal`, a standard error that says it is a terminal, which
-tests import (``from conftest import Terminal``)."""
+tests import (``from conftest import Terminal``).
+
+The tests come in two tiers. ``python -m pytest`` runs the fast one: the
+layers, the units, the command's checks and the quick pipeline smoke runs.
+Tests marked ``slow`` (real-data training, several processes, the longer
+smoke runs: more than a second or two each) run too with ``--all``."""
 import io
 import os
 import pickle
@@ -14,6 +19,19 @@ import pytest
 import scipy.sparse as sp
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", help="run every tier: the slow tests too")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--all"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
 
 
 class Terminal(io.StringIO):

@@ -132,6 +132,7 @@ def refusals(tmp_path_factory):
     return finished
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script, args, message", CASES,
                          ids=lambda value: " ".join(value) if isinstance(value, list) else None)
 def test_script_refuses_bad_arguments_before_any_work(refusals, script, args, message):
@@ -150,6 +151,7 @@ def test_a_script_that_works_instead_of_refusing_still_fails_and_is_stopped():
     assert working.poll() is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script, folder, name", [("bench_gat.py", "Cora/raw", "ind.cora.x"),
                                                   ("bench_bert.py", "rt-polaritydata", "rt-polarity.neg")])
 def test_script_reports_unusable_data_in_one_line(tmp_path, script, folder, name):
@@ -160,6 +162,7 @@ def test_script_reports_unusable_data_in_one_line(tmp_path, script, folder, name
     assert f"{script}: error: {blocking} is not a file (a folder?)" in err
 
 
+@pytest.mark.slow
 def test_bench_gat_reads_cora_from_the_data_mirror_it_is_given(tmp_path, mirror):
     # Offline, a user points the script at the mirror as they point `graphseq run` at it (the README's
     # --data-mirror); GRAPHSEQ_MIRROR is unset here, so only the option can find Cora.
@@ -172,6 +175,7 @@ def test_bench_gat_reads_cora_from_the_data_mirror_it_is_given(tmp_path, mirror)
     assert not (tmp_path / "datasets").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("gensim") is not None, reason="gensim is installed")
 def test_polarity_peers_asks_for_gensim_before_any_fold(tmp_path):
     returncode, out, err = awaited(refused("polarity_peers.py", ["--folds", "0", "--models", "tfidf,doc2vec-dm",
@@ -270,6 +274,7 @@ def test_doc2vec_fold_times_the_chosen_fit_alone(monkeypatch):
 
 
 def test_polarity_peers_sets_spv_beside_one_doc2vec_fit(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("gensim", reason="the Doc2Vec peer comes with the [peers] extra")
     peers = load_script("polarity_peers.py", monkeypatch)
     sentences = [f"sentence {i}" for i in range(40)]
     monkeypatch.setattr(peers, "load_polarity", lambda root, mirror: (sentences, [i % 2 for i in range(40)]))

@@ -210,6 +210,7 @@ def test_missing_dataset_is_named_without_traceback(capsys, tmp_path, monkeypatc
     assert "ind.pubmed.allx" in err and "offline" in err
 
 
+@pytest.mark.slow
 def test_the_installed_command_exits_2_without_traceback():
     result = subprocess.run([sys.executable, "-m", "graphseq.cli", "run", "no-such-pipeline"],
                             capture_output=True, text=True)
@@ -217,6 +218,7 @@ def test_the_installed_command_exits_2_without_traceback():
     assert "unknown pipeline" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
 @pytest.mark.parametrize("argv", [["list"], ["--help"], ["labels", "{tmp}"]])
 def test_output_to_a_full_disk_is_one_line_exit_2(argv, tmp_path):
@@ -232,6 +234,7 @@ def test_output_to_a_full_disk_is_one_line_exit_2(argv, tmp_path):
     assert result.returncode == 2
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_early_ends_the_output_quietly():
     process = subprocess.Popen([sys.executable, "-m", "graphseq.cli", "list"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
@@ -240,6 +243,7 @@ def test_a_reader_that_stops_early_ends_the_output_quietly():
     assert process.wait() == 141  # what a shell reports for a tool that SIGPIPE ended
 
 
+@pytest.mark.slow
 def test_importing_the_layers_loads_no_runner_stage_prompt_or_database():
     code = ("import sys, graphseq.nn; "
             "print(sorted(m for m in sys.modules if m.startswith(('graphseq.', 'sqlite3', 'networkx'))))")
@@ -262,6 +266,7 @@ def test_a_place_the_run_cannot_write_is_named_in_one_line(monkeypatch, capsys, 
     assert capsys.readouterr().err == f"graphseq: error: cannot write {tmp_path / 'root' / 'Cora'}: Permission denied\n"
 
 
+@pytest.mark.slow
 def test_names_outside_ascii_are_escaped_where_the_output_is_ascii():
     env = {**os.environ, "PYTHONIOENCODING": "ascii"}
     result = subprocess.run([sys.executable, "-m", "graphseq", "list"], capture_output=True, text=True, env=env)
@@ -275,6 +280,7 @@ def test_a_closed_standard_output_drops_what_a_command_prints(monkeypatch, capsy
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.slow
 def test_threads_are_set_before_torch_loads():
     code = ("import sys; from graphseq import cli; "
             "sys.argv = ['graphseq', 'run', 'no-such-pipeline', '--threads', '1']; "
@@ -383,12 +389,14 @@ def test_sample_html_never_writes_in_the_run_folder(tmp_path, charlm_run, capsys
     assert _contents(charlm_run) == before
 
 
+@pytest.mark.slow
 def test_caption_attention_writes_a_png_outside_the_run(tmp_path, picture, capsys):
     run = _captioner_run(tmp_path)
     assert main(["caption", str(run), str(picture), "--beam", "2", "--attention", str(tmp_path / "a.png")]) == 0
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_an_empty_caption_is_printed_as_such(tmp_path, picture, capsys):
     run = _captioner_run(tmp_path, end_first=True)
     assert main(["caption", str(run), str(picture)]) == 0

@@ -71,6 +71,7 @@ def two_ranks(tmp_path_factory):
     return tmp, [torch.load(tmp / f"rank-{r}.pt") for r in range(2)]
 
 
+@pytest.mark.slow
 def test_one_step_on_two_shards_equals_one_step_on_their_union(two_ranks, tmp_path):
     _, ranks = two_ranks
     assert ranks[0]["rows"].tolist() == [0, 2, 4, 6] and ranks[1]["rows"].tolist() == [1, 3, 5, 7]
@@ -233,6 +234,7 @@ def _ppi_launch(tmp_path, *extra):
                             start_new_session=True)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="stops the launcher with SIGTERM")
 def test_a_launch_stopped_by_sigterm_logs_how_to_continue_it(tmp_path):
     # Only the launcher's stderr said it; log.txt ended at the last step, as if the run had gone on.

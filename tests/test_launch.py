@@ -60,6 +60,7 @@ def gat_ppi(out, mirror, root, *extra, nproc=1, check=True):
     return done
 
 
+@pytest.mark.slow
 def test_two_workers_take_the_step_of_one_on_the_whole_batch(tmp_path, ppi_mirror):
     root = tmp_path / "data"
     gat_ppi(tmp_path / "one", ppi_mirror, root, "--set", "train.steps=1")
@@ -109,6 +110,7 @@ def _wait_for_a_checkpoint(launcher: subprocess.Popen, out: Path) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the worker through /proc")
 def test_a_killed_worker_ends_the_run_clearly_and_the_checkpoint_resumes(tmp_path, ppi_mirror):
     out, root = tmp_path / "run", tmp_path / "data"
@@ -139,6 +141,7 @@ def test_a_killed_worker_ends_the_run_clearly_and_the_checkpoint_resumes(tmp_pat
     assert load_checkpoint(out / "checkpoint.pt")["step"] == 120
 
 
+@pytest.mark.slow
 def test_data_missing_after_the_workers_started_ends_in_its_one_line(tmp_path):
     # Rank 0 finds the files missing while rank 1 waits for it; rank 1 lost its peer and printed
     # "[rank1]: RuntimeError: ... Connection closed by peer ...", or exited first and was blamed.
@@ -229,6 +232,7 @@ def test_after_a_worker_died_the_advice_fits_the_run(tmp_path):
         f"pipeline gat-cora-neighbor cannot resume a run, so start it again with another --out than {out}"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the checkpoint's writer through /proc")
 @pytest.mark.parametrize("how, code", [("ctrl-c", 130), ("sigterm", 143)])
 def test_an_interrupted_launch_ends_in_one_line_that_says_how_to_resume(tmp_path, ppi_mirror, how, code):
@@ -260,6 +264,7 @@ def test_an_interrupted_launch_ends_in_one_line_that_says_how_to_resume(tmp_path
     assert sum(line.split(" ", 2)[2].startswith("interrupted") for line in log) == 1, "\n".join(log[-3:])
 
 
+@pytest.mark.slow
 def test_resuming_with_another_number_of_processes_is_refused_before_any_worker_starts(tmp_path, ppi_mirror,
                                                                                           capfd):
     out, root = tmp_path / "run", tmp_path / "data"
@@ -308,6 +313,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_worker_ends_when_its_launcher_is_killed():
     parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])",

@@ -56,6 +56,7 @@ def test_unknown_stage_lists_the_known_ones(tmp_path):
     assert "planetoid" in STAGES
 
 
+@pytest.mark.slow
 def test_run_writes_config_log_checkpoint_and_metrics(tmp_path, data_root, mirror):
     out = tmp_path / "run"
     summary = run("gat-cora", overrides=FAST, out=out, data_root=data_root, data_mirror=mirror, quiet=True)
@@ -68,6 +69,7 @@ def test_run_writes_config_log_checkpoint_and_metrics(tmp_path, data_root, mirro
     assert figures["epochs"] == 3
 
 
+@pytest.mark.slow
 def test_runs_repeat_with_consecutive_seeds_and_summarise(tmp_path, data_root, mirror):
     out = tmp_path / "runs"
     summary = run("gat-cora", overrides=FAST, seed=5, runs=2, out=out, data_root=data_root,
@@ -79,6 +81,7 @@ def test_runs_repeat_with_consecutive_seeds_and_summarise(tmp_path, data_root, m
     assert (out / "seed-5" / "best.pt").is_file() and (out / "seed-6" / "metrics.json").is_file()
 
 
+@pytest.mark.slow
 def test_same_seed_same_result(tmp_path, data_root, mirror):
     first, second = (run("gat-cora", overrides=FAST, seed=3, out=tmp_path / str(i), data_root=data_root,
                          data_mirror=mirror, quiet=True)["runs"][0]["test_accuracy"] for i in range(2))

@@ -35,6 +35,7 @@ def test_a_table_name_toml_must_quote_is_written_back_so_that_it_reads_the_same(
     assert read_config(again) == config  # '[modèle]' unquoted was malformed TOML
 
 
+@pytest.mark.slow
 def test_a_run_with_a_quoted_table_name_repeats_from_its_config_toml(tmp_path, capsys, mirror, data_root):
     path = tmp_path / "mine.toml"
     path.write_text(CHARLM.format(model='"modèle"'), encoding="utf-8")

@@ -27,6 +27,7 @@ TINY = ["--set", "learner.epochs=5", "--set", "active.initial=2", "--set", "acti
         "--set", "active.budget=8", "--set", "active.reference=false"]
 
 
+@pytest.mark.slow
 def test_active_cora_simulated_over_seeds_writes_curves_metrics_and_plots(tmp_path, data_root, mirror):
     summary = graphseq.run("active-cora", runs=2, out=tmp_path, data_root=data_root, data_mirror=mirror,
                            quiet=True, overrides={"learner.epochs": 3, "active.initial": 2, "active.batch_size": 3,
@@ -45,6 +46,7 @@ def test_active_cora_simulated_over_seeds_writes_curves_metrics_and_plots(tmp_pa
     assert (tmp_path / "learning_curves.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_active_polarity_simulated_on_a_sample(tmp_path, data_root, mirror):
     summary = graphseq.run("active-polarity", out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True,
                            overrides={"data.limit": 400, "learner.epochs": 5, "active.initial": 4,
@@ -57,6 +59,7 @@ FILE_RUN = {"learner.epochs": 3, "active.initial": 4, "active.batch_size": 3, "a
             "active.reference": False}
 
 
+@pytest.mark.slow
 def test_a_csv_of_answers_gives_exactly_those_labels(tmp_path, data_root, mirror):
     # Cora nodes 0-139 are the standard training split, all in the pool; the
     # labels are deliberately not the true ones, and fewer than the budget.
@@ -137,6 +140,7 @@ def piped(data: bytes):
     return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="strict")
 
 
+@pytest.mark.slow
 def test_a_byte_order_mark_and_bytes_that_are_no_utf8_keep_each_piped_answer_on_its_item(
         tmp_path, data_root, mirror, monkeypatch, capsys):
     # A byte-order mark made the first answer garbage and shifted every later one an item off;
@@ -324,6 +328,7 @@ class Scripted:
         return pool
 
 
+@pytest.mark.slow
 def test_a_resumed_random_run_asks_and_plots_what_an_uninterrupted_one_does(tmp_path, data_root, mirror):
     common = {"data_root": data_root, "data_mirror": mirror, "quiet": True}
     overrides = {"learner.epochs": 3, "active.initial": 2, "active.batch_size": 2, "active.budget": 8,
@@ -345,6 +350,7 @@ def test_a_resumed_random_run_asks_and_plots_what_an_uninterrupted_one_does(tmp_
     assert resumed["curves"] == straight["curves"] and [n for n, _ in resumed["curves"]["random"]] == [2, 4, 6, 8]
 
 
+@pytest.mark.slow
 def test_learning_curves_can_measure_the_validation_nodes(tmp_path, data_root, mirror):
     overrides = {"learner.epochs": 3, "active.initial": 2, "active.batch_size": 3, "active.budget": 5,
                  "active.compare": ["random"], "active.reference": False}
@@ -433,6 +439,7 @@ def test_a_budget_beyond_the_pool_is_refused_before_any_label_is_stored(key, val
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_validation_curves_are_named_val_in_the_metrics_the_log_and_curves_json(tmp_path, data_root, mirror):
     overrides = {"learner.epochs": 3, "active.initial": 2, "active.batch_size": 3, "active.budget": 5,
                  "active.compare": ["random"], "learner.evaluate": "val"}

@@ -79,6 +79,7 @@ def test_whole_model_equals_dense_reference():
         assert torch.allclose(a, b, atol=1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("active", [False, True])
 def test_evaluation_does_not_depend_on_the_other_episodes_of_a_batch(active):
     torch.manual_seed(0)
@@ -126,6 +127,7 @@ def test_node_features_hold_the_known_labels():
         assert torch.allclose(labels[~batch.labelled], torch.full((int((~batch.labelled).sum()), 5), value))
 
 
+@pytest.mark.slow
 def test_active_model_asks_about_an_unlabelled_node_and_learns_whom_to_ask():
     torch.manual_seed(0)
     model = FewShotModel(FewShotConfig(num_ways=5, active=True))

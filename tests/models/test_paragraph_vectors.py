@@ -107,6 +107,7 @@ def toy_corpus():
     return documents, torch.tensor(classes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["dm", "dbow"])
 def test_inference_freezes_the_model_and_the_classes_come_apart(mode):
     documents, classes = toy_corpus()

@@ -25,7 +25,8 @@ from graphseq.errors import GraphseqError
 from graphseq.io import load_checkpoint
 from graphseq.models.bert import BertClassifier, BertConfig
 from graphseq.data.places import data_places
-from graphseq.stages.bert import adamw, bert_corpus, bert_tokenizer, read_pretraining
+from graphseq.stages.bert import adamw, bert_corpus, bert_tokenizer
+from graphseq.stages.bert_polarity import read_pretraining
 
 TINY = {"model.hidden_size": 16, "model.feedforward_size": 32, "model.num_heads": 2, "tokenizer.vocab_size": 300,
         "pretrain.batch_size": 4, "pretrain.eval_examples": 16, "pretrain.eval_every": 2}
@@ -49,6 +50,7 @@ def pretrained(tmp_path_factory, data_root, mirror):
     return out, summary["runs"][0]
 
 
+@pytest.mark.slow
 def test_bert_pretrain_writes_model_tokenizer_and_scores(pretrained):
     out, figures = pretrained
     for name in ("bert.pt", "tokenizer.json", "checkpoint.pt", "curves.png", "metrics.json", "pretraining.json"):
@@ -98,6 +100,7 @@ def test_corpus_texts_choose_the_shared_texts(data_root, mirror):
     assert not {s for doc in corpus.train + corpus.held_out for s in doc} & set(sentences)
 
 
+@pytest.mark.slow
 def test_pretraining_on_one_sentence_documents_reports_no_next_sentence_figures(tmp_path, data_root, mirror):
     summary = run("bert-pretrain", overrides={**TINY, "pretrain.steps": 2, "corpus.texts": ["polarity"]},
                   out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
@@ -108,6 +111,7 @@ def test_pretraining_on_one_sentence_documents_reports_no_next_sentence_figures(
     assert json.loads((tmp_path / "pretraining.json").read_text())["texts"] == ["polarity"]
 
 
+@pytest.mark.slow
 def test_a_pretraining_without_polarity_text_serves_every_test_fold(tmp_path, data_root, mirror):
     run("bert-pretrain", overrides={**TINY, "pretrain.steps": 1, "corpus.texts": ["shakespeare"],
                                     "corpus.exclude_folds": [3]},
@@ -155,6 +159,7 @@ def small_corpus(folder):
     return folder
 
 
+@pytest.mark.slow
 def test_resumed_pretraining_equals_straight_pretraining(tmp_path):
     common = dict(quiet=True)
     straight = {**TINY, "tokenizer.vocab_size": 60, "pretrain.steps": 4, "pretrain.checkpoint_every": 2,
@@ -312,6 +317,7 @@ def _tokenizer_worker(rank, store, folder, data_places):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_every_process_reads_the_tokenizer_rank_zero_trained(tmp_path):
     small_corpus(tmp_path / "corpus")
     mp.spawn(_tokenizer_worker, args=(tmp_path / "store", tmp_path, data_places(None, None)), nprocs=2, join=True)
@@ -320,6 +326,7 @@ def test_every_process_reads_the_tokenizer_rank_zero_trained(tmp_path):
     assert json.loads((tmp_path / "vocab-1.json").read_text()) == saved
 
 
+@pytest.mark.slow
 def test_a_tokenizer_file_is_used_as_it_is_and_a_vocab_size_beside_it_is_refused(tmp_path):
     settings = {**TINY, "tokenizer.vocab_size": 60, "pretrain.steps": 1, "corpus.held_out": 0.2,
                 "corpus.folder": str(small_corpus(tmp_path / "corpus"))}
@@ -475,6 +482,7 @@ def test_fill_mask_names_a_missing_folder_or_a_file_given_as_the_run(tmp_path, c
     assert err == f"graphseq: error: {message.format(run=run_dir, tmp=tmp_path)}\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pool", ["cls", "mean"])
 def test_bert_polarity_fine_tunes_pretrained_and_scratch(pretrained, tmp_path, data_root, mirror, pool):
     out, _ = pretrained
@@ -601,6 +609,7 @@ def test_bert_polarity_refuses_the_fold_settings_it_sets_itself_in_pretrain_set(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_bert_polarity_pretrains_first_when_given_no_run(tmp_path, data_root, mirror):
     pretrain_set = [f"{k}={json.dumps(v)}" for k, v in {**TINY, "pretrain.steps": 2}.items()]
     summary = run("bert-polarity", overrides={"pretrain.groups": 2, "pretrain.pretrain_set": pretrain_set,

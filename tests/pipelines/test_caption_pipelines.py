@@ -44,6 +44,7 @@ def attention_run(tmp_path_factory):
     return out, _run("caption-shapes-attention", out)
 
 
+@pytest.mark.slow
 def test_attention_pipeline_writes_its_results(attention_run):
     out, figures = attention_run
     assert figures["steps"] == 4 and figures["encoder_steps"] == 4
@@ -66,6 +67,7 @@ def init_run(tmp_path_factory):
     return out, _run("caption-shapes-init", out)
 
 
+@pytest.mark.slow
 def test_init_pipeline_runs_a_few_steps(init_run):
     out, figures = init_run
     assert figures["steps"] == 4 and math.isfinite(figures["test_beam_bleu1"])
@@ -127,6 +129,7 @@ def test_settings_the_run_would_ignore_are_refused_before_writing(tmp_path, name
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_resume_continues_from_the_checkpoint(init_run, tmp_path):
     straight_out, straight = init_run
     _run("caption-shapes-init", tmp_path, **{"train.steps": 2})
@@ -139,6 +142,7 @@ def test_resume_continues_from_the_checkpoint(init_run, tmp_path):
     assert resumed["test_greedy_bleu1"] == pytest.approx(straight["test_greedy_bleu1"])
 
 
+@pytest.mark.slow
 def test_a_run_stopped_before_the_decoders_first_checkpoint_resumes(tmp_path):
     _run("caption-shapes-init", tmp_path, **{"train.steps": 2})
     before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
@@ -181,6 +185,7 @@ def _write_coco(root, split, count, offset):
     (root / "annotations" / f"captions_{split}.json").write_text(json.dumps({"images": images, "annotations": notes}))
 
 
+@pytest.mark.slow
 def test_caption_coco_runs_on_files_in_cocos_layout(tmp_path):
     mirror = tmp_path / "mirror"
     _write_coco(mirror / "coco", "train2014", 24, 0)
@@ -254,6 +259,7 @@ def test_caption_draws_the_attention_of_each_word(attention_run, picture, tmp_pa
     assert "wrote" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_caption_samples_several_captions_from_a_seed(attention_run, picture, capsys):
     out, _ = attention_run
     args = ["caption", str(out), str(picture), "--sample", "3", "--temperature", "0.8", "--seed", "1",

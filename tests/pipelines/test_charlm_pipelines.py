@@ -30,6 +30,7 @@ def trained(tmp_path_factory, data_root, mirror):
     return out, _run("charlm-lstm", out, data_root, mirror)
 
 
+@pytest.mark.slow
 def test_charlm_lstm_writes_its_results(trained):
     out, figures = trained
     assert figures["steps"] == 4
@@ -40,6 +41,7 @@ def test_charlm_lstm_writes_its_results(trained):
     assert (out / "sample.txt").read_text().startswith("ROMEO:")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["charlm-rnn", "charlm-onlstm"])
 def test_other_charlm_pipelines_run_a_few_steps(name, tmp_path, data_root, mirror):
     overrides = {"model.chunk_size": 4} if name == "charlm-onlstm" else {}
@@ -48,6 +50,7 @@ def test_other_charlm_pipelines_run_a_few_steps(name, tmp_path, data_root, mirro
     assert (tmp_path / "sample.txt").read_text().startswith("ROMEO:")
 
 
+@pytest.mark.slow
 def test_resume_continues_from_the_checkpoint(tmp_path, data_root, mirror, monkeypatch):
     straight = _run("charlm-lstm", tmp_path / "straight", data_root, mirror,
                     **{"model.dropout": 0.2})
@@ -80,6 +83,7 @@ def test_resume_continues_from_the_checkpoint(tmp_path, data_root, mirror, monke
         assert torch.allclose(weight, two["model"][key], atol=1e-6), key
 
 
+@pytest.mark.slow
 def test_the_rate_ends_at_lr_end_at_the_last_step(tmp_path, data_root, mirror):
     _run("charlm-rnn", tmp_path, data_root, mirror, **{"train.lr": 0.004, "train.lr_end": 0.25})
     rate = load_checkpoint(tmp_path / "checkpoint.pt")["optimizer"]["param_groups"][0]["lr"]

@@ -35,6 +35,7 @@ def tiny(*tables, steps=2):
     return overrides
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fewshot-omniglot-5w1s", "fewshot-omniglot-5w5s", "fewshot-omniglot-20w1s",
                                   "fewshot-omniglot-20w5s"])
 def test_omniglot_pipelines_train_and_test(name, tmp_path, data_root, mirror):
@@ -49,6 +50,7 @@ def test_omniglot_pipelines_train_and_test(name, tmp_path, data_root, mirror):
     assert (tmp_path / "curves.png").is_file() and (tmp_path / "checkpoint.pt").is_file()
 
 
+@pytest.mark.slow
 def test_resume_continues_the_training_and_reuses_the_test(tmp_path, data_root, mirror):
     overrides = tiny(("train", "test"))
     graphseq.run("fewshot-omniglot-5w1s", out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True,
@@ -60,6 +62,7 @@ def test_resume_continues_the_training_and_reuses_the_test(tmp_path, data_root, 
     assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3
 
 
+@pytest.mark.slow
 def test_init_starts_from_the_weights_of_another_run_that_fit(tmp_path, data_root, mirror):
     graphseq.run("fewshot-omniglot-5w1s", out=tmp_path / "one", data_root=data_root, data_mirror=mirror,
                  quiet=True, overrides=tiny(("train", "test")))
@@ -90,6 +93,7 @@ def test_init_starts_from_the_weights_of_another_run_that_fit(tmp_path, data_roo
         assert not (tmp_path / "five").exists()
 
 
+@pytest.mark.slow
 def test_episodes_can_share_their_support_sets(tmp_path, data_root, mirror):
     overrides = {**tiny(("train", "test")), "train.batch_size": 4, "train.per_support": 2}
     summary = graphseq.run("fewshot-omniglot-20w1s", out=tmp_path / "shared", data_root=data_root,
@@ -107,6 +111,7 @@ def test_episodes_can_share_their_support_sets(tmp_path, data_root, mirror):
         assert not (tmp_path / "refused").exists()
 
 
+@pytest.mark.slow
 def test_semi_supervised_compares_with_and_without_unlabelled_nodes(tmp_path, data_root, mirror):
     summary = graphseq.run("fewshot-omniglot-semi", out=tmp_path, data_root=data_root, data_mirror=mirror,
                            quiet=True, overrides=tiny(("train", "test"),
@@ -143,6 +148,7 @@ def resumed(active_run, tmp_path, data_root, mirror, **options):
     return out, summary["runs"][0]
 
 
+@pytest.mark.slow
 def test_active_compares_learned_and_random_queries(active_run):
     out, figures = active_run
     for key in ("test_accuracy_learned", "test_accuracy_random", "test_accuracy_random_trained"):
@@ -151,6 +157,7 @@ def test_active_compares_learned_and_random_queries(active_run):
     assert (out / "checkpoint.pt").is_file() and (out / "checkpoint-random_trained.pt").is_file()
 
 
+@pytest.mark.slow
 def test_simulated_oracle_answers_every_episode_truthfully(active_run, tmp_path, data_root, mirror):
     out, figures = resumed(active_run, tmp_path, data_root, mirror, oracle="simulated")
     assert figures["oracle_answers"] == 5 and figures["oracle_answers_correct"] == 1.0
@@ -159,6 +166,7 @@ def test_simulated_oracle_answers_every_episode_truthfully(active_run, tmp_path,
         assert [(a.item, a.source) for a in store.answers("learned")] == [(e, "simulated") for e in range(5)]
 
 
+@pytest.mark.slow
 def test_resume_with_a_damaged_answer_store_changes_no_file(active_run, tmp_path, data_root, mirror):
     out, _ = resumed(active_run, tmp_path, data_root, mirror, oracle="simulated")
     store = out / STORE_NAME
@@ -194,6 +202,7 @@ def test_resume_with_a_damaged_test_record_changes_no_file(active_run, tmp_path)
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.slow
 def test_file_oracle_answers_the_episodes_it_lists(active_run, tmp_path, data_root, mirror):
     labels = tmp_path / "answers.csv"
     labels.write_text("item,label\n1,3\n3,0\n")
@@ -321,6 +330,7 @@ def files_of(out):
     return {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow
 def test_more_oracle_episodes_on_resume_keep_every_answer_on_its_image(active_run, tmp_path, data_root, mirror):
     # A truthful oracle's answers stay right only where each is applied to the image it was given for.
     out = tmp_path / "run"
@@ -338,6 +348,7 @@ def test_more_oracle_episodes_on_resume_keep_every_answer_on_its_image(active_ru
     assert [item for item, _, _ in stored(out)] == list(range(6))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("oracle", ["simulated", None])
 def test_a_longer_training_of_the_answered_model_is_refused_before_a_file_changes(answered_run, fake_omniglot,
                                                                                   tmp_path, oracle):
@@ -356,6 +367,7 @@ def test_a_longer_training_of_the_answered_model_is_refused_before_a_file_change
     assert summary["runs"][0]["steps_random_trained"] == 4 and summary["runs"][0]["oracle_answers_correct"] == 1.0
 
 
+@pytest.mark.slow
 def test_answers_about_other_images_than_the_model_asks_about_are_refused(answered_run, fake_omniglot, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(answered_run, out)
@@ -376,6 +388,7 @@ def test_answers_about_other_images_than_the_model_asks_about_are_refused(answer
         record.unlink(missing_ok=True)  # the second time: no record at all
 
 
+@pytest.mark.slow
 def test_answers_for_more_oracle_episodes_than_the_run_has_are_refused_before_a_file_changes(
         answered_run, fake_omniglot, tmp_path):
     # A folder as a refused resume used to leave it: config.toml saying 2 episodes, the store holding 3 answers.
@@ -400,6 +413,7 @@ def test_answers_for_more_oracle_episodes_than_the_run_has_are_refused_before_a_
     assert summary["runs"][0]["oracle_answers"] == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [40, 60, 80])
 def test_the_human_prompt_fits_the_terminal_width(answered_run, fake_omniglot, tmp_path, monkeypatch, columns):
     monkeypatch.chdir(tmp_path)
@@ -421,6 +435,7 @@ def test_the_human_prompt_fits_the_terminal_width(answered_run, fake_omniglot, t
     assert f"The model asks about {where} is the query" in " ".join(output.getvalue().split())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fewshot-miniimagenet-5w1s", "fewshot-miniimagenet-5w5s"])
 def test_miniimagenet_pipelines_on_generated_files(name, tmp_path, write_fake_miniimagenet):
     write_fake_miniimagenet(tmp_path / "data", classes=(6, 5, 5), per_class=7)

@@ -16,6 +16,7 @@ def test_gat_cora_neighbor_runs_a_few_epochs(tmp_path, data_root, mirror):
     assert (tmp_path / "best.pt").is_file()
 
 
+@pytest.mark.slow
 def test_every_inference_scores_a_trained_model_alike(data_root, mirror):
     data = load_planetoid("Cora", data_root, mirror)
     torch.manual_seed(0)

@@ -42,6 +42,7 @@ def test_gat_ppi_learns_the_generated_labels(tmp_path, ppi_mirror):
     assert figures["val_f1"] > 0.6
 
 
+@pytest.mark.slow
 def test_gat_ppi_resumes_where_it_stopped(tmp_path, ppi_mirror):
     straight = _run(tmp_path / "straight", ppi_mirror, tmp_path / "data")
     _run(tmp_path / "split", ppi_mirror, tmp_path / "data", **{"train.steps": 4})

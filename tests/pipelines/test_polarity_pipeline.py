@@ -15,6 +15,7 @@ from graphseq.stages.polarity import read_folds
 TINY = {"model.embedding_dim": 16, "model.hidden_size": 8, "train.max_epochs": 2, "train.max_batches": 3}
 
 
+@pytest.mark.slow
 def test_polarity_bilstm_runs_two_folds_and_writes_their_checkpoints(tmp_path, data_root, mirror):
     summary = run("polarity-bilstm", overrides={**TINY, "data.test_folds": [0, 3]},
                   out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)
@@ -35,6 +36,7 @@ def test_polarity_bilstm_runs_two_folds_and_writes_their_checkpoints(tmp_path, d
     assert re.search(r"fold 0: 8528 training, 1067 validation, 1067 test", log)
 
 
+@pytest.mark.slow
 def test_a_fold_gives_the_same_figures_alone_and_resumed(tmp_path, data_root, mirror):
     alone = run("polarity-bilstm", overrides={**TINY, "data.test_folds": [3]}, out=tmp_path / "alone",
                 data_root=data_root, data_mirror=mirror, quiet=True)["runs"][0]["folds"][0]
@@ -47,6 +49,7 @@ def test_a_fold_gives_the_same_figures_alone_and_resumed(tmp_path, data_root, mi
     assert "fold 3: kept from" in (both / "log.txt").read_text()
 
 
+@pytest.mark.slow
 def test_a_damaged_record_of_finished_folds_is_refused_on_resume_before_writing(tmp_path, data_root, mirror):
     # A resumed run keeps the folds of folds.json whose fold-<i>.pt is there, and reads both before any
     # write: a torn fold-<i>.pt was kept all the same, a folds.json of other rows taken for none.
@@ -100,6 +103,7 @@ def test_the_folds_file_reader_wants_every_key_its_stage_keeps(tmp_path):
         read_folds(path, ("mode", "likelihood_val_accuracy"))
 
 
+@pytest.mark.slow
 def test_settings_can_be_chosen_without_a_test_figure(tmp_path, data_root, mirror):
     figures = run("polarity-bilstm", overrides={**TINY, "data.test_folds": [1], "train.test": False},
                   out=tmp_path, data_root=data_root, data_mirror=mirror, quiet=True)["runs"][0]

@@ -7,6 +7,7 @@ import pytest
 from graphseq import GraphseqError, run
 
 
+@pytest.mark.slow
 def test_spv_polarity_runs_one_fold_of_both_modes(tmp_path, data_root, mirror):
     summary = run("spv-polarity", overrides={"spv.run_folds": [3], "spv.epochs": 1, "spv.infer_epochs": 1,
                                              "spv.dim": 8},

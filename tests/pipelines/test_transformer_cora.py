@@ -8,6 +8,7 @@ from graphseq import GraphseqError, run
 from graphseq.runner.config import read_config
 
 
+@pytest.mark.slow
 def test_transformer_cora_runs_all_three_variants(tmp_path, data_root, mirror):
     small = {"compare.max_epochs": 2, "compare.hidden_channels": 16, "compare.heads": 2,
              "compare.layers": 1, "compare.dim_feedforward": 16, "compare.encoding_dim": 4}

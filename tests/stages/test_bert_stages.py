@@ -22,7 +22,8 @@ from graphseq.data.imdb import load_imdb_unsup
 from graphseq.data.wordpiece import WordPieceTokenizer
 from graphseq.errors import GraphseqError
 from graphseq.stages import bert
-from graphseq.stages.bert import _corpus_documents, _runs_plan, bert_corpus, encode_documents, read_pretraining
+from graphseq.stages.bert import _corpus_documents, bert_corpus, encode_documents
+from graphseq.stages.bert_polarity import _runs_plan, read_pretraining
 
 TINY = {"model.hidden_size": 16, "model.feedforward_size": 32, "model.num_heads": 2, "tokenizer.vocab_size": 300,
         "pretrain.batch_size": 4, "pretrain.eval_examples": 16, "pretrain.eval_every": 2}
@@ -218,6 +219,7 @@ def write_corpus(folder, documents):
     return folder
 
 
+@pytest.mark.slow
 def test_a_corpus_folder_drops_a_planted_snippet_and_serves_every_polarity_fold(tmp_path, polarity_mirror,
                                                                                 monkeypatch):
     mirror, out = polarity_mirror(tmp_path / "mirror"), tmp_path / "run"
