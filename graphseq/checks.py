@@ -1,7 +1,7 @@
 """Parameter domains: the values a stage's keyword parameters may take.
 
 A stage declares them where it is registered, and the runner checks every
-table of a pipeline (after ``--set``) against them before anything is
+section of a pipeline (after ``--set``) against them before anything is
 written::
 
     from graphseq.checks import at_least, one_of, positive, probability

@@ -5,12 +5,12 @@ neighbour-sampled node classification, few-shot episodes, BERT, captioning).
 It owns what every such loop needs and what is easy to get subtly wrong:
 zero_grad/backward/clip/step (with a gradient scaler and autocast when
 ``amp`` on CUDA), a scheduler step per step, a progress bar, periodic
-evaluation into a history, keeping the best weights by a validation figure,
+evaluation into a history, keeping the best weights by a validation metric,
 an atomic checkpoint that a run resumes from exactly (two steps plus two
 resumed steps equal four straight steps), ``curves.png``, and data-parallel
 training: when several processes run (see :mod:`graphseq.distributed`), the
 loss is computed inside :class:`~torch.nn.parallel.DistributedDataParallel`,
-so gradients are averaged over ranks, figures are averaged over ranks, and
+so gradients are averaged over ranks, metrics are averaged over ranks, and
 rank 0 alone writes.
 
 .. code-block:: python
@@ -34,7 +34,7 @@ rank 0 alone writes.
 ``loss_fn(model, step)`` always receives the plain ``model`` (never the DDP
 wrapper) and may call any of its methods: the trainer runs ``loss_fn`` as the
 forward pass of the wrapped module, which is what makes DDP average the
-gradients. ``evaluate(model)`` runs on every rank; its figures are averaged
+gradients. ``evaluate(model)`` runs on every rank; its metrics are averaged
 over ranks, so it should score either the whole validation set or an equal
 share of it on each rank.
 """
@@ -72,7 +72,7 @@ class TrainResult:
     """What :func:`train_steps` hands back.
 
     ``history``: one record per evaluation (``step``, ``train_loss`` and the
-    other training figures averaged since the previous record, what
+    other training metrics averaged since the previous record, what
     ``evaluate`` returned, ``minutes`` of training so far). ``best``: the
     record of the kept model (the last record without ``select``).
     ``step``: steps taken in the whole run. ``extra_state``: the stage's own
@@ -112,7 +112,7 @@ class _Progress:
     history: List[Dict[str, float]] = field(default_factory=list)
     best: Optional[Dict[str, float]] = None
     best_weights: Optional[Dict[str, Tensor]] = None
-    running: Dict[str, float] = field(default_factory=dict)  # training figures summed since the last record
+    running: Dict[str, float] = field(default_factory=dict)  # training metrics summed since the last record
     count: int = 0
 
 
@@ -133,7 +133,7 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Los
         model: the module being trained, already on ``device``.
         optimizer: its optimizer.
         loss_fn: ``loss_fn(model, step) -> loss`` or ``(loss, {name: value})``;
-            the extra figures are averaged into the history as ``train_<name>``.
+            the extra metrics are averaged into the history as ``train_<name>``.
         steps: the step budget (0: none, then ``minutes`` must be set).
         out: the run's folder, which holds the checkpoint and the curves.
         device: the device the model is on.
@@ -148,8 +148,8 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Los
             ``eval_every`` steps and after the last step, with the model in
             ``eval()`` mode (and set back to ``train()`` after).
         eval_every: steps between evaluations (0: only at the end).
-        select: ``(figure, "max" | "min")``: keep the weights whose evaluation
-            had the best ``figure`` and load them into ``model`` at the end.
+        select: ``(metric, "max" | "min")``: keep the weights whose evaluation
+            had the best ``metric`` and load them into ``model`` at the end.
         checkpoint_every: steps between checkpoints (0: only at the end).
         extra_state: a dict of the stage's own state that must survive a
             resume (a recurrent state carried across batches, say): the
@@ -182,7 +182,7 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Los
         raise GraphseqError(f"{desc}: needs a budget, steps > 0 or minutes > 0 "
                             f"(got steps={steps}, minutes={minutes})")
     if select is not None and (len(select) != 2 or select[1] not in ("max", "min")):
-        raise GraphseqError(f"{desc}: select must be (figure, 'max' or 'min'), got {select!r}")
+        raise GraphseqError(f"{desc}: select must be (metric, 'max' or 'min'), got {select!r}")
     if select is not None and evaluate is None:
         raise GraphseqError(f"{desc}: select={select!r} needs an evaluate function")
     device = torch.device(device)
@@ -299,7 +299,7 @@ def _split(output: LossOutput, desc: str) -> Tuple[Tensor, Dict[str, Any]]:
         return output, {}
     if isinstance(output, (tuple, list)) and len(output) == 2 and isinstance(output[0], Tensor):
         return output[0], dict(output[1])
-    raise GraphseqError(f"{desc}: loss_fn must return a loss tensor or (loss, figures), "
+    raise GraphseqError(f"{desc}: loss_fn must return a loss tensor or (loss, metrics), "
                         f"got {type(output).__name__}")
 
 
@@ -478,11 +478,11 @@ def _map_tensors(obj: Any, fn: Callable[[Tensor], Tensor]) -> Any:
 
 def plot_history(history: List[Dict[str, float]], path: Union[str, Path], title: str,
                  final: Optional[Tuple[str, int, float]] = None) -> None:
-    """Draws the history's losses (and, in a second panel, its other figures)
+    """Draws the history's losses (and, in a second panel, its other metrics)
     against the step into a PNG, written atomically. ``final`` adds one
-    marked point ``(label, step, value)``: to the panel of the figure its
+    marked point ``(label, step, value)``: to the panel of the metric its
     label names, else to the loss panel. The step axis spans the whole
-    history, and a panel whose figures stop being finite (a loss that
+    history, and a panel whose metrics stop being finite (a loss that
     diverged to inf or NaN, which no line can show) is marked with a
     vertical line at the first such step, "loss not finite from step N"."""
     # The object-oriented API with the Agg canvas: no pyplot, no global backend.

@@ -3,8 +3,8 @@ with ``learner.evaluate = "val"``) against the number of labels, one line
 per query strategy. With several seeds each line is the mean over seeds and
 the band around it one standard deviation, so that a gap between two
 strategies can be read against the seed-to-seed spread. A run whose
-tables both record curves (metrics.json's ``TABLE.curves``) is drawn on one
-set of axes, each line named by its table, so that the tables compare at a
+sections both record curves (metrics.json's ``SECTION.curves``) is drawn on one
+set of axes, each line named by its section, so that the sections compare at a
 glance.
 """
 from __future__ import annotations
@@ -54,8 +54,8 @@ def final_accuracy(curves: Sequence[List[List[float]]]) -> tuple[float, float]:
 def plot_learning_curves(runs: Sequence[Curves], path: str | Path, title: str,
                          reference: Union[float, Mapping[str, float], None] = None, split: str = "test") -> Path:
     """Draws the curves of one or more seeds into a PNG at ``path``;
-    ``reference`` (an accuracy, or several by name: one per table of a run
-    whose tables both record curves) is drawn as a dashed line each,
+    ``reference`` (an accuracy, or several by name: one per section of a run
+    whose sections both record curves) is drawn as a dashed line each,
     ``split`` names the nodes the accuracy was measured on. The file is
     written atomically, and a path that cannot be written is refused before
     anything is drawn.
@@ -125,8 +125,8 @@ def plot_run(run_dir: str | Path) -> Path:
     """Draws ``run_dir/learning_curves.png`` from the run's ``metrics.json``
     (every seed of that run: ``graphseq plot-curves DIR``). The folder of
     one seed of a run of several (``DIR/seed-N``) draws that seed's curves.
-    Where several tables recorded curves, their lines share the axes, each
-    strategy named ``TABLE: strategy``. A run stopped before its first model
+    Where several sections recorded curves, their lines share the axes, each
+    strategy named ``SECTION: strategy``. A run stopped before its first model
     has no point to draw, and is refused in one line naming the file."""
     check_run_folder(run_dir, "give the --out folder of a run (or one of its seed-N folders)")
     metrics_path = Path(run_dir) / "metrics.json"
@@ -136,15 +136,15 @@ def plot_run(run_dir: str | Path) -> Path:
     metrics = read_json(metrics_path)
     try:  # Every point is read before anything is drawn.
         # A run's metrics list its seeds under "runs"; one seed's own (DIR/seed-N) hold its curves.
-        one_seed = isinstance(metrics, dict) and "runs" not in metrics and bool(curve_tables(metrics))
+        one_seed = isinstance(metrics, dict) and "runs" not in metrics and bool(curve_sections(metrics))
         seeds = [metrics] if one_seed else metrics.get("runs", [])
         runs = [_seed_curves(r) for r in seeds]
         runs = [r for r in runs if any(r.values())]  # A seed stopped before its first model has no point.
-        started = any(curve_tables(r) for r in seeds)
-        splits = sorted({str(r.get(_named(table, SPLIT_KEY)) or r.get(SPLIT_KEY) or "test")
-                         for r in seeds for table in curve_tables(r) if r[_named(table, "curves")]})
-        tables = list(dict.fromkeys(table for r in seeds for table in curve_tables(r)))
-        reference = _references(metrics if one_seed else metrics.get("mean", {}), tables)
+        started = any(curve_sections(r) for r in seeds)
+        splits = sorted({str(r.get(_named(section, SPLIT_KEY)) or r.get(SPLIT_KEY) or "test")
+                         for r in seeds for section in curve_sections(r) if r[_named(section, "curves")]})
+        sections = list(dict.fromkeys(section for r in seeds for section in curve_sections(r)))
+        reference = _references(metrics if one_seed else metrics.get("mean", {}), sections)
     except (AttributeError, TypeError, ValueError) as error:
         raise GraphseqError(f"{metrics_path} is damaged ({first_sentence(error)}); "
                             f"it was left as it is") from None
@@ -159,37 +159,37 @@ def plot_run(run_dir: str | Path) -> Path:
     return plot_learning_curves(runs, Path(run_dir) / PLOT_NAME, title, reference, split="/".join(splits))
 
 
-def curve_tables(figures: Mapping[str, Any]) -> List[str]:
-    """The tables whose learning curves one seed's ``figures`` hold: ``[""]``
-    for the ``curves`` of a run in which one table records them, else the
-    table of each ``TABLE.curves``, as metrics.json names a figure that
+def curve_sections(metrics: Mapping[str, Any]) -> List[str]:
+    """The sections whose learning curves one seed's ``metrics`` hold: ``[""]``
+    for the ``curves`` of a run in which one section records them, else the
+    section of each ``SECTION.curves``, as metrics.json names a metric that
     several sections record (:func:`graphseq.runner.run.section_metrics`)."""
-    tables = [key[:-len(".curves")] for key in figures if key.endswith(".curves")]
-    return tables or ([""] if "curves" in figures else [])
+    sections = [key[:-len(".curves")] for key in metrics if key.endswith(".curves")]
+    return sections or ([""] if "curves" in metrics else [])
 
 
-def _named(table: str, key: str) -> str:
-    """The name metrics.json gives ``key`` of ``table`` ("" where one table records it)."""
-    return f"{table}.{key}" if table else key
+def _named(section: str, key: str) -> str:
+    """The name metrics.json gives ``key`` of ``section`` ("" where one section records it)."""
+    return f"{section}.{key}" if section else key
 
 
-def _seed_curves(figures: Mapping[str, Any]) -> Curves:
+def _seed_curves(metrics: Mapping[str, Any]) -> Curves:
     """One seed's curves, every point read (a damaged one raises), each
-    strategy named by its table where several tables recorded curves."""
-    return {(f"{table}: {strategy}" if table else strategy): [[int(n), float(accuracy)] for n, accuracy in curve]
-            for table in curve_tables(figures) if figures[_named(table, "curves")]
-            for strategy, curve in figures[_named(table, "curves")].items()}
+    strategy named by its section where several sections recorded curves."""
+    return {(f"{section}: {strategy}" if section else strategy): [[int(n), float(accuracy)] for n, accuracy in curve]
+            for section in curve_sections(metrics) if metrics[_named(section, "curves")]
+            for strategy, curve in metrics[_named(section, "curves")].items()}
 
 
-def _references(figures: Mapping[str, Any], tables: List[str]) -> Union[float, Dict[str, float], None]:
-    """The standard split's accuracy among ``figures``: one number for a run
-    in which one table records curves, else each table's by name (a run
-    whose tables record it under one name is one table's: it keeps that name)."""
-    plain = figures.get("standard_split_accuracy")
-    if tables in ([], [""]):
+def _references(metrics: Mapping[str, Any], sections: List[str]) -> Union[float, Dict[str, float], None]:
+    """The standard split's accuracy among ``metrics``: one number for a run
+    in which one section records curves, else each section's by name (a run
+    whose sections record it under one name is one section's: it keeps that name)."""
+    plain = metrics.get("standard_split_accuracy")
+    if sections in ([], [""]):
         return None if plain is None else float(plain)
-    named = {f"standard split, {table}": float(figures[_named(table, "standard_split_accuracy")])
-             for table in tables if _named(table, "standard_split_accuracy") in figures}
+    named = {f"standard split, {section}": float(metrics[_named(section, "standard_split_accuracy")])
+             for section in sections if _named(section, "standard_split_accuracy") in metrics}
     return {**({} if plain is None else {"standard split": float(plain)}), **named}
 
 

@@ -32,7 +32,7 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 PACKAGE_PIPELINES = (_PACKAGE / "pipelines" if (_PACKAGE / "pipelines").is_dir()
                      else _PACKAGE.parent / "pipelines")
 
-# What config.toml records besides the stage tables; a pipeline file may set
+# What config.toml records besides the stage sections; a pipeline file may set
 # them too (a run folder's config.toml is a pipeline file).
 RUN_KEYS = {"description": str, "pipeline": str, "graphseq": str, "seed": int, "runs": int}
 
@@ -92,31 +92,31 @@ def sections(config: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
 
 
 def validate_config(config: Dict[str, Any], source: str) -> None:
-    """Checks the keys and the types of every table (domains come later,
+    """Checks the keys and the types of every section (domains come later,
     after ``--set``: see :func:`check_domains`)."""
     if not sections(config):
-        raise GraphseqError(f"{source}: a pipeline needs at least one [stage] table")
+        raise GraphseqError(f"{source}: a pipeline needs at least one [stage] section")
     for key, value in config.items():
         if isinstance(value, dict):
             continue
         if key not in RUN_KEYS:
             raise GraphseqError(f"{source}: unknown top-level key {key!r}; a pipeline file has "
-                                f"{', '.join(RUN_KEYS)} and one table per stage")
+                                f"{', '.join(RUN_KEYS)} and one section per stage")
         if not isinstance(value, RUN_KEYS[key]) or isinstance(value, bool):
             raise GraphseqError(f"{source}: {key} must be {RUN_KEYS[key].__name__}, got {value!r}")
     for name, table in sections(config).items():
         if name in RUN_KEYS:  # config.toml's run settings would overwrite it, and the run its name
             raise GraphseqError(f"{source}: [{name}]: {name} is a setting of the run ({', '.join(RUN_KEYS)}), "
-                                f"not a stage's table; rename the table")
+                                f"not a stage's section; rename the section")
         if not name or "." in name:
-            raise GraphseqError(f"{source}: [{json.dumps(name, ensure_ascii=False)}]: a table's name must be "
-                                f"non-empty and hold no '.', which --set TABLE.KEY splits at; rename the table")
+            raise GraphseqError(f"{source}: [{json.dumps(name, ensure_ascii=False)}]: a section's name must be "
+                                f"non-empty and hold no '.', which --set SECTION.KEY splits at; rename the section")
         if not isinstance(table.get("stage", name), str):
             raise GraphseqError(f"{source}: {name}.stage must be a stage's name (a string), "
                                 f"got {table['stage']!r}")
         try:
             fn = get_stage(table.get("stage", name))
-        except GraphseqError as error:  # which file, which table
+        except GraphseqError as error:  # which file, which section
             raise GraphseqError(f"{source}: [{name}]: {error}") from None
         known = stage_params(fn)
         for key, value in table.items():
@@ -201,7 +201,7 @@ def apply_overrides(config: Dict[str, Any], overrides: Sequence[str] | Dict[str,
 
 
 def check_domains(config: Dict[str, Any], source: str) -> None:
-    """Every value of every table against its stage's declared domain."""
+    """Every value of every section against its stage's declared domain."""
     for name, table in sections(config).items():
         checks = stage_spec(table.get("stage", name)).checks
         for key, value in table.items():
@@ -271,16 +271,16 @@ def precheck(config: Dict[str, Any], data_root: str | os.PathLike | None = None,
             continue
         params = {k: v for k, v in stage_params(get_stage(kind)).items() if v is not _REQUIRED}
         params.update({k: v for k, v in table.items() if k != "stage"})
-        check.table = name
+        check.section = name
         stage_spec(kind).precheck(check, **params)
 
 
 def _check_shared_files(config: Dict[str, Any]) -> None:
-    """Two tables whose stages continue from the same file (two ``tbptt``
-    tables: one ``checkpoint.pt``) would overwrite each other's, and a
+    """Two sections whose stages continue from the same file (two ``tbptt``
+    sections: one ``checkpoint.pt``) would overwrite each other's, and a
     resume would read one's for the other: refused, unless the stage takes
-    a ``name`` that tells their files apart and the tables give distinct ones."""
-    writers: Dict[tuple, str] = {}  # (file, name) -> "[table] (stage)" that continues from it
+    a ``name`` that tells their files apart and the sections give distinct ones."""
+    writers: Dict[tuple, str] = {}  # (file, name) -> "[section] (stage)" that continues from it
     for name, table in sections(config).items():
         kind = table.get("stage", name)
         spec, params = stage_spec(kind), stage_params(get_stage(kind))

@@ -143,7 +143,7 @@ def plan(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] 
                                     f"{option} = {started[option]}; resume with {out / 'config.toml'}")
         for section, table in sections(from_file).items():
             if section not in config:
-                raise GraphseqError(f"--resume: {path} has a table [{section}], which the run in {out} has not; "
+                raise GraphseqError(f"--resume: {path} has a section [{section}], which the run in {out} has not; "
                                     f"resume with {out / 'config.toml'}")
             config[section].update({k: v for k, v in table.items() if k != "stage"})
         seed = started.get("seed", 0) if seed is None else seed
@@ -317,7 +317,7 @@ def _run_seed(config: Dict[str, Any], ctx: Context, runs: int) -> Dict[str, Any]
     own: Dict[str, Dict[str, Any]] = {}  # each section's metrics
     for section, table in sections(config).items():
         params = {k: v for k, v in table.items() if k != "stage"}
-        ctx.table = section
+        ctx.section = section
         # A stage reads the metrics of the sections before it (a key's latest first) and writes its own.
         own[section] = {}
         ctx.metrics = ChainMap(*reversed(own.values()))

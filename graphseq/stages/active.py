@@ -78,7 +78,7 @@ def active_gcn(ctx, *, hidden: int = 16, epochs: int = 200, lr: float = 0.01,
     data = ctx.require("data", "active_gcn")
     num_classes = len(ctx.require("task", "active_gcn").class_names)
     if not isinstance(getattr(data, f"{evaluate}_mask", None), torch.Tensor):
-        raise GraphseqError(f"{ctx.table}.evaluate = {evaluate!r}: this task has no {evaluate} nodes "
+        raise GraphseqError(f"{ctx.section}.evaluate = {evaluate!r}: this task has no {evaluate} nodes "
                             f"(active-polarity holds out test sentences only)")
     ctx.model = lambda: GCNLearner(data, num_classes, ctx.device, seed=ctx.seed, hidden=hidden,
                                           epochs=epochs, lr=lr, weight_decay=weight_decay, dropout=dropout,
@@ -109,8 +109,8 @@ def check_human_streams() -> None:
 def _check_active(check, *, budget: int, initial: int, oracle: str, labels: str, reference: bool, **_) -> None:
     # What the stage would find only after the run folder is made.
     if budget < initial:  # The loop refuses it too, but only after labels.sqlite is made.
-        raise GraphseqError(f"{check.table}.budget ({budget}) is smaller than the initial labelled set "
-                            f"({check.table}.initial = {initial}); the budget counts the initial labels too")
+        raise GraphseqError(f"{check.section}.budget ({budget}) is smaller than the initial labelled set "
+                            f"({check.section}.initial = {initial}); the budget counts the initial labels too")
     kind = check.options.get("oracle", oracle)  # An oracle object handed to graphseq.run, or a name.
     if kind == "human":
         check_human_streams()
@@ -118,7 +118,7 @@ def _check_active(check, *, budget: int, initial: int, oracle: str, labels: str,
         raise GraphseqError(f"a labels file ({labels}) is answered only by oracle = \"file\" "
                             f"(--oracle file), not {getattr(kind, 'source', kind)!r}")
     if reference and check.facts.get("standard_split") is False:
-        raise GraphseqError(f"{check.table}.reference = true has no use here: this task has no standard training "
+        raise GraphseqError(f"{check.section}.reference = true has no use here: this task has no standard training "
                             "split to compare with (active-polarity holds out test sentences only); "
                             "set it to false")
 
@@ -161,7 +161,7 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
     size = task.pool.numel()
     for key, value in (("initial", initial), ("budget", budget)):  # before labels.sqlite is made
         if value > size:
-            raise GraphseqError(f"{ctx.table}.{key} = {value} is more than the {size} items of the pool, which the "
+            raise GraphseqError(f"{ctx.section}.{key} = {value} is more than the {size} items of the pool, which the "
                                 f"run would run out of; set it to {size} at most")
     kind = ctx.options.get("oracle", oracle)  # An oracle object handed to graphseq.run, or a name.
     the_oracle = make_oracle(kind, labels, data.y, noise, ctx.seed)

@@ -49,7 +49,7 @@ DROPOUT = Domain("a number from 0 to 1, 1 excluded", lambda v: isinstance(v, (in
 # The shortest example: [CLS] A [SEP] B [SEP] with a token of each sentence (pack_pair; one sentence needs 4).
 MIN_MAX_LEN = 5
 # The held-out examples are built in memory before the first step and scored at every evaluation: 50 times
-# the default 2,000 is plenty for a steady figure, and more would stall the run before it starts.
+# the default 2,000 is plenty for a steady metric, and more would stall the run before it starts.
 MAX_EVAL_EXAMPLES = 100_000
 # Sentences tokenized in one call: enough for every thread of the tokenizer, few enough to hold in memory.
 ENCODE_CHUNK = 10_000
@@ -191,10 +191,10 @@ def _check_corpus(check, *, folder: str, texts: list, exclude_folds: list, folds
                   held_out: float, **_) -> None:
     # Read once more before a write, for bert-polarity, whose pretrainings come after its first file.
     documents, _, _ = _corpus_documents(check.data_root, check.data_mirror, folder, texts, exclude_folds, folds,
-                                        fold_seed, table=check.table)
+                                        fold_seed, table=check.section)
     if not _reads_polarity(folder, texts):  # the stage trains on what is left, so the split is checked on it
         documents, _ = _drop_polarity_snippets(documents, check.data_root, check.data_mirror)
-    _split_corpus(documents, held_out, check.table)
+    _split_corpus(documents, held_out, check.section)
 
 
 @stage("bert_corpus", checks={"texts": each(one_of(*SHARED_TEXTS), distinct=True), "exclude_folds": FOLD_LIST,
@@ -224,7 +224,7 @@ def bert_corpus(ctx, *, folder: str = "", texts: list = list(DEFAULT_TEXTS), exc
         documents, dropped = _drop_polarity_snippets(documents, ctx.data_root, ctx.data_mirror)
         ctx.log.info(f"corpus: dropped {plural(dropped, 'sentence')} that {'holds' if dropped == 1 else 'hold'} "
                      f"a polarity snippet")
-    train, held = _split_corpus(documents, held_out)  # (its precheck refused a split under the table's name)
+    train, held = _split_corpus(documents, held_out)  # (its precheck refused a split under the section's name)
     ctx.corpus = PretrainingCorpus(train, held, source, [] if folder else list(texts), excluded, folds, fold_seed,
                                    checked, dropped)
     ctx.log.info(f"corpus: {len(train):,} documents ({sum(map(len, train)):,} sentences) for training, "
@@ -300,7 +300,7 @@ def bert_tokenizer(ctx, *, vocab_size: int = 8000, min_frequency: int = 2, file:
                 tokenizer.save(path)
                 if tokenizer.vocab_size > vocab_size:
                     ctx.log.warning(f"tokenizer: it holds {tokenizer.vocab_size:,} pieces, more than "
-                                    f"{ctx.table}.vocab_size = {vocab_size:,}, because the special tokens and "
+                                    f"{ctx.section}.vocab_size = {vocab_size:,}, because the special tokens and "
                                     f"every character of the corpus need a piece each")
         ctx.tokenizer_sha256 = file_sha256(path)
     ctx.tokenizer = tokenizer
@@ -415,7 +415,7 @@ def encode_documents(tokenizer: WordPieceTokenizer, documents: List[Document],
 def score_pretraining(model: BertForPretraining, batches: List[TokenGraphs], device) -> Dict[str, float]:
     """Held-out masked-LM accuracy and loss, and next-sentence accuracy and
     loss where the batches hold sentence pairs (a corpus of one-sentence
-    documents has none, and no next-sentence figures)."""
+    documents has none, and no next-sentence metrics)."""
     totals = dict.fromkeys(("mlm_loss", "nsp_loss", "mlm_correct", "mlm_count", "nsp_correct", "nsp_count"), 0.0)
     for batch in batches:
         _, figures = model.loss(batch.to(device))

@@ -145,13 +145,13 @@ def _check_pretrained_groups(check, *, runs: list, groups: int, folds: int, fold
     """The finished runs, or the settings and texts of the pretrainings to
     run; leaves the folds served for bert_finetune's precheck."""
     if runs:
-        plan = _runs_plan(runs, folds, fold_seed, check.table)
+        plan = _runs_plan(runs, folds, fold_seed, check.section)
         for folder in dict.fromkeys(plan.values()):
             _load_pretraining(folder)  # a damaged model or tokenizer file is named now, not after plan.json
         served = set(plan)
     else:
-        overrides = _group_overrides(pretrain_set, _groups(groups, folds, check.table)[0], folds, fold_seed,
-                                     check.table)
+        overrides = _group_overrides(pretrain_set, _groups(groups, folds, check.section)[0], folds, fold_seed,
+                                     check.section)
         try:
             config = check.runner.checked_config("bert-pretrain", overrides)
         except GraphseqError as error:
@@ -179,12 +179,12 @@ def bert_pretrained_groups(ctx, *, runs: list = [], groups: int = 2, folds: int 
     a run of some folds pretrains only for their groups; a resumed run
     continues an unfinished pretraining."""
     if runs:
-        plan, pending = _runs_plan(runs, folds, fold_seed, ctx.table), {}
+        plan, pending = _runs_plan(runs, folds, fold_seed, ctx.section), {}
     else:
-        parts = _groups(groups, folds, ctx.table)
+        parts = _groups(groups, folds, ctx.section)
         plan = {fold: ctx.out / f"pretrain-{g}" for g, part in enumerate(parts) for fold in part}
         pending = {ctx.out / f"pretrain-{g}": (part, _group_overrides(pretrain_set, part, folds, fold_seed,
-                                                                      ctx.table))
+                                                                      ctx.section))
                    for g, part in enumerate(parts)}
     for folder in dict.fromkeys(plan.values()):  # a resumed run's pretrainings, before plan.json is written
         check_pretraining_tokenizer(folder, "put the run's own tokenizer.json back" if runs else
@@ -285,7 +285,7 @@ def _chosen_folds(run_folds: list, folds: int, served, table: str = "finetune") 
 def _check_finetune(check, *, run_folds: list, **_) -> None:
     """The folds against the pretrainings (before they run), and the data."""
     if "bert_folds" in check.facts:  # Without a pretraining stage, the stage itself says what it needs.
-        _chosen_folds(run_folds, *check.facts["bert_folds"], check.table)
+        _chosen_folds(run_folds, *check.facts["bert_folds"], check.section)
     load_polarity(check.data_root, check.data_mirror)
 
 
@@ -318,12 +318,12 @@ def bert_finetune(ctx, *, run_folds: list = [], epochs: int = 3, batch_size: int
     with ``amp``), is scored on its validation fold ``evals_per_epoch``
     times an epoch, keeps its best weights, and reads its test fold once
     (``test = false`` leaves the test folds unread, for choosing settings).
-    ``folds.json`` holds the figures of every finished fold; a resumed run
+    ``folds.json`` holds the metrics of every finished fold; a resumed run
     keeps them and runs the rest (an unfinished fold continues from its
     checkpoint)."""
     pretrained: PretrainedFolds = ctx.require("pretrained", "bert_finetune")
     folds, fold_seed, pending = pretrained.folds, pretrained.fold_seed, pretrained.pending
-    chosen = _chosen_folds(run_folds, folds, pretrained.plan, ctx.table)
+    chosen = _chosen_folds(run_folds, folds, pretrained.plan, ctx.section)
     sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
     labels = torch.tensor(labels)
     variants = ["pretrained", "scratch"] if scratch else ["pretrained"]

@@ -71,7 +71,7 @@ def _note_splits(check, *, val: int, test: int, test_unseen: Optional[int] = Non
     check.facts["caption_val"], check.facts["caption_test"] = val, test > 0
     check.facts["caption_empty"] = [name for name, size in (("test", test), ("test_unseen", test_unseen))
                                     if size == 0]
-    check.facts["caption_data_table"] = check.table  # which the refusals of later tables name
+    check.facts["caption_data_table"] = check.section  # which the refusals of later sections name
 
 
 @stage("shapes_captions", checks={
@@ -117,7 +117,7 @@ def coco_captions(ctx, *, train_split: str = "train2014", eval_split: str = "val
         train_set = train_set.subset(range(min(max_train, len(train_set))))
     if len(held_out) < val + test:
         raise GraphseqError(f"COCO {eval_split} has {len(held_out)} images, fewer than val={val} + test={test}; "
-                            f"lower {ctx.table}.val or {ctx.table}.test")
+                            f"lower {ctx.section}.val or {ctx.section}.test")
     splits = {"train": train_set, "val": held_out.subset(range(val))}
     if test > 0:  # An empty split would score nothing (BLEU of no captions is no number).
         splits["test"] = held_out.subset(range(val, val + test))
@@ -260,9 +260,9 @@ def _copy_encoder(ctx, encoder: ConvEncoder, run_dir: Path, names: List[str]) ->
 def _check_heads(check, *, decoder: str, hidden_size: int, heads: int, **_) -> None:
     # Before the encoder's pretraining writes its checkpoint.
     check.facts["caption_decoder"] = decoder  # for evaluate_captions' precheck of its attention figure
-    check.facts["caption_model_table"] = check.table
+    check.facts["caption_model_table"] = check.section
     if decoder == "attention" and hidden_size % heads:
-        raise GraphseqError(f"{check.table}.heads = {heads} must divide {check.table}.hidden_size = {hidden_size}")
+        raise GraphseqError(f"{check.section}.heads = {heads} must divide {check.section}.hidden_size = {hidden_size}")
 
 
 @stage("captioner", checks={
@@ -392,7 +392,7 @@ def _check_decoder_started(folder: Path) -> None:
 def _check_eval_images(check, *, eval_images: int, **_) -> None:
     val, data = check.facts.get("caption_val"), check.facts.get("caption_data_table", "data")
     if val is not None and eval_images > val:
-        raise GraphseqError(f"{check.table}.eval_images = {eval_images} is more than the {val} validation "
+        raise GraphseqError(f"{check.section}.eval_images = {eval_images} is more than the {val} validation "
                             f"images ({data}.val = {val}); lower it to {val} or less, or raise {data}.val")
     for folder in check.resumed:  # the run's folders that --resume continues
         _check_decoder_started(folder)
@@ -474,18 +474,18 @@ def _check_evaluation(check, *, figure_images: int, splits: List[str], **_) -> N
     if figure_images != stage_params(evaluate_captions)["figure_images"]:
         decoder = check.facts.get("caption_decoder", "attention")
         if decoder != "attention":
-            raise GraphseqError(f"{check.table}.figure_images = {figure_images} has no use when {model}.decoder "
+            raise GraphseqError(f"{check.section}.figure_images = {figure_images} has no use when {model}.decoder "
                                 f"= {decoder!r}: the attention figure applies only with 'attention'; leave it out")
         if not check.facts.get("caption_test", True):
-            raise GraphseqError(f"{check.table}.figure_images = {figure_images} has no use when {data}.test = 0: "
+            raise GraphseqError(f"{check.section}.figure_images = {figure_images} has no use when {data}.test = 0: "
                                 f"the figure is of test images, so it applies only with {data}.test > 0; "
                                 f"leave it out")
     # A split the data set to 0 images would not be scored. (COCO has no test_unseen split at all: that
     # one is said in the log.) A run started before this was refused still continues.
     for name in splits:
         if name in check.facts.get("caption_empty", ()) and not check.resumed:
-            raise GraphseqError(f"{check.table}.splits = {list(splits)!r} names {name!r}, but {data}.{name} = 0 "
-                                f"draws no {name} images; leave {name!r} out of {check.table}.splits, or set "
+            raise GraphseqError(f"{check.section}.splits = {list(splits)!r} names {name!r}, but {data}.{name} = 0 "
+                                f"draws no {name} images; leave {name!r} out of {check.section}.splits, or set "
                                 f"{data}.{name} above 0")
 
 

@@ -211,7 +211,7 @@ def _check_prime(check, *, prime: str, **_) -> None:
         try:
             check.facts["char_vocabulary"].encode(prime)
         except GraphseqError as error:
-            raise GraphseqError(f"{check.table}.prime {prime!r}: {error}") from None
+            raise GraphseqError(f"{check.section}.prime {prime!r}: {error}") from None
 
 
 @stage("char_sample", checks={"length": non_negative, "temperature": non_negative}, precheck=_check_prime,

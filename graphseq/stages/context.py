@@ -33,7 +33,7 @@ class Context:
     runs). ``metrics``: the running section's own metrics, read through to
     the earlier sections'. ``runner``: what a stage that runs or checks
     pipelines of its own calls (``run``, ``checked_config``, ``precheck``),
-    so that no stage imports the runner. ``table``: the running section's
+    so that no stage imports the runner. ``section``: the running section's
     name, as a user names its keys (``--set train.steps=N``).
     """
 
@@ -50,7 +50,7 @@ class Context:
     options: Dict[str, Any] = field(default_factory=dict)
     resume_command: str = ""
     stopped: bool = False
-    table: str = ""
+    section: str = ""
     runner: Any = None
 
     # What stages hand on to later ones.
@@ -73,9 +73,9 @@ class Context:
         needed it and no section before made."""
         value = getattr(self, name, None)
         if value is None:
-            where = f"[{self.table}] ({stage})" if self.table else f"stage {stage!r}"  # (a stage called by hand)
-            raise GraphseqError(f"{where} needs {name!r}, which no table before it made; "
-                                f"check the order of the pipeline's tables")
+            where = f"[{self.section}] ({stage})" if self.section else f"stage {stage!r}"  # (a stage called by hand)
+            raise GraphseqError(f"{where} needs {name!r}, which no section before it made; "
+                                f"check the order of the pipeline's sections")
         return value
 
 

@@ -4,8 +4,8 @@ train it on batches of episodes by steps (resumable, with a validation
 estimate at intervals), and test it on many episodes with a 95% interval.
 
 Several trainings can share one run (the semi-supervised and active
-comparisons): each ``train_episodes`` / ``test_episodes`` table then has a
-``name``, which suffixes its checkpoint, curves and figures.
+comparisons): each ``train_episodes`` / ``test_episodes`` section then has a
+``name``, which suffixes its checkpoint, curves and metrics.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from ..pictures import image_blocks, side_by_side, terminal_width
 from .active import ORACLES, check_human_streams, make_oracle
 from .registry import stage, stage_params
 
-# A training's name suffixes its files and figures: letters, digits, underscores.
+# A training's name suffixes its files and metrics: letters, digits, underscores.
 NAME = Domain("empty, or letters, digits and underscores", lambda v: v == "" or v.replace("_", "").isalnum())
 EXISTING_FILE = Domain("empty, or the path of an existing file", lambda v: not v or Path(v).is_file())
 
@@ -71,7 +71,7 @@ def _note_ways(check, *, ways: int, unlabelled: int = 0, val_characters: int = 1
     check.facts["fewshot_ways"] = ways  # for fewshot_oracle's precheck of a labels file
     check.facts["fewshot_unlabelled"] = unlabelled  # for fewshot_gnn's precheck of an active model
     check.facts["fewshot_validation"] = val_characters > 0  # for train_episodes' precheck of its eval_* keys
-    check.facts["fewshot_data_table"] = check.table  # which the refusals of later tables name
+    check.facts["fewshot_data_table"] = check.section  # which the refusals of later sections name
 
 
 def _check_episodes(splits: Dict[str, FewShotClasses], ways: int, shots: int, unlabelled: int,
@@ -154,10 +154,10 @@ def miniimagenet(ctx, *, ways: int = 5, shots: int = 1, unlabelled: int = 0, siz
 def _note_model(check, *, active: bool, **_) -> None:
     if active and check.facts.get("fewshot_unlabelled", 1) < 1:
         data = check.facts.get("fewshot_data_table", "data")
-        raise GraphseqError(f"{check.table}.active: an active model asks for the label of an unlabelled "
+        raise GraphseqError(f"{check.section}.active: an active model asks for the label of an unlabelled "
                             f"image, and {data}.unlabelled = 0; set {data}.unlabelled to at least 1")
     check.facts["fewshot_active"] = active  # for fewshot_oracle's precheck
-    check.facts["fewshot_model_table"] = check.table  # which the refusals of later tables name
+    check.facts["fewshot_model_table"] = check.section  # which the refusals of later sections name
 
 
 @stage("fewshot_gnn", checks={"embedding": one_of("", *EMBEDDINGS), "embedding_dim": at_least(0),
@@ -258,14 +258,14 @@ def _note_training(check, *, name: str, init: str = "", query: str = "learned", 
     check.facts.setdefault("fewshot_trainings", {})[name] = active
     check.facts.setdefault("fewshot_training_models", {})[name] = model
     if "fewshot_active" in check.facts and not active and query != "learned":
-        raise GraphseqError(f"{check.table}.query = {query!r} has no use when {model}.active = false: the query "
+        raise GraphseqError(f"{check.section}.query = {query!r} has no use when {model}.active = false: the query "
                             f"applies only to an active model ({model}.active = true); leave it out")
     if not check.facts.get("fewshot_validation", True):
         # The precheck sees the settings with their defaults: a value other than the default was set.
         defaults, data = stage_params(train_episodes), check.facts.get("fewshot_data_table", "data")
         for key in ("eval_every", "eval_episodes", "eval_batch_size"):
             if settings.get(key, defaults[key]) != defaults[key]:
-                raise GraphseqError(f"{check.table}.{key} = {settings[key]!r} has no use when "
+                raise GraphseqError(f"{check.section}.{key} = {settings[key]!r} has no use when "
                                     f"{data}.val_characters = 0: it applies only with validation characters "
                                     f"({data}.val_characters > 0); leave it out")
     if init:
@@ -298,7 +298,7 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     ``labelled_only`` trains without the unlabelled images (the baseline of
     the semi-supervised comparison); ``query`` is how an active model picks
     the image to ask about (``learned`` or ``random``). With ``name``, the
-    checkpoint is ``checkpoint-NAME.pt`` and the figures end in ``_NAME``.
+    checkpoint is ``checkpoint-NAME.pt`` and the metrics end in ``_NAME``.
     A checkpoint is written every ``checkpoint_every`` steps; ``--resume``
     continues from it.
 
@@ -338,7 +338,7 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
         return loss, {"accuracy": float((logits.argmax(dim=1) == batch.target).float().mean())}
 
     def evaluate(module: FewShotModel) -> Dict[str, float]:
-        # Every rank scores the same episodes: the figure needs no gathering.
+        # Every rank scores the same episodes: the metric needs no gathering.
         correct, total = accuracy_on(module, val, eval_episodes, eval_batch_size,
                                      ctx.seed + VALIDATION_SEED, ctx.device, query)
         return {"val_accuracy": correct / total}
@@ -412,7 +412,7 @@ def _initialise(model: FewShotModel, path: Path, log) -> None:
 def _check_queries(check, *, queries: List[str], **_) -> None:
     if "fewshot_active" in check.facts and not check.facts["fewshot_active"] and list(queries) != ["learned"]:
         model = check.facts.get("fewshot_model_table", "model")
-        raise GraphseqError(f"{check.table}.queries = {list(queries)!r} has no use when {model}.active = false: "
+        raise GraphseqError(f"{check.section}.queries = {list(queries)!r} has no use when {model}.active = false: "
                             f"the queries apply only to an active model ({model}.active = true); leave it out")
 
 
@@ -431,7 +431,7 @@ def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled
     data, model = ctx.require("data", "test_episodes"), ctx.require("model", "test_episodes")
     sampler = data.sampler("test", labelled_only)
     modes = list(queries) if model.config.active else ["learned"]
-    # A resumed run whose model is unchanged reuses the figures of the test it already ran.
+    # A resumed run whose model is unchanged reuses the metrics of the test it already ran.
     record = ctx.out / f"test{'-' + name if name else ''}.json"
     settings = {"weights": weights_digest(model), "episodes": episodes, "labelled_only": labelled_only,
                 "seed": ctx.seed, "ways": data.ways, "shots": data.shots, "unlabelled": data.unlabelled}
@@ -443,7 +443,7 @@ def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled
     model.eval()
     results = {}
     for mode in modes:
-        # An active model's figures name the query when there are several, or no name.
+        # An active model's metrics name the query when there are several, or no name.
         key = _suffix(name) + (f"_{mode}" if model.config.active and (len(modes) > 1 or not name) else "")
         if key in done:
             correct, total = done[key]
@@ -592,8 +592,8 @@ def _describe_episode(batch, episode: int, asked: int, before: torch.Tensor, way
 def _check_training(table: str, training: str, trainings: Dict[str, bool], models: Dict[str, str] = {}) -> None:
     """The training the oracle asks for exists, and its model has a query
     head (``trainings``: each training's name, and whether its model has one;
-    ``table``: the oracle's table, which the refusals name; ``models``: each
-    training's model table, where known)."""
+    ``section``: the oracle's section, which the refusals name; ``models``: each
+    training's model section, where known)."""
     if training not in trainings:
         raise GraphseqError(f"{table}.training = {training!r}: no earlier training of that name; "
                             f"the trainings of this pipeline: {', '.join(repr(n) for n in trainings)}")
@@ -606,7 +606,7 @@ def _stored_answers(table: str, path: Path, strategy: str, episodes: int, ways: 
     """The class each episode was answered with in the label store ``path``
     (opened to read), refused where a run of ``episodes`` episodes (and
     ``ways`` classes, where known) cannot hold an answer: a resumed run keeps
-    every answer (``table``: the oracle's, which the refusal names). Episodes
+    every answer (``section``: the oracle's, which the refusal names). Episodes
     are counted from 1, as the questions count them."""
     with LabelStore(path, read_only=True) as store:
         stored = {answer.item: answer.label for answer in store.answers(strategy)}
@@ -634,11 +634,11 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
         check_human_streams()
     for folder in check.resumed:  # the run's folders that --resume continues
         if (folder / STORE_NAME).is_file():
-            _stored_answers(check.table, folder / STORE_NAME, query, episodes, check.facts.get("fewshot_ways"))
+            _stored_answers(check.section, folder / STORE_NAME, query, episodes, check.facts.get("fewshot_ways"))
     if "oracle" in check.options:
         return  # An oracle object answers as it is.
     if "fewshot_trainings" in check.facts:  # Else the stage itself says what it needs.
-        _check_training(check.table, training, check.facts["fewshot_trainings"],
+        _check_training(check.section, training, check.facts["fewshot_trainings"],
                         check.facts.get("fewshot_training_models", {}))
     if oracle == "file":
         answers = make_oracle(oracle, labels, torch.zeros(0), 0.0, 0)  # a missing or unreadable file
@@ -685,7 +685,7 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
         return
     data = ctx.require("data", "fewshot_oracle")
     trained = ctx.require("trained", "fewshot_oracle")
-    _check_training(ctx.table, training, {name: model.config.active for name, model in trained.items()})
+    _check_training(ctx.section, training, {name: model.config.active for name, model in trained.items()})
     model = trained[training]
 
     model.eval()
@@ -708,7 +708,7 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
     path, record = ctx.out / STORE_NAME, ctx.out / ORACLE_RECORD
     stored = {}
     if ctx.resume and path.is_file():  # Checked before anything is written (and before the run, by the precheck).
-        stored = _stored_answers(ctx.table, path, strategy, episodes, data.ways)
+        stored = _stored_answers(ctx.section, path, strategy, episodes, data.ways)
         _check_asked(record, stored, images, strategy, training)
     with LabelStore(path) as store:
         if not ctx.resume:

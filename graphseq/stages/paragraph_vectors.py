@@ -36,7 +36,7 @@ from .registry import stage
 
 RULES = ("likelihood", "logistic", "nearest")
 LOGISTIC_C = (0.1, 1.0, 10.0)
-FOLDS_FILE = "folds.json"  # the figures of every finished fold and mode
+FOLDS_FILE = "folds.json"  # the metrics of every finished fold and mode
 # The most noise words per target: word2vec's authors advise 5-20 on small
 # data and 2-5 on large; each target scores 1 + negative output vectors, so a
 # batch holds batch_size x (1 + negative) x dim numbers.
@@ -145,9 +145,9 @@ def _check_vocabulary(check, *, folds: int, fold_seed: int, run_folds: list, min
         try:
             fold_vocabulary(words, splits[fold][0], min_count)
         except GraphseqError:  # said with the key to change, as the user set it
-            raise GraphseqError(f"{check.table}.min_count = {min_count}: no word occurs that often in the training "
+            raise GraphseqError(f"{check.section}.min_count = {min_count}: no word occurs that often in the training "
                                 f"sentences of fold {fold}, so there is nothing to train; lower "
-                                f"{check.table}.min_count") from None
+                                f"{check.section}.min_count") from None
 
 
 @stage("spv_polarity", checks={"modes": MODE_LIST, "folds": at_least(3), "fold_seed": between(0, MAX_SEED),
@@ -165,9 +165,9 @@ def spv_polarity(ctx, *, modes: list = ["dm", "dbow"], folds: int = 10, fold_see
     passes of training and ``infer_epochs`` of inference, Adagrad at ``lr``
     decaying linearly, ``negative`` noise words, windows of ``window`` words
     each side, words rarer than ``min_count`` dropped and frequent ones
-    down-sampled by ``sample``. The figures of every rule are reported;
+    down-sampled by ``sample``. The metrics of every rule are reported;
     ``classify`` names the one each mode's headline accuracy uses;
-    ``test = false`` reports validation figures alone, for choosing
+    ``test = false`` reports validation metrics alone, for choosing
     settings. ``folds.json`` holds every finished fold and mode; a resumed
     run keeps them and runs the rest."""
     sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)

@@ -82,7 +82,7 @@ def _chosen_folds(test_folds: List[int], folds: int, table: str) -> List[int]:
 def _check_vocabulary(check, *, folds: int, split_seed: int, test_folds: List[int], min_freq: int, **_) -> None:
     # Each chosen fold's vocabulary, before the run writes a file: one of <unk> alone trains a model
     # that sees every sentence as the same string of unknown words (accuracy 0.5).
-    chosen = _chosen_folds(test_folds, folds, check.table)
+    chosen = _chosen_folds(test_folds, folds, check.section)
     if min_freq <= 1:
         return  # Every training word is kept.
     sentences, _ = load_polarity(check.data_root, check.data_mirror)
@@ -90,9 +90,9 @@ def _check_vocabulary(check, *, folds: int, split_seed: int, test_folds: List[in
     all_folds = cv_folds(len(sentences), folds, split_seed)
     for i in chosen:
         if len(Vocabulary.of_words((words[j] for j in all_folds[i][0].tolist()), min_freq=min_freq)) <= 1:
-            raise GraphseqError(f"{check.table}.min_freq = {min_freq}: no word occurs that often in the training "
+            raise GraphseqError(f"{check.section}.min_freq = {min_freq}: no word occurs that often in the training "
                                 f"sentences of fold {i}, so its vocabulary would hold <unk> alone; "
-                                f"lower {check.table}.min_freq")
+                                f"lower {check.section}.min_freq")
 
 
 @stage("sentence_polarity", checks={"folds": at_least(3), "split_seed": between(0, MAX_SEED),
@@ -109,7 +109,7 @@ def sentence_polarity(ctx, *, folds: int = 10, split_seed: int = 0, test_folds: 
     chosen fold no other word is refused before the run writes a file."""
     sentences, labels = load_polarity(ctx.data_root, ctx.data_mirror)
     all_folds = cv_folds(len(sentences), folds, split_seed)
-    chosen = _chosen_folds(test_folds, folds, ctx.table)
+    chosen = _chosen_folds(test_folds, folds, ctx.section)
     ctx.data = SentenceFolds([tokenize(s) for s in sentences], torch.as_tensor(labels, dtype=torch.long),
                              all_folds, chosen, min_freq)
     train, val, test = all_folds[chosen[0]]
@@ -217,7 +217,7 @@ FOLDS_FILE = "folds.json"
 
 
 def read_folds(path: Path, keys: Sequence[str] = ()) -> List[Dict[str, Any]]:
-    """The figures of the folds a run finished, from its ``folds.json`` (none
+    """The metrics of the folds a run finished, from its ``folds.json`` (none
     where there is none yet): a list of objects, each with its ``fold`` and
     ``keys``. Anything else is refused, naming the file, and left as it is."""
     if not path.is_file():
@@ -245,14 +245,14 @@ def train_sentences(ctx, *, max_epochs: int = 10, patience: int = 3, batch_size:
     """Trains a fresh classifier on each fold of ``ctx.data`` (see
     :func:`train_fold`), writes its kept weights to ``fold-<i>.pt`` and
     measures it on the fold's test part (unless ``test`` is false, for
-    choosing settings on validation figures alone). Metrics: the mean and
+    choosing settings on validation metrics alone). Metrics: the mean and
     standard deviation over the folds of ``val_accuracy`` and
-    ``test_accuracy``, and each fold's figures (also in ``folds.json``). A
+    ``test_accuracy``, and each fold's metrics (also in ``folds.json``). A
     resumed run keeps the folds already finished and runs the rest. ``max_batches`` > 0 stops each
     epoch early, for smoke tests."""
     data: SentenceFolds = ctx.require("data", "train_sentences")
     make_model: partial = ctx.require("model", "train_sentences")
-    # folds.json holds the figures of every fold finished so far (their
+    # folds.json holds the metrics of every fold finished so far (their
     # weights are in fold-<i>.pt); a resumed run keeps those and runs the rest.
     done = {f["fold"]: f for f in (read_folds(ctx.out / FOLDS_FILE, ("epochs", "val_accuracy")) if ctx.resume
                                         else [])

@@ -45,7 +45,7 @@ class Precheck:
     the ``facts`` that the prechecks of the pipeline's earlier stages left
     for later ones (say, the folds a pretraining stage provides), and the
     run's folders (one a seed) that ``--resume`` continues, to read what
-    they hold, never to write; ``table``, the name of the section whose
+    they hold, never to write; ``section``, the name of the section whose
     precheck runs, as a user names its keys (``--set train.steps=N``);
     ``runner``, what a stage that runs pipelines of its own checks them
     with (``checked_config``, ``precheck``)."""
@@ -55,7 +55,7 @@ class Precheck:
     options: Dict[str, Any] = field(default_factory=dict)
     facts: Dict[str, Any] = field(default_factory=dict)
     resumed: Tuple[Path, ...] = ()
-    table: str = ""
+    section: str = ""
     runner: Any = None
 
 
@@ -88,7 +88,7 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
         precheck: ``precheck(check, **params)``, with a :class:`Precheck`
             and the stage's settings, raises :class:`GraphseqError` for what
             neither a value's domain nor the stage's first step can tell
-            before the run writes a file: a fold that an earlier table must
+            before the run writes a file: a fold that an earlier section must
             provide, a pipeline the stage runs inside its own, data that a
             stage after the first one reads. The runner calls the stages'
             prechecks in the pipeline's order before it writes anything.
@@ -176,11 +176,11 @@ def stage_params(fn: Callable[..., Any]) -> Dict[str, Any]:
 
 
 def check_order(tables: Sequence[Tuple[str, str]]) -> None:
-    """Walks a pipeline's ``(table, stage)`` pairs in order and refuses the
-    first table that needs what no table before it makes (``needs`` of
-    :func:`stage`), or another kind of it than the latest table that makes
+    """Walks a pipeline's ``(section, stage)`` pairs in order and refuses the
+    first section that needs what no section before it makes (``needs`` of
+    :func:`stage`), or another kind of it than the latest section that makes
     it: a run checks this before it writes anything."""
-    made: Dict[str, Tuple[str, str, str]] = {}  # product -> (table, stage, kind) of its latest maker
+    made: Dict[str, Tuple[str, str, str]] = {}  # product -> (section, stage, kind) of its latest maker
     for position, (table, name) in enumerate(tables):
         spec = stage_spec(name)
         for product, kinds in spec.needs.items():
@@ -195,8 +195,8 @@ def check_order(tables: Sequence[Tuple[str, str]]) -> None:
             later = [later for later, later_stage in tables[position + 1:]
                      if stage_spec(later_stage).makes.get(product) in kinds]
             makers = sorted(stage_name for stage_name, other in SPECS.items() if other.makes.get(product) in kinds)
-            advice = (f"move a {product} table ([{later[0]}]) before it" if later else
-                      "add a table before it with " + " or ".join(f'stage = "{m}"' for m in makers))
-            raise GraphseqError(f"[{table}] ({name}) needs {wanted}; no table before it {verb} one: {advice}")
+            advice = (f"move a {product} section ([{later[0]}]) before it" if later else
+                      "add a section before it with " + " or ".join(f'stage = "{m}"' for m in makers))
+            raise GraphseqError(f"[{table}] ({name}) needs {wanted}; no section before it {verb} one: {advice}")
         for product, kind in spec.makes.items():
             made[product] = (table, name, kind)

@@ -208,7 +208,7 @@ def records_curves(ctx, *, lift: float = 0.0):
 
 
 def _two_tables_of_curves(tmp_path, runs):
-    """A run whose two tables both record curves: its metrics.json names them ``TABLE.curves``."""
+    """A run whose two sections both record curves: its metrics.json names them ``SECTION.curves``."""
     pipeline = tmp_path / "two curves.toml"
     pipeline.write_text('[first]\nstage = "test_records_curves"\n\n'
                         '[second]\nstage = "test_records_curves"\nlift = 0.125\n')
@@ -236,7 +236,7 @@ def test_plot_curves_draws_the_curves_of_every_table_that_recorded_them(tmp_path
     assert capsys.readouterr().out == f"{out / PLOT_NAME}\n"
     assert (out / PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
     legend, axes = _legend(monkeypatch, out)
-    # Each line is named by its table; each table's standard split is drawn, named the same way.
+    # Each line is named by its section; each section's standard split is drawn, named the same way.
     assert legend == ["first: random (0.500 ± 0.000)", "first: margin (0.605 ± 0.007)",
                       "second: random (0.625 ± 0.000)", "second: margin (0.730 ± 0.007)",
                       "standard split, first (0.800)", "standard split, second (0.925)"]

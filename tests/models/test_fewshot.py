@@ -257,7 +257,7 @@ def test_evaluation_embeds_each_image_once_with_the_same_answers(active):
     with torch.no_grad():
         torch.testing.assert_close(model(batch, embedding=table[batch.image[:, 0], batch.image[:, 1]]),
                                    model(batch), rtol=1e-5, atol=1e-5)
-    # 40 episodes hold more images than the split's 96: the table is used,
+    # 40 episodes hold more images than the split's 96: the section is used,
     # and the count equals that of a loop that embeds every episode's images.
     correct, total = accuracy_on(model, sampler, 40, 7, seed=3, device=torch.device("cpu"))
     generator, expected = torch.Generator().manual_seed(3), 0

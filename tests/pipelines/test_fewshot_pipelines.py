@@ -26,7 +26,7 @@ def whole_fraction(value, total):
 
 
 def tiny(*tables, steps=2):
-    """Overrides that make every training and test table of a pipeline tiny."""
+    """Overrides that make every training and test section of a pipeline tiny."""
     overrides = {}
     for train, test in tables:
         overrides.update({f"{train}.steps": steps, f"{train}.batch_size": 2, f"{train}.eval_every": 2,

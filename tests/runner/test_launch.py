@@ -26,7 +26,7 @@ from graphseq.runner.config import read_config, resolve_pipeline
 from graphseq.runner.launch import _what_now, check_processes
 from graphseq.runner.run_folder import resume_command
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TINY = ["--set", "model.hidden_channels=8", "--set", "model.heads=2", "--set", "model.output_heads=2",
         "--set", "train.eval_every=2", "--set", "train.checkpoint_every=2"]
 

@@ -1,7 +1,7 @@
-"""A stage's refusals name its keys as a user sets them: by the table the
+"""A stage's refusals name its keys as a user sets them: by the section the
 pipeline file gives the stage (``--set oracle.episodes=N`` in
-fewshot-omniglot-active's [oracle] table), not by the stage's registered name
-(fewshot_oracle), and by a table of the user's own naming in a file of theirs."""
+fewshot-omniglot-active's [oracle] section), not by the stage's registered name
+(fewshot_oracle), and by a section of the user's own naming in a file of theirs."""
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,7 @@ def test_a_table_of_the_users_naming_is_the_one_a_refusal_names(tmp_path, capsys
     assert main(["run", str(mine), "--quiet", "--out", str(out), "--oracle", "simulated",
                  "--set", "ask.training=nosuch"]) == 2
     assert capsys.readouterr().err.startswith("graphseq: error: ask.training = 'nosuch': no earlier training")
-    # And a training table of the user's naming, checked by another stage's precheck.
+    # And a training section of the user's naming, checked by another stage's precheck.
     plain = tmp_path / "plain.toml"
     plain.write_text(Path(resolve_pipeline("fewshot-omniglot-5w1s")).read_text(encoding="utf-8")
                      .replace("\n[test]\n", "\n[final_test]\n"), encoding="utf-8")
@@ -41,7 +41,7 @@ def test_a_table_of_the_users_naming_is_the_one_a_refusal_names(tmp_path, capsys
 
 
 def _renamed(tmp_path, pipeline: str, renames: dict) -> Path:
-    """The shipped ``pipeline`` as a user's file, with tables renamed (``{"sample": "draw"}``)."""
+    """The shipped ``pipeline`` as a user's file, with sections renamed (``{"sample": "draw"}``)."""
     text = Path(resolve_pipeline(pipeline)).read_text(encoding="utf-8")
     for old, new in renames.items():
         assert text.count(f"\n[{old}]\n") == 1
@@ -51,8 +51,8 @@ def _renamed(tmp_path, pipeline: str, renames: dict) -> Path:
     return path
 
 
-# Refusals named the shipped tables' names for a table's own keys, and for another table's keys, so the
-# advice (``--set sample.prime=...``) failed for a file whose tables the user had named otherwise.
+# Refusals named the shipped sections' names for a section's own keys, and for another section's keys, so the
+# advice (``--set sample.prime=...``) failed for a file whose sections the user had named otherwise.
 RENAMED = [
     ("charlm-lstm", {"sample": "draw"}, ['draw.prime="ROMEO\u20ac"'],
      "draw.prime 'ROMEO\u20ac': 1 symbol(s) not in the vocabulary"),

@@ -1,4 +1,4 @@
-"""Pipeline files a user writes: a table's name that TOML must quote survives
+"""Pipeline files a user writes: a section's name that TOML must quote survives
 config.toml (which is itself a pipeline file, read again by a repeat or a
 resume), and a name the runner cannot use, or a stage that is not a name, is
 refused before anything is written."""
@@ -11,7 +11,7 @@ from graphseq import GraphseqError
 from graphseq.cli import main
 from graphseq.runner.config import read_config
 
-CHARLM = """description = "charlm with tables of the user's naming"
+CHARLM = """description = "charlm with sections of the user's naming"
 [data]
 stage = "char_corpus"
 [{model}]
@@ -46,16 +46,16 @@ def test_a_run_with_a_quoted_table_name_repeats_from_its_config_toml(tmp_path, c
                  "--set", "train.steps=3"]) == 0, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("table, message", [
-    ('"model.v2"', "[\"model.v2\"]: a table's name must be non-empty and hold no '.'"),
-    ('""', "[\"\"]: a table's name must be non-empty and hold no '.'"),
+@pytest.mark.parametrize("section, message", [
+    ('"model.v2"', "[\"model.v2\"]: a section's name must be non-empty and hold no '.'"),
+    ('""', "[\"\"]: a section's name must be non-empty and hold no '.'"),
     ("seed", "[seed]: seed is a setting of the run (description, pipeline, graphseq, seed, runs), not a stage's "
-             "table; rename the table"),
+             "section; rename the section"),
     ("pipeline", "[pipeline]: pipeline is a setting of the run"),
 ])
-def test_a_table_name_the_runner_cannot_use_is_refused_before_writing(tmp_path, capsys, table, message):
+def test_a_section_name_the_runner_cannot_use_is_refused_before_writing(tmp_path, capsys, section, message):
     path = tmp_path / "mine.toml"
-    path.write_text(CHARLM.format(model=table), encoding="utf-8")
+    path.write_text(CHARLM.format(model=section), encoding="utf-8")
     out = tmp_path / "run"
     assert main(["run", str(path), "--quiet", "--out", str(out)]) == 2
     err = capsys.readouterr().err

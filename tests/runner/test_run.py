@@ -708,7 +708,7 @@ def test_a_failed_run_removes_the_folders_it_made_and_keeps_the_empty_ones_it_fo
     assert _entries(out, folder_times=False) == before  # scratch/, which the run made, went; the rest is as it was
 
 
-# What each table needs from the tables before it (its data, its model) is checked before a run writes: a stage
+# What each section needs from the sections before it (its data, its model) is checked before a run writes: a stage
 # given another family's product crashed with a traceback, some after earlier stages had stored files.
 CHARS = 'stage = "char_corpus"\ntext_file = "{text}"\n'
 WALKS = [
@@ -734,16 +734,16 @@ WALKS = [
     # The training stored its checkpoint, then [plot] found no curves: the folder could neither rerun nor resume.
     (f'[data]\n{CHARS}[model]\nstage = "char_lm"\nhidden_size = 8\n[train]\nstage = "tbptt"\nsteps = 2\n'
      'batch_size = 2\nwindow = 8\neval_chars = 64\n[plot]\nstage = "active_curves"\n',
-     '[plot] (active_curves) needs learning curves; no table before it makes one: add a table before it with '
+     '[plot] (active_curves) needs learning curves; no section before it makes one: add a section before it with '
      'stage = "active_learning"'),
     ('[net]\nstage = "gat"\n[loader]\nstage = "planetoid"\n[fit]\nstage = "train_nodes"\nmax_epochs = 1\n',
-     "[net] (gat) needs a graph dataset or a dataset of graphs; no table before it loads one: move a data table "
+     "[net] (gat) needs a graph dataset or a dataset of graphs; no section before it loads one: move a data section "
      "([loader]) before it"),
     ('[loader]\nstage = "planetoid"\n[fit]\nstage = "train_nodes"\nmax_epochs = 1\n[net]\nstage = "gat"\n',
-     "[fit] (train_nodes) needs a graph network; no table before it makes one: move a model table ([net]) before "
+     "[fit] (train_nodes) needs a graph network; no section before it makes one: move a model section ([net]) before "
      "it"),
     ('[data]\nstage = "planetoid"\n[train]\nstage = "train_nodes"\nmax_epochs = 1\n',
-     '[train] (train_nodes) needs a graph network; no table before it makes one: add a table before it with '
+     '[train] (train_nodes) needs a graph network; no section before it makes one: add a section before it with '
      'stage = "gat" or stage = "inductive_gat"'),
 ]
 
@@ -772,7 +772,7 @@ def test_every_shipped_pipeline_gives_each_table_what_it_needs(name):
 def test_a_missing_product_found_by_a_stage_names_its_table(tmp_path):
     import torch
     from graphseq.stages import Context
-    ctx = Context("mine", tmp_path, torch.device("cpu"), 0, tmp_path, None, table="net")
-    with pytest.raises(GraphseqError, match=re.escape("[net] (gat) needs 'num_features', which no table before it "
-                                                      "made; check the order of the pipeline's tables")):
+    ctx = Context("mine", tmp_path, torch.device("cpu"), 0, tmp_path, None, section="net")
+    with pytest.raises(GraphseqError, match=re.escape("[net] (gat) needs 'num_features', which no section before it "
+                                                      "made; check the order of the pipeline's sections")):
         ctx.require("num_features", "gat")

@@ -1,5 +1,5 @@
-"""How a run's metrics.json names the figures of its tables: two tables of
-one stage keep both their figures, under names that tell them apart."""
+"""How a run's metrics.json names the metrics of its sections: two sections of
+one stage keep both their metrics, under names that tell them apart."""
 import json
 
 from graphseq import run
@@ -9,7 +9,7 @@ from graphseq.stages import stage
 
 @stage("test_scores", checks={"value": finite})
 def scores(ctx, *, value: float = 0.0, label: str = ""):
-    """Records a figure of its own and one that every table of this stage records."""
+    """Records a metric of its own and one that every section of this stage records."""
     ctx.metrics["score"] = value
     if label:
         ctx.metrics[f"score_{label}"] = value
@@ -17,7 +17,7 @@ def scores(ctx, *, value: float = 0.0, label: str = ""):
 
 @stage("test_reads_score")
 def reads_score(ctx):
-    """Reads the figure an earlier table recorded, as the few-shot oracle reads its training's steps."""
+    """Reads the metric an earlier section recorded, as the few-shot oracle reads its training's steps."""
     ctx.metrics["score_seen"] = ctx.metrics["score"]
 
 
@@ -27,7 +27,7 @@ def test_two_tables_of_one_stage_keep_both_figures_named_by_table(tmp_path):
                         '[second]\nstage = "test_scores"\nvalue = 2.0\nlabel = "b"\n\n'
                         '[read]\nstage = "test_reads_score"\n')
     summary = run(pipeline, out=tmp_path / "run", quiet=True)
-    # The figure both tables record is named by each table; the others keep their names.
+    # The metric both sections record is named by each section; the others keep their names.
     assert summary["runs"][0] == {"seed": 0, "first.score": 1.0, "score_a": 1.0, "second.score": 2.0,
                                   "score_b": 2.0, "score_seen": 2.0}
     assert json.loads((tmp_path / "run" / "metrics.json").read_text()) == summary
