@@ -47,7 +47,7 @@ def find_miniimagenet(root: Path, mirror: Optional[Path] = None) -> Path:
             return folder
     raise GraphseqError(f"mini-ImageNet not found: looked for images/ and {', '.join(s + '.csv' for s in SPLITS)} "
                         f"in {' and '.join(places)}. It cannot be downloaded automatically; build it with "
-                        f"the Ravi & Larochelle split files (see the README)")
+                        f"the Ravi & Larochelle split files (see docs/data.md)")
 
 
 def read_split(path: Path) -> Dict[str, List[str]]:
