@@ -123,7 +123,7 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Los
                 evaluate: Optional[Evaluate] = None, eval_every: int = 0,
                 select: Optional[Tuple[str, str]] = None, checkpoint_every: int = 0,
                 extra_state: Optional[Dict[str, Any]] = None, meta: Optional[Dict[str, Any]] = None,
-                minutes: float = 0.0, desc: str = "train", checkpoint: str = CHECKPOINT,
+                minutes: float = 0.0, log_every: int = 10, desc: str = "train", checkpoint: str = CHECKPOINT,
                 curves: Optional[str] = "curves.png",
                 find_unused_parameters: bool = False) -> TrainResult:
     """Trains ``model`` for ``steps`` optimizer steps (counted over the whole
@@ -159,6 +159,10 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Los
             configuration, a vocabulary) so that other tools can rebuild the
             model; a resume is refused when they differ from the checkpoint's.
         minutes: an optional cap on training time over the whole run (0: none).
+        log_every: steps between reads of the training metrics, which are
+            summed on the device in between: a read waits for the device to
+            finish its queue, so reading every step would stall a GPU. The
+            progress bar shows the mean loss since the last read.
         desc: the progress bar's label.
         checkpoint: the checkpoint's file name in ``out``.
         curves: the plot of the history written into ``out`` at the end
@@ -175,6 +179,8 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Los
     for name, value in (("steps", steps), ("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
         if not is_integer(value) or value < 0:
             raise GraphseqError(f"{desc}: {name} must be a whole number >= 0, got {value!r}")
+    if not is_integer(log_every) or log_every < 1:
+        raise GraphseqError(f"{desc}: log_every must be a whole number >= 1, got {log_every!r}")
     for name, value in (("minutes", minutes), ("clip", clip)):
         if not is_number(value) or value < 0:  # nan would pass every budget and clipping test
             raise GraphseqError(f"{desc}: {name} must be a finite number >= 0, got {value!r}")
@@ -202,10 +208,26 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Los
                               find_unused_parameters=find_unused_parameters)
     main = distributed.is_main()
 
+    # The training metrics of the steps since the last read, summed where they
+    # were computed (on the GPU, say), and how many steps that is.
+    unread: Dict[str, Any] = {}
+    unread_steps = 0
+
+    def read() -> None:
+        nonlocal unread_steps
+        for key, value in unread.items():
+            progress.running[key] = progress.running.get(key, 0.0) + float(value)
+        if unread_steps:
+            bar.set_postfix(loss=f"{float(unread['train_loss']) / unread_steps:.3f}")
+        unread.clear()
+        unread_steps = 0
+
     def save() -> None:
+        read()
         _save(path, model, optimizer, scheduler, scaler, progress, extra_state, meta)
 
     def record() -> Dict[str, float]:
+        read()
         figures = {k: v / progress.count for k, v in progress.running.items()} if progress.count else {}
         figures = distributed.mean_over_ranks(figures)
         if evaluate is not None:
@@ -257,16 +279,17 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Los
             if scheduler is not None:
                 scheduler.step()
             progress.step += 1
-            value = float(loss.detach())
-            progress.running["train_loss"] = progress.running.get("train_loss", 0.0) + value
-            for name, figure in figures.items():
+            for name, value in {"train_loss": loss, **figures}.items():
                 key = name if name.startswith("train_") else f"train_{name}"
-                progress.running[key] = progress.running.get(key, 0.0) + float(figure)
+                value = value.detach().double() if isinstance(value, Tensor) else float(value)
+                unread[key] = unread[key] + value if key in unread else value
+            unread_steps += 1
             progress.count += 1
             progress.cpu_seconds += time.process_time() - cpu_started
             progress.seconds = time.perf_counter() - started
             bar.update(1)
-            bar.set_postfix(loss=f"{value:.3f}")
+            if progress.step % log_every == 0:
+                read()
             if eval_every > 0 and progress.step % eval_every == 0:
                 record()
                 progress.seconds = time.perf_counter() - started

@@ -482,3 +482,19 @@ def test_only_rank_0_draws_the_bar(tmp_path, monkeypatch):
     monkeypatch.setattr(training.distributed, "is_main", lambda: False)
     shown = _train_watched(tmp_path, stderr)
     assert "\r" not in shown
+
+
+def test_reading_the_training_metrics_less_often_records_the_same_history(tmp_path):
+    # The metrics are summed where they are computed and read every log_every steps (a read waits for a GPU).
+    _, every_step = train(tmp_path / "one", 6, log_every=1)
+    _, every_fourth = train(tmp_path / "four", 6, log_every=4)  # evaluated every 2 steps
+    assert [entry["step"] for entry in every_fourth.history] == [2, 4, 6]
+    for a, b in zip(every_step.history, every_fourth.history):
+        assert a.keys() == b.keys()
+        for key in ("train_loss", "train_accuracy", "val_loss"):
+            assert a[key] == pytest.approx(b[key], rel=1e-12), key
+
+
+def test_log_every_must_be_a_positive_whole_number(tmp_path):
+    with pytest.raises(GraphseqError, match=r"^train: log_every must be a whole number >= 1, got 0$"):
+        train(tmp_path, 2, log_every=0)

@@ -73,9 +73,10 @@ def predict(model: nn.Module, data: Data, mask: torch.Tensor, sampling: Optional
                                    batch_size=sampling.inference_batch_size)[mask]
     nodes = mask.nonzero().view(-1) if mask.dtype == torch.bool else mask
     parts = []
+    cuda = data.y.device.type == "cuda"
     for batch in neighbor_loader(_dense(data), sampling.num_neighbors, input_nodes=nodes.cpu(),
-                                 batch_size=sampling.inference_batch_size):
-        batch = batch.to(data.y.device)
+                                 batch_size=sampling.inference_batch_size, pin_memory=cuda):
+        batch = batch.to(data.y.device, non_blocking=cuda)
         parts.append(model(batch.x, batch.edge_index)[:batch.batch_size])
     return torch.cat(parts)
 
@@ -107,10 +108,12 @@ def _sampled_epoch(model: nn.Module, trained: nn.Module, data: Data, graph: Data
     size, rank = distributed.world_size(), distributed.rank()
     seeds = distributed.shard(order)
     losses = []
+    # On CUDA the batches are sampled into pinned memory and copied while the GPU works.
+    cuda = data.y.device.type == "cuda"
     for step, batch in enumerate(neighbor_loader(graph, sampling.num_neighbors, input_nodes=seeds,
                                                  batch_size=sampling.batch_size, num_workers=sampling.num_workers,
-                                                 sampler=sampler)):
-        batch = batch.to(data.y.device)
+                                                 sampler=sampler, pin_memory=cuda)):
+        batch = batch.to(data.y.device, non_blocking=cuda)
         # The shard repeats first seeds so that every rank takes as many steps;
         # a repeat weighs nothing, and each seed 1 / (the step's seeds on all ranks),
         # so DDP's mean over the ranks is the mean loss of the step's seeds.
