@@ -77,6 +77,7 @@ CASES = [
     ("bench_recurrent.py", ["--cells", "lstm,foo"], "--cells: unknown cell(s) foo; choose from lstm, gru"),
     ("bench_recurrent.py", ["--min-length", "50", "--max-length", "10"], "--min-length 50 is above --max-length 10"),
     ("bench_self_attention.py", ["--edges", "0"], "argument --edges: must be a whole number >= 1, got 0"),
+    ("bench_charlm.py", ["--window", "0"], "argument --window: must be a whole number >= 1, got 0"),
     ("polarity_peers.py", ["--folds", "0,3,0"], "argument --folds: fold(s) 0 named more than once"),
     ("polarity_peers.py", ["--folds", "3,-1"], "argument --folds: fold(s) -1 out of range: there are 10 folds, 0..9"),
     ("polarity_peers.py", ["--json", "."], "cannot write --json .: Is a directory"),
@@ -102,6 +103,7 @@ CASES = [
     ("bench_gat.py", ["--data-mirror", ""], "--data-mirror is empty; name a folder, or leave the option out for its "
                                           "default"),
     ("bench_recurrent.py", ["--device", "nonsense"], "--device 'nonsense' is not supported"),
+    ("bench_charlm.py", ["--device", "nonsense"], "--device 'nonsense' is not supported"),
     ("bench_bert.py", ["--device", "nonsense"], "--device 'nonsense' is not supported"),
     ("bench_fewshot.py", ["--device", "nonsense"], "--device 'nonsense' is not supported"),
     ("bench_self_attention.py", ["--device", "nonsense"], "--device 'nonsense' is not supported"),

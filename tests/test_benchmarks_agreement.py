@@ -201,3 +201,28 @@ def test_polarity_peers_refuses_models_it_cannot_tabulate(monkeypatch, capsys, m
         peers.main()
     assert stop.value.code == 2
     assert f"polarity_peers.py: error: {message}" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- #
+# bench_charlm.py
+# --------------------------------------------------------------------------- #
+
+def test_bench_charlm_checks_the_plain_torch_model_trains_alike_before_timing(monkeypatch, capsys):
+    charlm = load_script("bench_charlm.py", monkeypatch)
+    monkeypatch.setattr(charlm, "median_times", no_timing)
+    monkeypatch.setattr(charlm.torch, "set_num_threads", lambda threads: None)  # Leaves pytest's threads alone.
+    monkeypatch.setattr(sys, "argv", ["bench_charlm.py", "--batch", "3", "--window", "5", "--vocab", "7",
+                                      "--embedding", "4", "--hidden", "6", "--windows", "2", "--device", "cpu"])
+    charlm.main()
+    assert "ratio ours / plain torch (its fastest): 1.00" in capsys.readouterr().out
+
+
+def test_bench_charlm_times_nothing_when_the_two_models_differ(monkeypatch):
+    charlm = load_script("bench_charlm.py", monkeypatch)
+    monkeypatch.setattr(charlm, "median_times", lambda *args, **kwargs: pytest.fail("timed"))
+    monkeypatch.setattr(charlm.torch, "set_num_threads", lambda threads: None)
+    monkeypatch.setattr(charlm, "copy_weights", lambda ours, theirs: None)  # the peer keeps its own weights
+    monkeypatch.setattr(sys, "argv", ["bench_charlm.py", "--batch", "3", "--window", "5", "--vocab", "7",
+                                      "--embedding", "4", "--hidden", "6", "--device", "cpu"])
+    with pytest.raises(SystemExit, match="do not compute the same thing"):
+        charlm.main()
