@@ -1,8 +1,10 @@
 """Sentence polarity on the shared 10-fold cross-validation: supervised
 paragraph vectors (SPV-DM, SPV-DBOW) against the tools a practitioner would
 otherwise use, fold by fold in one process and on one thread: TF-IDF +
-logistic regression (scikit-learn) and gensim's Doc2Vec PV-DM and PV-DBOW +
-logistic regression; the chain BiLSTM of ``polarity-bilstm`` on request; and
+logistic regression, multinomial naive Bayes and NBSVM (Wang & Manning,
+2012) on word bigrams (scikit-learn), and gensim's Doc2Vec PV-DM and
+PV-DBOW + logistic regression; the chain BiLSTM of ``polarity-bilstm`` on
+request; and
 the figures of a finished ``bert-polarity`` run beside them. Every model
 reads the same folds (``graphseq.data.polarity.cv_folds``) and the same
 words, makes its choices on the validation fold and reads the test fold
@@ -12,7 +14,7 @@ per fold over one Doc2Vec fit of the setting chosen on validation
 (``fit_seconds``: Doc2Vec's seconds per fold cover its whole grid).
 
     pip install -e ".[peers]"      # gensim; scikit-learn is a base dependency
-    python benchmarks/polarity_peers.py [--folds 0,1,2] [--models tfidf,doc2vec-dm,...]
+    python benchmarks/polarity_peers.py [--folds 0,1,2] [--models tfidf,nbsvm-bi,...]
         [--spv RUN_DIR] [--bert RUN_DIR] [--json results.json] [--data-root DIR] [--data-mirror DIR]
 
 ``--json`` is written again after every model of every fold, so a run cut
@@ -39,7 +41,7 @@ from graphseq.stages.paragraph_vectors import spv_fold, words_of
 from graphseq.stages.polarity import read_folds
 from timing import run_script
 
-MODELS = ("tfidf", "doc2vec-dm", "doc2vec-dbow", "spv-dm", "spv-dbow", "bilstm")
+MODELS = ("tfidf", "mnb-bi", "nbsvm-bi", "doc2vec-dm", "doc2vec-dbow", "spv-dm", "spv-dbow", "bilstm")
 FOLDS = 10
 LOGISTIC_C = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
 
@@ -73,6 +75,69 @@ def tfidf_fold(words, labels, split) -> Dict[str, Any]:
     score, model, vectorizer, ngrams, c = best
     test_score = model.score(vectorizer.transform([words[i] for i in test]), labels[test])
     return {"val_accuracy": score, "test_accuracy": test_score, "choice": f"ngrams {ngrams}, C {c}"}
+
+
+def with_bigrams(words: List[str]) -> List[str]:
+    return words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+
+
+def binary_bigrams(words, split):
+    """Which unigrams and bigrams each sentence holds (0/1), for the training,
+    validation and test sentences, over the training sentences' vocabulary."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    vectorizer = CountVectorizer(analyzer=with_bigrams, binary=True)
+    train, val, test = (s.numpy() for s in split)
+    x_train = vectorizer.fit_transform([words[i] for i in train])
+    return x_train, *(vectorizer.transform([words[i] for i in part]) for part in (val, test))
+
+
+def mnb_fold(words, labels, split) -> Dict[str, Any]:
+    """Multinomial naive Bayes on binarized unigrams and bigrams (MNB-bi of
+    Wang & Manning, 2012), its smoothing chosen on the validation fold."""
+    from sklearn.naive_bayes import MultinomialNB
+
+    train, val, test = (s.numpy() for s in split)
+    x_train, x_val, x_test = binary_bigrams(words, split)
+    fitted = {alpha: MultinomialNB(alpha=alpha).fit(x_train, labels[train]) for alpha in (0.1, 0.3, 1.0, 3.0)}
+    alpha = max(fitted, key=lambda a: fitted[a].score(x_val, labels[val]))
+    return {"val_accuracy": fitted[alpha].score(x_val, labels[val]),
+            "test_accuracy": fitted[alpha].score(x_test, labels[test]), "choice": f"alpha {alpha}"}
+
+
+def nbsvm_fold(words, labels, split) -> Dict[str, Any]:
+    """NBSVM-bi (Wang & Manning, 2012): binarized unigrams and bigrams scaled
+    by their naive-Bayes log-count ratios (smoothing 1), a linear SVM (L2
+    regularization, squared hinge loss) on them, and its weights interpolated
+    toward their mean magnitude, ``(1 - beta) * mean|w| + beta * w``; C and
+    beta chosen on the validation fold."""
+    from sklearn.svm import LinearSVC
+
+    train, val, test = (s.numpy() for s in split)
+    x_train, x_val, x_test = binary_bigrams(words, split)
+    y = labels[train]
+    p = 1.0 + np.asarray(x_train[y == 1].sum(axis=0)).ravel()
+    q = 1.0 + np.asarray(x_train[y == 0].sum(axis=0)).ravel()
+    ratio = np.log((p / p.sum()) / (q / q.sum()))
+
+    def scaled(x):
+        return x.multiply(ratio).tocsr()
+
+    best = None
+    for c in (0.01, 0.1, 1.0):
+        svm = LinearSVC(C=c, max_iter=10_000).fit(scaled(x_train), y)
+        w, b = svm.coef_.ravel(), float(svm.intercept_[0])
+        for beta in (0.25, 0.5, 1.0):
+            weights = (1 - beta) * np.abs(w).mean() + beta * w
+
+            def accuracy(x, ids, weights=weights):
+                return float(((scaled(x) @ weights + b > 0).astype(int) == labels[ids]).mean())
+
+            score = accuracy(x_val, val)
+            if best is None or score > best[0]:
+                best = (score, accuracy, f"C {c}, beta {beta}")
+    score, accuracy, choice = best
+    return {"val_accuracy": score, "test_accuracy": accuracy(x_test, test), "choice": choice}
 
 
 DOC2VEC_GRID = {1: ({"epochs": 20}, {"epochs": 50}),
@@ -189,7 +254,7 @@ def summary_line(name: str, rows: List[Dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--folds", type=fold_list, default="", help="comma-separated folds (default: all ten)")
-    parser.add_argument("--models", default="tfidf,doc2vec-dm,doc2vec-dbow,spv-dm,spv-dbow",
+    parser.add_argument("--models", default="tfidf,mnb-bi,nbsvm-bi,doc2vec-dm,doc2vec-dbow,spv-dm,spv-dbow",
                         help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--bert", default=None, metavar="RUN_DIR", help="a finished bert-polarity run to list beside")
     parser.add_argument("--spv", default=None, metavar="RUN_DIR",
@@ -233,6 +298,8 @@ def main() -> None:
     folds = args.folds or list(range(FOLDS))
     runners: Dict[str, Callable[[int], Dict[str, Any]]] = {
         "tfidf": lambda f: tfidf_fold(words, labels, splits[f]),
+        "mnb-bi": lambda f: mnb_fold(words, labels, splits[f]),
+        "nbsvm-bi": lambda f: nbsvm_fold(words, labels, splits[f]),
         "doc2vec-dm": lambda f: doc2vec_fold(words, labels, splits[f], dm=1),
         "doc2vec-dbow": lambda f: doc2vec_fold(words, labels, splits[f], dm=0),
         "spv-dm": lambda f: spv_peer_fold(sentences, labels, splits[f], "dm", {**settings, "seed": f}, rule),

@@ -226,3 +226,26 @@ def test_bench_charlm_times_nothing_when_the_two_models_differ(monkeypatch):
                                       "--embedding", "4", "--hidden", "6", "--device", "cpu"])
     with pytest.raises(SystemExit, match="do not compute the same thing"):
         charlm.main()
+
+
+# --------------------------------------------------------------------------- #
+# polarity_peers.py: the bag-of-bigram peers
+# --------------------------------------------------------------------------- #
+
+@pytest.mark.parametrize("peer", ["mnb_fold", "nbsvm_fold"])
+def test_bigram_peers_learn_a_polarity_that_only_a_bigram_tells(peer, monkeypatch):
+    # "not good" is negative and "good" alone positive: the unigrams alone cannot tell every sentence.
+    peers = load_script("polarity_peers.py", monkeypatch)
+    generator = torch.Generator().manual_seed(0)
+    fillers = ["the", "film", "was", "a", "plot", "it"]
+    words, labels = [], []
+    for i in range(300):
+        filler = [fillers[int(j)] for j in torch.randint(0, len(fillers), (4,), generator=generator)]
+        negative = i % 2 == 0
+        words.append(filler[:2] + (["not", "good"] if negative else ["good", "not"][:1 + i % 3 // 2]) + filler[2:])
+        labels.append(0 if negative else 1)
+    order = torch.randperm(300, generator=generator)
+    split = (order[:200], order[200:250], order[250:])
+    row = getattr(peers, peer)(words, peers.np.asarray(labels), split)
+    assert row["val_accuracy"] == 1.0 and row["test_accuracy"] == 1.0
+    assert row["choice"].startswith("alpha" if peer == "mnb_fold" else "C ")
