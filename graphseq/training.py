@@ -61,6 +61,10 @@ from .errors import GraphseqError, draw_bars
 from .io import check_file_place, first_sentence, load_checkpoint, save_checkpoint, write_png
 
 CHECKPOINT = "checkpoint.pt"
+# A run's first steps, timed, give the estimate of the rest it logs; a run
+# estimated to take longer than LONG_MINUTES is called a long schedule.
+PACED_STEPS = 10
+LONG_MINUTES = 35
 
 LossOutput = Union[Tensor, Tuple[Tensor, Dict[str, Any]]]
 LossFn = Callable[[nn.Module, int], LossOutput]
@@ -260,6 +264,7 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Los
     bar = tqdm(total=steps if steps > 0 else None, initial=progress.step, desc=desc, unit="step",
                disable=not draw_bars(quiet or not main), dynamic_ncols=True)
     started = time.perf_counter() - progress.seconds
+    paced = (progress.step + PACED_STEPS, progress.seconds)  # the step the estimate is made at, the time it starts
     model.train()
     # Log lines above the bar, not through it; with no bar (quiet, not rank 0,
     # or no person watching) there is nothing to keep them off, and a quiet
@@ -290,6 +295,12 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Los
             bar.update(1)
             if progress.step % log_every == 0:
                 read()
+            if progress.step == paced[0] and steps > progress.step and main:
+                pace = (progress.seconds - paced[1]) / PACED_STEPS
+                left = (steps - progress.step) * pace / 60
+                log.info(f"{desc}: {pace:.2f} s a step here; the {steps - progress.step:,} steps left take about "
+                         f"{_minutes(left)}" + (": a long schedule (fewer steps: --set SECTION.steps=N)"
+                                                if left > LONG_MINUTES else ""))
             if eval_every > 0 and progress.step % eval_every == 0:
                 record()
                 progress.seconds = time.perf_counter() - started
@@ -315,6 +326,15 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Los
     return TrainResult(history=progress.history, best=dict(best or {}), step=progress.step,
                        extra_state=extra_state, seconds=progress.seconds,
                        cpu_seconds=progress.cpu_seconds)
+
+
+def _minutes(minutes: float) -> str:
+    """A duration as a person reads it: "40 seconds", "12 minutes", "3.5 hours"."""
+    if minutes < 1:
+        return f"{max(1, round(minutes * 60))} seconds"
+    if minutes < 90:
+        return f"{round(minutes)} minute{'s' * (round(minutes) != 1)}"
+    return f"{minutes / 60:.1f} hours"
 
 
 def _split(output: LossOutput, desc: str) -> Tuple[Tensor, Dict[str, Any]]:

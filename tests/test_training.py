@@ -3,6 +3,7 @@ validation figure come back, checkpoints are never torn, a budget is required.""
 import io
 import logging
 import math
+import re
 import sys
 import time
 import traceback
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from conftest import Terminal
+import graphseq.training
 from graphseq.errors import GraphseqError
 from graphseq.io import first_sentence, load_checkpoint, save_checkpoint
 from graphseq.training import train_steps
@@ -498,3 +500,28 @@ def test_reading_the_training_metrics_less_often_records_the_same_history(tmp_pa
 def test_log_every_must_be_a_positive_whole_number(tmp_path):
     with pytest.raises(GraphseqError, match=r"^train: log_every must be a whole number >= 1, got 0$"):
         train(tmp_path, 2, log_every=0)
+
+
+def _log_lines(tmp_path, steps, **kwargs):
+    """The log lines of a run of ``steps`` steps."""
+    stream = io.StringIO()
+    log = logging.Logger("test-training-estimate")
+    log.addHandler(logging.StreamHandler(stream))
+    train(tmp_path, steps, where=place(tmp_path, log=log), curves=None, **kwargs)
+    return stream.getvalue().splitlines()
+
+
+def test_the_first_steps_give_an_estimate_of_the_rest(tmp_path):
+    estimates = [line for line in _log_lines(tmp_path, 14) if " a step here; " in line]
+    assert len(estimates) == 1
+    assert re.fullmatch(r"train: \d+\.\d\d s a step here; the 4 steps left take about \d+ seconds", estimates[0])
+
+
+def test_a_run_estimated_longer_than_a_laptop_session_is_called_a_long_schedule(tmp_path, monkeypatch):
+    monkeypatch.setattr(graphseq.training, "LONG_MINUTES", 0.0)
+    estimate = next(line for line in _log_lines(tmp_path, 14) if " a step here; " in line)
+    assert estimate.endswith(": a long schedule (fewer steps: --set SECTION.steps=N)")
+
+
+def test_a_run_too_short_to_pace_logs_no_estimate(tmp_path):
+    assert not [line for line in _log_lines(tmp_path, 10) if " a step here; " in line]

@@ -279,6 +279,7 @@ def _run_seeds(plan: Plan, device: torch.device, log: logging.Logger) -> Dict[st
     out, seed, runs = plan.out, plan.seed, plan.runs
     log.info(f"pipeline {plan.name} on {device}, seeds {seed}..{seed + runs - 1}, out {out}"
              + (" (resumed)" if plan.resume else ""))
+    log.info(f"sections: {outline(plan.config)}")
     if plan.changed:  # config.toml holds the new value, as if the run had been started with it
         log.info(f"resumed with {', '.join(plan.changed)}; config.toml now records it, so graphseq run "
                  f"{out / 'config.toml'} would go straight to it, which need not repeat this resumed run "
@@ -397,6 +398,23 @@ def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, float]]:
             mean[key] = statistics.fmean(values)
             std[key] = statistics.stdev(values) if len(values) > 1 else 0.0
     return {"mean": mean, "std": std}
+
+
+# The keys that say how long a stage works, as an outline of the run names them.
+BUDGET_KEYS = ("steps", "pretrain_steps", "max_epochs", "epochs", "episodes", "budget")
+
+
+def outline(config: Dict[str, Any]) -> str:
+    """What a run will do, section by section, with each stage's budget:
+    ``[data] omniglot; [train] train_episodes, 21,500 steps; ...``."""
+    parts = []
+    for name, table in sections(config).items():
+        kind = table.get("stage", name)
+        settings = {**stage_params(get_stage(kind)), **table}
+        budgets = [f"{settings[key]:,} {key.replace('_', ' ')}" for key in BUDGET_KEYS
+                   if isinstance(settings.get(key), int) and not isinstance(settings[key], bool)]
+        parts.append(f"[{name}] {kind}" + (f", {', '.join(budgets)}" if budgets else ""))
+    return "; ".join(parts)
 
 
 def section_metrics(own: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:

@@ -776,3 +776,11 @@ def test_a_missing_product_found_by_a_stage_names_its_table(tmp_path):
     with pytest.raises(GraphseqError, match=re.escape("[net] (gat) needs 'num_features', which no section before it "
                                                       "made; check the order of the pipeline's sections")):
         ctx.require("num_features", "gat")
+
+
+def test_a_run_says_first_what_each_section_will_do_and_for_how_long():
+    from graphseq.runner.run import outline
+    config = read_config(resolve_pipeline("fewshot-omniglot-5w1s"))
+    apply_overrides(config, ["train.steps=21500"])
+    assert outline(config) == ("[data] omniglot; [model] fewshot_gnn; [train] train_episodes, 21,500 steps; "
+                               "[test] test_episodes, 30,000 episodes")
