@@ -21,6 +21,7 @@ dropout still follow the user's edge order.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import weakref
 from typing import Mapping, Optional, Tuple, Union
@@ -40,9 +41,8 @@ from torch_geometric.utils import (add_self_loops, is_torch_sparse_tensor, remov
 from torch_geometric.utils.sparse import set_sparse_value
 
 from .. import graphs
-from . import checks
-from .sparse import (EdgePattern, SampledDot, SparseAggregate, fused_kernels_apply, plain_autograd, segment_softmax,
-                     sparse_dense_mm)
+from . import checks, compat
+from .sparse import EdgePattern, SampledDot, SparseAggregate, fused_kernels_apply, segment_softmax, sparse_dense_mm
 
 PairTensor = Tuple[Tensor, Optional[Tensor]]
 # How add_self_loops may reduce a node's incoming edge features for its loop.
@@ -239,7 +239,7 @@ class AttentionConv(MessagePassing):
         if torch.compiler.is_compiling():
             # The count is the data's, but the loops are all there: tells the
             # compiler that a graph with loops is never empty.
-            torch._check(edge_index.size(1) >= num_loops)
+            compat.assume(edge_index.size(1) >= num_loops)
         return AttentionGraph(edge_index, size, kept=kept, num_loops=num_loops)
 
     @torch.compiler.disable
@@ -292,11 +292,7 @@ class AttentionConv(MessagePassing):
         """Whether anything looks at the edges one by one in the user's order:
         an explainer, a decomposition, or any propagate, message, aggregate
         or edge_update hook."""
-        return bool(self.explain or self.decomposed_layers > 1
-                    or self._propagate_forward_pre_hooks or self._propagate_forward_hooks
-                    or self._message_forward_pre_hooks or self._message_forward_hooks
-                    or self._aggregate_forward_pre_hooks or self._aggregate_forward_hooks
-                    or self._edge_update_forward_pre_hooks or self._edge_update_forward_hooks)
+        return compat.edges_observed(self)
 
     def use_fused_path(self, value: Tensor, graph: AttentionGraph) -> bool:
         """Whether the fused sparse path may run: nothing observes the edges,
@@ -308,7 +304,7 @@ class AttentionConv(MessagePassing):
         # compiler cannot compare with 0 (it depends on the data).
         return (not torch.compiler.is_compiling() and not torch.jit.is_tracing()
                 and fused_kernels_apply(value) and graph.num_edges > 0 and not self.edges_observed()
-                and not torch.is_autocast_enabled(value.device.type) and plain_autograd())
+                and not torch.is_autocast_enabled(value.device.type) and compat.plain_autograd())
 
     def attend(self, graph: AttentionGraph, value: Tensor, edge_attr: Optional[Tensor] = None,
                need_weights: bool = False, edge_inputs: Optional[Mapping[str, Tensor]] = None,
@@ -374,7 +370,7 @@ class AttentionConv(MessagePassing):
         of as many rows as there are edges cannot be told apart and pass."""
         if graph.num_edges in graph.size:
             return
-        for name in self._edge_user_args:
+        for name in inspect.signature(self.edge_update).parameters:
             tensor = score_inputs.get(name)
             if (name[-2:] not in ("_i", "_j") and isinstance(tensor, Tensor) and tensor.dim() > 0
                     and tensor.size(0) == graph.num_edges):
@@ -924,7 +920,7 @@ class SelfAttentionConv(AttentionConv):
         """SDPA on ``[graphs, nodes, heads, head_dim]`` tensors."""
         query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
         dropout = self.dropout if self.training else 0.0
-        if not torch.compiler.is_compiling() and not plain_autograd():
+        if not torch.compiler.is_compiling() and not compat.plain_autograd():
             # Torch's fused CPU kernels have no forward-mode derivative: the
             # math kernel, plain differentiable ops, serves torch.func and jvp.
             with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):

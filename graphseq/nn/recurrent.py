@@ -32,8 +32,7 @@ from torch import Tensor
 from torch.nn import Parameter
 from torch_geometric.nn import MessagePassing
 
-from . import checks
-from .sparse import plain_autograd
+from . import checks, compat
 
 State = Union[Tensor, Tuple[Tensor, Tensor]]
 
@@ -260,7 +259,7 @@ def _same_edges(kept: Optional[Tensor], given: Tensor, num_nodes: int) -> bool:
     return torch.equal(edges(kept), edges(given))
 
 
-class ChainRecurrence(MessagePassing):
+class ChainRecurrence(compat.WholeRowMessages, MessagePassing):
     r"""The machinery shared by every recurrent layer: a cell stepped along
     the edges of a batch of chains, in one or both directions, stacked in
     layers. Subclasses give the number of gate blocks and the update rule
@@ -301,7 +300,6 @@ class ChainRecurrence(MessagePassing):
     gate_blocks: int = 1  # the input projection has gate_blocks * hidden_size rows
     has_cell_state: bool = False
     fused_step = None  # see _fused_step
-    _lifting_whole_rows = False  # see _index_select
     defers_recurrent_grad = False  # whether fused_step leaves W_hh's gradient to _DeferredRecurrentGrad
     propagate_type = {"state": Tensor, "aligned": bool, "edge_id": Optional[Tensor]}
 
@@ -506,8 +504,7 @@ class ChainRecurrence(MessagePassing):
         step_edges, edge_ids = schedule.step_edges, schedule.edge_ids[direction]
         width = self.output_size()
         outputs, ended, extras = [], [], []
-        self._lifting_whole_rows = True
-        try:
+        with self.whole_rows():  # Edge k of a step leaves row k of the state: no gather.
             for t, size in enumerate(sizes):
                 if t > 0:  # state: the states of the chains that go on, by rank
                     state = self.propagate(step_edges[t - 1], state=state, size=(size, size),
@@ -524,8 +521,6 @@ class ChainRecurrence(MessagePassing):
                 outputs.append(out)
                 if carried < size:
                     ended.append(last)
-        finally:
-            self._lifting_whole_rows = False
 
         # Without nodes, a slice of the projection keeps outputs attached to
         # the graph (x and the weights), as an empty tensor should be.
@@ -568,7 +563,7 @@ class ChainRecurrence(MessagePassing):
         fuses by itself) and autocast (which picks each op's precision) trace
         :meth:`cell` instead, as do torch.func transforms and forward-mode AD."""
         if self.fused_step is None or torch.compiler.is_compiling() \
-                or torch.is_autocast_enabled(x.device.type) or not plain_autograd():
+                or torch.is_autocast_enabled(x.device.type) or not compat.plain_autograd():
             return None
         return self.fused_step
 
@@ -595,14 +590,6 @@ class ChainRecurrence(MessagePassing):
             return inputs
         return super().aggregate(inputs, index, ptr=ptr, dim_size=dim_size)
 
-    def _index_select(self, src: Tensor, index: Tensor) -> Tensor:
-        # The engine's step edges leave every row of the states they carry,
-        # in order, so the messages of a step are those states as they are:
-        # no copy forward, no zero-filled scatter backward.
-        if self._lifting_whole_rows:
-            return src
-        return super()._index_select(src, index)
-
     def explain_message(self, inputs: Tensor, dim_size: Optional[int],
                         edge_id: Optional[Tensor] = None) -> Tensor:
         """Scales each message by the explainer's mask of the edge of
@@ -610,12 +597,10 @@ class ChainRecurrence(MessagePassing):
         explainers are in the user's edge order."""
         if edge_id is None:
             return super().explain_message(inputs, dim_size)
-        edge_mask = self._edge_mask
+        edge_mask = compat.explainer_edge_mask(self)
         if edge_mask is None:
             raise ValueError(f"{type(self).__name__}: no edge_mask to explain with; "
                              f"did you forget to set one?")
-        if self._apply_sigmoid:
-            edge_mask = edge_mask.sigmoid()
         return inputs * edge_mask.index_select(0, edge_id).unsqueeze(-1)
 
     def _graphs_in_state(self, state: Optional[State], batch: Optional[Tensor]) -> Optional[int]:
@@ -786,28 +771,6 @@ _ONEDNN_ROWS = 8
 _ONEDNN_PRODUCT = 1 << 21  # rows * inner * columns
 
 
-def _onednn_linear():
-    """torch's oneDNN linear op, or None where this build has none or it
-    does not answer as it does in torch 2.13 (a private op, whose signature
-    another release may change: tried once on a small product)."""
-    global _ONEDNN_LINEAR
-    if _ONEDNN_LINEAR is False:
-        _ONEDNN_LINEAR = None
-        try:
-            if torch.backends.mkldnn.is_available():
-                linear = torch.ops.mkldnn._linear_pointwise
-                a, weight = torch.arange(6.0).view(2, 3), torch.arange(12.0).view(4, 3)
-                with torch.no_grad():
-                    if torch.equal(linear(a, weight, None, "none", [], ""), a @ weight.t()):
-                        _ONEDNN_LINEAR = linear
-        except Exception:  # any failure of a private op leaves torch.mm to serve
-            _ONEDNN_LINEAR = None
-    return _ONEDNN_LINEAR
-
-
-_ONEDNN_LINEAR = False  # not looked up yet
-
-
 def _matmul(a: Tensor, b: Tensor, add: Optional[Tensor] = None) -> Tensor:
     """``add + a @ b`` (``add`` broadcast, or left out when None) for the
     fused steps, which run without autograd: through oneDNN for large
@@ -818,7 +781,7 @@ def _matmul(a: Tensor, b: Tensor, add: Optional[Tensor] = None) -> Tensor:
             and rows >= _ONEDNN_ROWS and rows * inner * b.size(1) >= _ONEDNN_PRODUCT \
             and a.stride(1) == 1 and (b.is_contiguous() or b.t().is_contiguous()) \
             and not torch.is_grad_enabled() and torch.backends.mkldnn.enabled:
-        linear = _onednn_linear()
+        linear = compat.onednn_linear()
         if linear is not None:
             out = linear(a, b.t(), None, "none", [], "")  # a @ b, b.t() as a linear's weight
             return out if add is None else out.add_(add)

@@ -199,7 +199,7 @@ def test_large_float32_steps_multiply_through_onednn_and_equal_torch(ours_class,
     CPU: faster than torch.mm there, and the same numbers as torch's layer
     to float32 rounding, gradients included. With torch.backends.mkldnn
     disabled they go through torch.mm."""
-    from graphseq.nn.recurrent import _onednn_linear
+    from graphseq.nn.compat import onednn_linear as _onednn_linear
     if _onednn_linear() is None:
         pytest.skip("this torch build has no oneDNN")
     torch.manual_seed(21)
@@ -234,7 +234,8 @@ def test_onednn_products_keep_to_the_layouts_it_runs_fast():
     """A transposed left factor (oneDNN's reference kernel: a thousand times
     slower) and products under autograd go through torch.mm; the numbers
     are the same to rounding either way."""
-    from graphseq.nn.recurrent import _matmul, _onednn_linear
+    from graphseq.nn.compat import onednn_linear as _onednn_linear
+    from graphseq.nn.recurrent import _matmul
     if _onednn_linear() is None:
         pytest.skip("this torch build has no oneDNN")
     torch.manual_seed(22)
