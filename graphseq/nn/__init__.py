@@ -1,8 +1,8 @@
 """The MessagePassing layers users import."""
 from .attention import AttentionConv, GATConv, SelfAttentionConv
+from .chain_schedule import ChainSchedule, chain_schedule
 from .metric_attention import MetricAttentionConv
-from .recurrent import (ChainGRU, ChainLSTM, ChainONLSTM, ChainRecurrence, ChainRNN, ChainSchedule,
-                        chain_schedule)
+from .recurrent import ChainGRU, ChainLSTM, ChainONLSTM, ChainRecurrence, ChainRNN
 from .transformer import TransformerEncoderLayer
 
 __all__ = ["AttentionConv", "GATConv", "SelfAttentionConv", "MetricAttentionConv", "ChainRecurrence", "ChainRNN", "ChainLSTM", "ChainGRU", "ChainONLSTM",
