@@ -2,7 +2,8 @@
 from .attention import AttentionConv, GATConv, SelfAttentionConv
 from .chain_schedule import ChainSchedule, chain_schedule
 from .metric_attention import MetricAttentionConv
-from .recurrent import ChainGRU, ChainLSTM, ChainONLSTM, ChainRecurrence, ChainRNN
+from .recurrent import ChainRecurrence
+from .recurrent_cells import ChainGRU, ChainLSTM, ChainONLSTM, ChainRNN
 from .transformer import TransformerEncoderLayer
 
 __all__ = ["AttentionConv", "GATConv", "SelfAttentionConv", "MetricAttentionConv", "ChainRecurrence", "ChainRNN", "ChainLSTM", "ChainGRU", "ChainONLSTM",

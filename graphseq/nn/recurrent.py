@@ -3,8 +3,8 @@ applies one cell along the edges of a chain, ``h_t = f(h_{t-1}, x_t)``: the
 message a node receives is its predecessor's state, and the update is the
 cell. RNN, LSTM, GRU and ON-LSTM share everything but that update rule, so
 one engine (:class:`ChainRecurrence`) finds the order of computation from
-``edge_index`` and steps every chain of a batch at once; each cell below is
-only its equations.
+``edge_index`` and steps every chain of a batch at once; each cell
+(:mod:`graphseq.nn.recurrent_cells`) is only its equations.
 
 How the engine maps onto :class:`~torch_geometric.nn.MessagePassing`: the
 step of a node is its depth along its chain. At step ``t`` the frontier (all
@@ -17,7 +17,9 @@ see :func:`chain_schedule`): the predecessors of the frontier are the first
 rows of the previous frontier, edge ``k`` of a step ends at row ``k``, and the
 sum over each node's single incoming message is the message itself. The
 inputs of all nodes are projected in one matrix product before the loop; each
-step multiplies only the frontier's messages by ``W_hh``.
+step multiplies only the frontier's messages by ``W_hh``. A cell fused by
+hand (:mod:`graphseq.nn.fused_recurrent`) may run in place of the op-by-op
+one, with the same numbers; the engine asks once per layer and direction.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from torch import Tensor
 from torch.nn import Parameter
 from torch_geometric.nn import MessagePassing
 
-from . import checks, compat
+from . import checks, compat, fused_recurrent
 from .chain_schedule import ChainSchedule, chain_schedule, check_schedule
 
 State = Union[Tensor, Tuple[Tensor, Tensor]]
@@ -55,6 +57,14 @@ class ChainRecurrence(compat.WholeRowMessages, MessagePassing):
     nodes sit in memory. The message along an edge is the whole state of its
     source (``[h_j, c_j]`` for the LSTMs).
 
+    A subclass writes :meth:`cell` op by op, reading its weights from its
+    ``weights`` argument alone. A cell that :mod:`graphseq.nn.fused_recurrent`
+    holds fused by hand gives its name there as ``fused_step`` (``"lstm"``,
+    ``"gru"``), and the engine runs that step wherever it may (see
+    :func:`~graphseq.nn.fused_recurrent.fused_steps`); a subclass that rewrites
+    the cell runs its own. Setting ``fused_step = None`` on a layer runs its
+    cell op by op.
+
     Args:
         input_size (int): size of each node's input features.
         hidden_size (int): size of the hidden state.
@@ -77,8 +87,7 @@ class ChainRecurrence(compat.WholeRowMessages, MessagePassing):
 
     gate_blocks: int = 1  # the input projection has gate_blocks * hidden_size rows
     has_cell_state: bool = False
-    fused_step = None  # see _fused_step
-    defers_recurrent_grad = False  # whether fused_step leaves W_hh's gradient to _DeferredRecurrentGrad
+    fused_step: Optional[str] = None  # the name of the cell fused by hand in graphseq.nn.fused_recurrent
     propagate_type = {"state": Tensor, "aligned": bool, "edge_id": Optional[Tensor]}
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
@@ -262,17 +271,11 @@ class ChainRecurrence(compat.WholeRowMessages, MessagePassing):
             projected = x.matmul(weight_ih.t())  # [num_nodes, gate_size]
         else:
             projected = torch.addmm(input_bias, x, weight_ih.t())
-
         # Split, not slice: the backward of a slice fills a zero tensor the
         # size of the whole input per step, the backward of one split
         # concatenates once.
-        inputs = exact_inputs = projected.split(sizes)  # per step [sizes[t], gate_size]
-        step = self._fused_step(x)
-        messages = None  # the h of every message, for W_hh's gradient in one product
-        if step is not None and self.defers_recurrent_grad and torch.is_grad_enabled() \
-                and weight_hh.requires_grad:
-            messages = []
-            inputs = _DeferredRecurrentGrad.apply(projected, weight_hh, messages).split(sizes)
+        inputs = projected.split(sizes)  # per step [sizes[t], gate_size]
+        fused = fused_recurrent.fused_steps(self, projected, inputs, weight_hh)  # None: cell() runs
 
         # The first step's messages are the initial states of the chains.
         state = h_0.index_select(0, schedule.chain_graph)  # [num_chains, output_size]
@@ -288,14 +291,14 @@ class ChainRecurrence(compat.WholeRowMessages, MessagePassing):
                     state = self.propagate(step_edges[t - 1], state=state, size=(size, size),
                                            aligned=True, edge_id=edge_ids[t - 1])
                 carried = sizes[t + 1] if t + 1 < len(sizes) else 0  # chains past this step
-                if step is None:
+                if fused is not None:
+                    state, out, last = fused(t, state, weights, carried)
+                else:
                     new, extra = self.cell(inputs[t], state, weights)  # [size, state_size]
                     out = new if new.size(1) == width else new[:, :width]
                     state, last = new.split([carried, size - carried])
                     if extra is not None:
                         extras.append(extra)
-                else:
-                    state, out, last = step(inputs[t], exact_inputs[t], state, *weights, messages, carried)
                 outputs.append(out)
                 if carried < size:
                     ended.append(last)
@@ -330,20 +333,6 @@ class ChainRecurrence(compat.WholeRowMessages, MessagePassing):
         bias_hh = getattr(self, f"bias_hh{suffix}", None)
         input_bias = None if bias_ih is None else bias_ih + bias_hh
         return input_bias, (getattr(self, f"weight_hh{suffix}").t(), None)
-
-    def _fused_step(self, x: Tensor):
-        """The cell fused by hand into one autograd node, or None to run
-        :meth:`cell` op by op. The node is a :class:`torch.autograd.Function`
-        taking ``inputs, exact_inputs, state, *weights, messages, carried``
-        (see :class:`_DeferredRecurrentGrad`) and returning the new states of
-        the first ``carried`` rows, the output and the new states of the other
-        rows. The fused step gives the same numbers; torch.compile (which
-        fuses by itself) and autocast (which picks each op's precision) trace
-        :meth:`cell` instead, as do torch.func transforms and forward-mode AD."""
-        if self.fused_step is None or torch.compiler.is_compiling() \
-                or torch.is_autocast_enabled(x.device.type) or not compat.plain_autograd():
-            return None
-        return self.fused_step
 
     def cell(self, inputs: Tensor, state: Tensor, weights: tuple) -> Tuple[Tensor, Optional[Tensor]]:
         """The update rule for one frontier: ``inputs`` ``[B, gate_size]`` is
@@ -449,542 +438,3 @@ class ChainRecurrence(compat.WholeRowMessages, MessagePassing):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(self.extra_repr_args())})"
 
-
-class ChainRNN(ChainRecurrence):
-    r"""The Elman recurrent network (:class:`torch.nn.RNN`) stepped along
-    chains.
-
-    .. math::
-        \mathbf{h}_i = \sigma\big(\mathbf{W}_{ih}\mathbf{x}_i + \mathbf{b}_{ih}
-        + \mathbf{W}_{hh}\mathbf{h}_j + \mathbf{b}_{hh}\big), \qquad j \to i
-
-    with :math:`\sigma` the ``nonlinearity``.
-
-    Args:
-        nonlinearity (str): ``"tanh"`` or ``"relu"``, as for
-            :class:`torch.nn.RNN`. (default: ``"tanh"``)
-        others: see :class:`ChainRecurrence` (``device`` and ``dtype`` by
-            keyword, passed on through ``**kwargs``); the ``state_dict`` is
-            :class:`torch.nn.RNN`'s.
-
-    Shapes:
-        - **input:** ``x`` :math:`(|\mathcal{V}|, F_{in})`, ``edge_index``
-          :math:`(2, |\mathcal{E}|)`, ``batch`` :math:`(|\mathcal{V}|)`,
-          ``state`` :math:`(L \cdot D, G, H)`
-        - **output:** ``out`` :math:`(|\mathcal{V}|, D \cdot H)`, ``h_n``
-          :math:`(L \cdot D, G, H)`
-    """
-
-    gate_blocks = 1
-
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
-                 nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False,
-                 dropout: float = 0.0, bidirectional: bool = False, *, learn_initial_state: bool = False,
-                 **kwargs):
-        if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"ChainRNN's nonlinearity is 'tanh' or 'relu', got {nonlinearity!r}")
-        self.nonlinearity = nonlinearity
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         learn_initial_state=learn_initial_state, **kwargs)
-
-    def cell(self, inputs, state, weights):
-        w_hh, _ = weights
-        pre = torch.addmm(inputs, state, w_hh)  # [B, hidden_size]
-        return (pre.tanh() if self.nonlinearity == "tanh" else pre.relu()), None
-
-    def extra_repr_args(self) -> List[str]:
-        args = super().extra_repr_args()
-        if self.nonlinearity != "tanh":
-            args.insert(2, f"nonlinearity={self.nonlinearity!r}")
-        return args
-
-
-# oneDNN's single-precision matrix product (torch.nn.LSTM's on a CPU) runs
-# the steps' products up to twice as fast as torch.mm (MKL) on some CPUs,
-# but costs more to launch: it serves products of at least these sizes, and
-# only the layouts it runs fast (rows of a whole, a weight stored either
-# way); others (a transposed ``a``) can run a thousand times slower.
-_ONEDNN_ROWS = 8
-_ONEDNN_PRODUCT = 1 << 21  # rows * inner * columns
-
-
-def _matmul(a: Tensor, b: Tensor, add: Optional[Tensor] = None) -> Tensor:
-    """``add + a @ b`` (``add`` broadcast, or left out when None) for the
-    fused steps, which run without autograd: through oneDNN for large
-    single-precision products on a CPU (unless ``torch.backends.mkldnn`` is
-    disabled), else torch's ``mm``/``addmm``. The two differ by rounding."""
-    rows, inner = a.shape
-    if a.dtype == torch.float32 and b.dtype == torch.float32 and a.device.type == "cpu" \
-            and rows >= _ONEDNN_ROWS and rows * inner * b.size(1) >= _ONEDNN_PRODUCT \
-            and a.stride(1) == 1 and (b.is_contiguous() or b.t().is_contiguous()) \
-            and not torch.is_grad_enabled() and torch.backends.mkldnn.enabled:
-        linear = compat.onednn_linear()
-        if linear is not None:
-            out = linear(a, b.t(), None, "none", [], "")  # a @ b, b.t() as a linear's weight
-            return out if add is None else out.add_(add)
-    return a.mm(b) if add is None else torch.addmm(add, a, b)
-
-
-class _DeferredRecurrentGrad(torch.autograd.Function):
-    r"""The identity on the input projection ``W_ih x + b`` of every node,
-    whose backward adds the gradient of ``W_hh``: the gradient of a step's
-    pre-activations ``W_ih x_i + b + W_hh h_j`` is the gradient of its input
-    projection, so ``dL/dW_hh = sum_t dL/dgates_t^T h_t`` is one product over
-    all nodes, ``dL/dprojected^T [h_j]``, instead of a thin product and a sum
-    per step (cuDNN's way too).
-
-    A fused step takes its inputs twice, through this node (``inputs``) and
-    around it (``exact_inputs``). A first-order backward (grad mode off) of a
-    step returns the gates' gradient for ``inputs`` and none for ``W_hh``,
-    which this node then adds. A backward that builds a graph (grad mode on,
-    ``create_graph``) returns autograd's gradients through the op-by-op cell
-    for ``exact_inputs`` and ``W_hh``; this node adds nothing. Gradients of
-    higher order that flow through those graphs thus never pass this node,
-    and those that flow through the steps' first-order nodes do."""
-
-    @staticmethod
-    def forward(ctx, projected: Tensor, weight_hh: Tensor, messages: List[Tensor]) -> Tensor:
-        # Filled by the steps' forwards (so without history: no reference
-        # cycle through the graph); the first-order product needs values only.
-        ctx.messages = messages
-        ctx.set_materialize_grads(False)
-        return projected.view_as(projected)
-
-    @staticmethod
-    def backward(ctx, d_projected: Optional[Tensor]):
-        if d_projected is None or torch.is_grad_enabled() or not ctx.needs_input_grad[1] \
-                or not ctx.messages:  # (no nodes, no gradient)
-            return d_projected, None, None
-        h = torch.cat(ctx.messages)  # [num_nodes, output_size], step order
-        return d_projected, d_projected.t().mm(h), None
-
-
-class _LSTMStep(torch.autograd.Function):
-    """One LSTM step of a frontier, :meth:`ChainLSTM.cell` fused by hand: the
-    forward writes ``[h, c]`` into one tensor, the backward computes the
-    gates' gradient in a handful of ops instead of one autograd node per op.
-    ``W_hh``'s gradient comes from :class:`_DeferredRecurrentGrad`. With
-    ``create_graph`` (double backward) it differentiates :func:`_lstm_cell`
-    instead, so every order of derivative is autograd's.
-
-    Returns the states of the first ``carried`` rows (the chains that go on:
-    the next step's messages), the output ``h`` ``[B, width]`` and the states
-    of the other rows (the chains that end here), each used once: their
-    gradients meet in this step's backward instead of in zero-filled tensors."""
-
-    @staticmethod
-    def forward(ctx, inputs: Tensor, exact_inputs: Tensor, message: Tensor, w_hh: Tensor,
-                w_hr: Optional[Tensor], messages: Optional[List[Tensor]], carried: int):
-        # Written for few calls: each op on these small tensors costs more to
-        # launch than to run.
-        width, hidden = w_hh.size(0), inputs.size(1) // 4
-        h = message[:, :width]
-        if messages is not None:
-            messages.append(h)  # for W_hh's gradient (see _DeferredRecurrentGrad)
-        gates = _matmul(h, w_hh, inputs)  # [B, 4 * hidden]: i, f, g, o
-        g = gates[:, 2 * hidden:3 * hidden].tanh()
-        i, f, _, o = gates.sigmoid_().chunk(4, dim=1)  # (g's block of it unused)
-        state = torch.empty_like(message)  # [B, width + hidden]
-        c = torch.mul(f, message[:, width:], out=state[:, width:]).addcmul_(i, g)
-        tanh_c = c.tanh()
-        unprojected = o * tanh_c
-        out = unprojected if w_hr is None else unprojected.mm(w_hr)  # [B, width]
-        state[:, :width] = out
-        ctx.carried = carried
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(exact_inputs, message, w_hh, w_hr, gates, g, tanh_c,
-                              None if w_hr is None else unprojected)
-        return state[:carried], out, state[carried:]
-
-    @staticmethod
-    def backward(ctx, d_carried: Optional[Tensor], d_out: Optional[Tensor], d_ended: Optional[Tensor]):
-        exact_inputs, message, w_hh, w_hr, gates, g, tanh_c, unprojected = ctx.saved_tensors
-        carried = ctx.carried
-        if torch.is_grad_enabled():
-            def outputs(*args):
-                state = _lstm_cell(*args)
-                return state[:carried], state[:, :w_hh.size(0)], state[carried:]
-            return (None,) + _differentiable_step_grads(
-                ctx.needs_input_grad[1:5], outputs, (d_carried, d_out, d_ended),
-                exact_inputs, message, w_hh, w_hr) + (None, None)
-        width = w_hh.size(0)
-        d_state = _rows_of(message, carried, d_carried, d_ended)  # the state's three uses, summed
-        if d_out is not None:
-            d_state[:, :width].add_(d_out)
-        d_h, d_c = d_state[:, :width], d_state[:, width:]
-        d_w_hr = None
-        if w_hr is not None:
-            d_w_hr = unprojected.t().mm(d_h) if ctx.needs_input_grad[4] else None
-            d_h = d_h.mm(w_hr.t())  # [B, hidden]
-        # h = o tanh(c), c = f c_j + i g: the gradient reaching c, then each
-        # gate's, first through its product, then through its activation.
-        i, f, _, o = gates.chunk(4, dim=1)
-        d_c = d_c.addcmul_(d_h * o, 1 - tanh_c * tanh_c)
-        d_gates = torch.empty_like(gates)
-        d_i, d_f, d_g, d_o = d_gates.chunk(4, dim=1)
-        torch.mul(d_c, g, out=d_i)
-        torch.mul(d_c, message[:, width:], out=d_f)
-        torch.mul(d_h, tanh_c, out=d_o)
-        d_gates.mul_(gates - gates * gates)  # sigmoid' = s (1 - s), g's block overwritten next
-        torch.mul(d_c, i, out=d_g).mul_(1 - g * g)  # tanh' = 1 - g^2
-        d_message = None
-        if ctx.needs_input_grad[2]:
-            d_message = torch.empty_like(message)
-            d_message[:, :width] = _matmul(d_gates, w_hh.t())
-            torch.mul(d_c, f, out=d_message[:, width:])
-        return d_gates, None, d_message, None, d_w_hr, None, None
-
-
-def _rows_of(like: Tensor, carried: int, d_carried: Optional[Tensor], d_ended: Optional[Tensor]) -> Tensor:
-    """The gradients of a step's carried and ended rows as one tensor shaped ``like``."""
-    d_state = torch.empty_like(like)
-    for rows, grad in ((d_state[:carried], d_carried), (d_state[carried:], d_ended)):
-        if grad is None:
-            rows.zero_()
-        else:
-            rows.copy_(grad)
-    return d_state
-
-
-def _differentiable_step_grads(needs_input_grad, outputs, grads, *args):
-    """A fused step's gradients by autograd through its op-by-op version
-    ``outputs(*args)`` (the step's outputs, for ``grads``), for
-    ``create_graph``; ``W_hh``'s included (see _DeferredRecurrentGrad)."""
-    wanted = [k for k, arg in enumerate(args) if arg is not None and needs_input_grad[k]]
-    with torch.enable_grad():
-        # Fresh aliases, so that each argument's gradient counts this step's
-        # use of it alone: the message was made from W_hh in earlier steps,
-        # and a gradient taken for W_hh itself would count those paths too.
-        # Higher derivatives still reach the originals through the aliases.
-        args = tuple(arg.view_as(arg) if isinstance(arg, Tensor) else arg for arg in args)
-        results = outputs(*args)
-    pairs = [(result, grad) for result, grad in zip(results, grads) if grad is not None]
-    found = torch.autograd.grad([result for result, _ in pairs], [args[k] for k in wanted],
-                                [grad for _, grad in pairs], create_graph=True, allow_unused=True)
-    out = [None] * len(args)
-    for k, grad in zip(wanted, found):
-        out[k] = grad
-    return tuple(out)
-
-
-def _lstm_cell(inputs: Tensor, message: Tensor, w_hh: Tensor, w_hr: Optional[Tensor]) -> Tensor:
-    """The LSTM update op by op: ``inputs`` ``[B, 4 * hidden]`` (``W_ih x + b``),
-    ``message`` ``[B, width + hidden]`` (``[h_j, c_j]``), ``w_hh`` ``W_hh^T``,
-    ``w_hr`` ``W_hr^T`` or None; returns the new ``[h, c]``."""
-    width = w_hh.size(0)
-    h, c = message.split([width, message.size(1) - width], dim=1)
-    gates = torch.addmm(inputs, h, w_hh)  # [B, 4 * hidden_size]
-    i, f, g, o = gates.chunk(4, dim=1)
-    c = torch.addcmul(f.sigmoid() * c, i.sigmoid(), g.tanh())
-    h = o.sigmoid() * c.tanh()
-    if w_hr is not None:
-        h = h.mm(w_hr)  # [B, proj_size]
-    return torch.cat([h, c], dim=1)
-
-
-class ChainLSTM(ChainRecurrence):
-    r"""Long short-term memory (`Hochreiter & Schmidhuber, 1997
-    <https://www.bioinf.jku.at/publications/older/2604.pdf>`_) stepped along
-    chains; :class:`torch.nn.LSTM`'s cell, gate order, projection and
-    ``state_dict``.
-
-    .. math::
-        (\mathbf{i}, \mathbf{f}, \mathbf{g}, \mathbf{o}) &= (\sigma, \sigma, \tanh, \sigma)
-        \big(\mathbf{W}_{ih}\mathbf{x}_i + \mathbf{b}_{ih} + \mathbf{W}_{hh}\mathbf{h}_j
-        + \mathbf{b}_{hh}\big) \\
-        \mathbf{c}_i &= \mathbf{f} \odot \mathbf{c}_j + \mathbf{i} \odot \mathbf{g}, \qquad
-        \mathbf{h}_i = \mathbf{W}_{hr}\big(\mathbf{o} \odot \tanh(\mathbf{c}_i)\big)
-
-    where :math:`\mathbf{W}_{hr}` (``weight_hr_l{k}``) is there only with a
-    ``proj_size``.
-
-    Args:
-        proj_size (int): if above 0, project ``h`` to this size, as
-            :class:`torch.nn.LSTM` does; ``h`` (outputs, ``h_0``, ``h_n``) then
-            has ``proj_size`` columns and ``c`` keeps ``hidden_size``. (default: :obj:`0`)
-        others: see :class:`ChainRecurrence` (``device`` and ``dtype`` by
-            keyword, passed on through ``**kwargs``).
-
-    Shapes:
-        - **input:** ``x`` :math:`(|\mathcal{V}|, F_{in})`, ``edge_index``
-          :math:`(2, |\mathcal{E}|)`, ``batch`` :math:`(|\mathcal{V}|)`,
-          ``state`` ``(h_0, c_0)``, :math:`(L \cdot D, G, H_{out})` and
-          :math:`(L \cdot D, G, H)`
-        - **output:** ``out`` :math:`(|\mathcal{V}|, D \cdot H_{out})`,
-          ``(h_n, c_n)`` shaped like ``(h_0, c_0)``, with :math:`H_{out}`
-          the ``proj_size`` if set, else :math:`H`
-    """
-
-    gate_blocks = 4
-    has_cell_state = True
-
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 proj_size: int = 0, *, learn_initial_state: bool = False, **kwargs):
-        self.proj_size = proj_size  # checked with the other sizes, after hidden_size
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         learn_initial_state=learn_initial_state, **kwargs)
-
-    def _check_sizes(self, input_size: int, hidden_size: int, num_layers: int) -> None:
-        super()._check_sizes(input_size, hidden_size, num_layers)
-        proj_size = self.proj_size
-        if isinstance(proj_size, bool) or not isinstance(proj_size, int) or proj_size < 0:
-            raise ValueError(f"ChainLSTM needs proj_size to be a whole number >= 0 (0: no projection), "
-                             f"got {proj_size!r}")
-        if proj_size >= hidden_size:
-            raise ValueError(f"ChainLSTM needs 0 <= proj_size < hidden_size (as torch.nn.LSTM), "
-                             f"got proj_size={proj_size}, hidden_size={hidden_size}")
-
-    def output_size(self) -> int:
-        return self.proj_size or self.hidden_size
-
-    def _register_extra_weights(self, suffix: str, factory: dict) -> None:
-        if self.proj_size:
-            self.register_parameter(f"weight_hr{suffix}",
-                                    Parameter(torch.empty(self.proj_size, self.hidden_size, **factory)))
-
-    def _h_name(self) -> str:
-        return "proj_size" if self.proj_size else "hidden_size"
-
-    def cell_weights(self, suffix):
-        input_bias, (w_hh, hidden_bias) = super().cell_weights(suffix)
-        w_hr = getattr(self, f"weight_hr{suffix}").t() if self.proj_size else None
-        return input_bias, (w_hh, w_hr)
-
-    fused_step = _LSTMStep.apply
-    defers_recurrent_grad = True
-
-    def cell(self, inputs, state, weights):
-        return _lstm_cell(inputs, state, *weights), None
-
-    def extra_repr_args(self) -> List[str]:
-        args = super().extra_repr_args()
-        if self.proj_size:
-            args.append(f"proj_size={self.proj_size}")
-        return args
-
-
-def _gru_cell(inputs: Tensor, h: Tensor, w_hh: Tensor, hidden_bias: Optional[Tensor]) -> Tensor:
-    """The GRU update op by op: ``inputs`` ``[B, 3 * hidden]`` (``W_ih x + b``
-    with ``b_hr``, ``b_hz`` in), ``h`` the message, ``w_hh`` ``W_hh^T``,
-    ``hidden_bias`` ``[0, 0, b_hn]`` or None; returns the new ``h``."""
-    if hidden_bias is None:
-        recurrent = h.mm(w_hh)  # [B, 3 * hidden_size]
-    else:
-        recurrent = torch.addmm(hidden_bias, h, w_hh)
-    hidden = h.size(1)
-    r, z = (inputs[:, :2 * hidden] + recurrent[:, :2 * hidden]).sigmoid().chunk(2, dim=1)
-    n = torch.addcmul(inputs[:, 2 * hidden:], r, recurrent[:, 2 * hidden:]).tanh()
-    return torch.lerp(n, h.to(n.dtype), z)  # (autocast leaves h in full precision)
-
-
-class _GRUStep(torch.autograd.Function):
-    """One GRU step of a frontier, :func:`_gru_cell` fused by hand (see
-    :class:`_LSTMStep`); returns the new ``h`` of the first ``carried`` rows,
-    of all rows (the output) and of the other rows. Its weight gradients come
-    per step, since ``r`` scales part of ``W_hh h``."""
-
-    @staticmethod
-    def forward(ctx, inputs: Tensor, exact_inputs: Tensor, h: Tensor, w_hh: Tensor,
-                hidden_bias: Optional[Tensor], messages: None, carried: int):
-        hidden = h.size(1)
-        recurrent = _matmul(h, w_hh, hidden_bias)  # [B, 3 * hidden]: r, z, n parts of W_hh h (+ b_hn)
-        rz = torch.add(inputs[:, :2 * hidden], recurrent[:, :2 * hidden]).sigmoid_()
-        r, z = rz.chunk(2, dim=1)
-        n = torch.addcmul(inputs[:, 2 * hidden:], r, recurrent[:, 2 * hidden:]).tanh_()
-        ctx.carried = carried
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(exact_inputs, h, w_hh, hidden_bias, rz, n, recurrent)
-        new = torch.lerp(n, h, z)
-        return new[:carried], new, new[carried:]
-
-    @staticmethod
-    def backward(ctx, d_carried: Optional[Tensor], d_new: Optional[Tensor], d_ended: Optional[Tensor]):
-        exact_inputs, h, w_hh, hidden_bias, rz, n, recurrent = ctx.saved_tensors
-        carried = ctx.carried
-        if torch.is_grad_enabled():
-            def outputs(*args):
-                new = _gru_cell(*args)
-                return new[:carried], new, new[carried:]
-            return (None,) + _differentiable_step_grads(
-                ctx.needs_input_grad[1:5], outputs, (d_carried, d_new, d_ended),
-                exact_inputs, h, w_hh, hidden_bias) + (None, None)
-        d_h = _rows_of(h, carried, d_carried, d_ended)
-        if d_new is not None:
-            d_h.add_(d_new)
-        hidden = h.size(1)
-        r, z = rz.chunk(2, dim=1)
-        # h' = n + z (h - n), n = tanh(i_n + r (W_hn h + b_hn)), r and z sigmoids.
-        d_inputs = torch.empty_like(recurrent)  # the pre-activations' gradient
-        d_r, d_z, d_n = d_inputs.chunk(3, dim=1)
-        torch.mul(torch.addcmul(d_h, d_h, z, value=-1), 1 - n * n, out=d_n)
-        torch.mul(d_h, h - n, out=d_z)
-        torch.mul(d_n, recurrent[:, 2 * hidden:], out=d_r)
-        d_inputs[:, :2 * hidden].mul_(rz * (1 - rz))
-        d_recurrent = torch.cat([d_inputs[:, :2 * hidden], d_n * r], dim=1)
-        d_prev = _matmul(d_recurrent, w_hh.t(), d_h.mul_(z)) if ctx.needs_input_grad[2] else None
-        d_w_hh = h.t().mm(d_recurrent) if ctx.needs_input_grad[3] else None
-        d_bias = d_recurrent.sum(0) if hidden_bias is not None and ctx.needs_input_grad[4] else None
-        return d_inputs, None, d_prev, d_w_hh, d_bias, None, None
-
-
-class ChainGRU(ChainRecurrence):
-    r"""The gated recurrent unit (`Cho et al., 2014
-    <https://arxiv.org/abs/1406.1078>`_) stepped along chains;
-    :class:`torch.nn.GRU`'s cell, gate order and ``state_dict``.
-
-    .. math::
-        \mathbf{r} &= \sigma(\mathbf{W}_{ir}\mathbf{x}_i + \mathbf{b}_{ir}
-            + \mathbf{W}_{hr}\mathbf{h}_j + \mathbf{b}_{hr}), \quad
-        \mathbf{z} = \sigma(\mathbf{W}_{iz}\mathbf{x}_i + \mathbf{b}_{iz}
-            + \mathbf{W}_{hz}\mathbf{h}_j + \mathbf{b}_{hz}) \\
-        \mathbf{n} &= \tanh\big(\mathbf{W}_{in}\mathbf{x}_i + \mathbf{b}_{in}
-            + \mathbf{r} \odot (\mathbf{W}_{hn}\mathbf{h}_j + \mathbf{b}_{hn})\big), \quad
-        \mathbf{h}_i = (1 - \mathbf{z}) \odot \mathbf{n} + \mathbf{z} \odot \mathbf{h}_j
-
-    Args: see :class:`ChainRecurrence`.
-
-    Shapes:
-        - **input:** ``x`` :math:`(|\mathcal{V}|, F_{in})`, ``edge_index``
-          :math:`(2, |\mathcal{E}|)`, ``batch`` :math:`(|\mathcal{V}|)`,
-          ``state`` :math:`(L \cdot D, G, H)`
-        - **output:** ``out`` :math:`(|\mathcal{V}|, D \cdot H)`, ``h_n``
-          :math:`(L \cdot D, G, H)`
-    """
-
-    gate_blocks = 3
-
-    def cell_weights(self, suffix):
-        # b_hn sits inside r * (...), so only b_hr and b_hz join the inputs.
-        bias_ih = getattr(self, f"bias_ih{suffix}", None)
-        bias_hh = getattr(self, f"bias_hh{suffix}", None)
-        w_hh = getattr(self, f"weight_hh{suffix}").t()
-        if bias_ih is None:
-            return None, (w_hh, None)
-        hidden = self.hidden_size
-        input_bias = torch.cat([bias_ih[:2 * hidden] + bias_hh[:2 * hidden], bias_ih[2 * hidden:]])
-        hidden_bias = torch.cat([bias_hh.new_zeros(2 * hidden), bias_hh[2 * hidden:]])
-        return input_bias, (w_hh, hidden_bias)
-
-    fused_step = _GRUStep.apply
-
-    def cell(self, inputs, state, weights):
-        return _gru_cell(inputs, state, *weights), None
-
-
-def cumax(x: Tensor, dim: int = -1) -> Tensor:
-    """The cumulative softmax of ON-LSTM, ``cumsum(softmax(x))``: a soft
-    version of ``(0, ..., 0, 1, ..., 1)``, non-decreasing in ``[0, 1]``."""
-    return torch.cumsum(F.softmax(x, dim=dim), dim=dim)
-
-
-class ChainONLSTM(ChainRecurrence):
-    r"""The ordered-neurons LSTM from `"Ordered Neurons: Integrating Tree
-    Structures into Recurrent Neural Networks"
-    <https://arxiv.org/abs/1810.09536>`_ (Shen et al., ICLR 2019), stepped
-    along chains. Master gates split the cell into high-ranking neurons that
-    keep long-term information and low-ranking ones that are overwritten
-    often; each master gate acts on ``hidden_size / chunk_size`` chunks.
-
-    .. math::
-        \tilde{\mathbf{f}} &= \mathrm{cumax}(\mathbf{W}_{\tilde f}\mathbf{x}_i
-            + \mathbf{U}_{\tilde f}\mathbf{h}_j + \mathbf{b}_{\tilde f}), \quad
-        \tilde{\mathbf{i}} = 1 - \mathrm{cumax}(\mathbf{W}_{\tilde i}\mathbf{x}_i
-            + \mathbf{U}_{\tilde i}\mathbf{h}_j + \mathbf{b}_{\tilde i}),
-        \quad \boldsymbol{\omega} = \tilde{\mathbf{f}} \odot \tilde{\mathbf{i}} \\
-        \hat{\mathbf{f}} &= \mathbf{f} \odot \boldsymbol{\omega} + (\tilde{\mathbf{f}} - \boldsymbol{\omega}),
-        \quad \hat{\mathbf{i}} = \mathbf{i} \odot \boldsymbol{\omega} + (\tilde{\mathbf{i}} - \boldsymbol{\omega}) \\
-        \mathbf{c}_i &= \hat{\mathbf{f}} \odot \mathbf{c}_j + \hat{\mathbf{i}} \odot \hat{\mathbf{c}},
-        \quad \mathbf{h}_i = \mathbf{o} \odot \tanh(\mathbf{c}_i)
-
-    with :math:`\mathbf{i}, \mathbf{f}, \mathbf{o}, \hat{\mathbf{c}}` the
-    LSTM's gates and candidate. The rows of every weight are, in order: master
-    forget (``C = hidden_size / chunk_size``), master input (``C``), then
-    input, forget, cell and output gates (``hidden_size`` each), so
-    ``weight_ih_l0`` is ``[4 * hidden_size + 2 * C, input_size]``.
-
-    ``forward(..., return_distances=True)`` also returns the split point of
-    each node's master forget gate, :math:`d^f_i = C - \sum_k \tilde{f}_{ik}`,
-    the syntactic distance the paper reads trees from (Sec. 4.3),
-    ``[num_nodes, num_layers * num_directions]`` in node order.
-
-    Args:
-        chunk_size (int): neurons per master-gate chunk; divides
-            ``hidden_size``. (default: :obj:`1`)
-        others: see :class:`ChainRecurrence` (``device`` and ``dtype`` by
-            keyword, passed on through ``**kwargs``).
-
-    Shapes:
-        - **input:** ``x`` :math:`(|\mathcal{V}|, F_{in})`, ``edge_index``
-          :math:`(2, |\mathcal{E}|)`, ``batch`` :math:`(|\mathcal{V}|)`,
-          ``state`` ``(h_0, c_0)`` each :math:`(L \cdot D, G, H)`
-        - **output:** ``out`` :math:`(|\mathcal{V}|, D \cdot H)`,
-          ``(h_n, c_n)`` each :math:`(L \cdot D, G, H)`, and with
-          ``return_distances`` the distances :math:`(|\mathcal{V}|, L \cdot D)`
-    """
-
-    gate_blocks = 4
-    has_cell_state = True
-
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 chunk_size: int = 1, *, learn_initial_state: bool = False, **kwargs):
-        self.chunk_size = chunk_size  # checked with the other sizes, after hidden_size
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         learn_initial_state=learn_initial_state, **kwargs)
-
-    def _check_sizes(self, input_size: int, hidden_size: int, num_layers: int) -> None:
-        super()._check_sizes(input_size, hidden_size, num_layers)
-        checks.check_sizes(self, chunk_size=self.chunk_size)
-        if hidden_size % self.chunk_size:
-            raise ValueError(f"ChainONLSTM needs chunk_size to divide hidden_size, "
-                             f"got hidden_size={hidden_size}, chunk_size={self.chunk_size}")
-
-    @property
-    def num_chunks(self) -> int:
-        """The number of master-gate chunks, ``hidden_size / chunk_size``."""
-        return self.hidden_size // self.chunk_size
-
-    def gate_size(self) -> int:
-        return 4 * self.hidden_size + 2 * self.num_chunks
-
-    def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
-                state: Optional[State] = None, schedule: Optional[ChainSchedule] = None,
-                return_distances: bool = False):
-        """As :meth:`ChainRecurrence.forward`; with ``return_distances``, also
-        the master-forget distances ``[num_nodes, num_layers * num_directions]``."""
-        out, state, extras = self._run(x, edge_index, batch, state, schedule)
-        if not return_distances:
-            return out, state
-        if x.size(0) == 0:
-            distances = x.new_zeros(0, len(extras))
-        else:
-            distances = torch.stack(extras, dim=1)
-        return out, state, distances
-
-    def cell(self, inputs, state, weights):
-        w_hh, _ = weights
-        hidden = self.hidden_size
-        h, c = state[:, :hidden], state[:, hidden:]
-        gates = torch.addmm(inputs, h, w_hh)  # [B, 2 * chunks + 4 * hidden_size]
-        chunks, size = self.num_chunks, self.chunk_size
-        master_forget = cumax(gates[:, :chunks])  # [B, chunks]
-        master_input = 1.0 - cumax(gates[:, chunks:2 * chunks])
-        i, f, g, o = gates[:, 2 * chunks:].chunk(4, dim=1)
-        overlap = master_forget * master_input
-
-        # Each chunk's master value applies to its chunk_size neurons.
-        def chunked(t: Tensor) -> Tensor:
-            return t.reshape(-1, chunks, size)  # [B, chunks, chunk_size]
-
-        w, mf, mi = overlap.unsqueeze(-1), master_forget.unsqueeze(-1), master_input.unsqueeze(-1)
-        forget = chunked(f.sigmoid()) * w + (mf - w)
-        write = chunked(i.sigmoid()) * w + (mi - w)
-        c = (forget * chunked(c) + write * chunked(g.tanh())).view(-1, chunks * size)
-        distance = chunks - master_forget.sum(dim=1)  # [B]
-        return torch.cat([o.sigmoid() * c.tanh(), c], dim=1), distance
-
-    def extra_repr_args(self) -> List[str]:
-        args = super().extra_repr_args()
-        args.insert(2, f"chunk_size={self.chunk_size}")
-        return args
