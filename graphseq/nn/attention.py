@@ -23,7 +23,6 @@ dropout still follow the user's edge order.
 from __future__ import annotations
 
 import inspect
-import weakref
 from typing import Mapping, Optional, Tuple
 
 import torch
@@ -31,95 +30,11 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric import EdgeIndex, Index
 from torch_geometric.nn import MessagePassing
-from torch_geometric.utils import (add_self_loops, is_torch_sparse_tensor, remove_self_loops, scatter, softmax,
-                                   to_edge_index)
-from torch_geometric.utils.sparse import set_sparse_value
+from torch_geometric.utils import softmax
 
-from .. import graphs
 from . import checks, compat
-from .sparse import EdgePattern, SparseAggregate, fused_kernels_apply, segment_softmax
-
-class AttentionGraph:
-    """The edges one attention call runs over.
-
-    ``edge_index`` holds them in the user's order: the given edges (without
-    their self-loops when loops are added) followed by one loop per node, as
-    :func:`torch_geometric.utils.add_self_loops` makes them. :meth:`by_target`
-    gives the same edges grouped by target for the fused path, made on first
-    use and kept with the graph.
-
-    Args:
-        edge_index (Tensor): ``[2, num_edges]`` source and target of each edge.
-        size (tuple): ``(num_sources, num_targets)``.
-        adjacency (Tensor, optional): the sparse adjacency the edges came
-            from (rows = targets); attention weights are returned in it.
-        kept (Tensor, optional): the given edges that remain (loops
-            removed), as indices or as a boolean mask, to carry edge
-            features along.
-        num_loops (int): how many self-loops were appended.
-    """
-
-    def __init__(self, edge_index: Tensor, size: Tuple[int, int], adjacency: Optional[Tensor] = None,
-                 kept: Optional[Tensor] = None, num_loops: int = 0):
-        self.edge_index = edge_index
-        self.size = size
-        self.adjacency = adjacency
-        self.kept = kept
-        self.num_loops = num_loops
-        self._by_target: Optional[Tuple[EdgeIndex, Optional[Tensor]]] = None
-        self._inverse: Optional[Tensor] = None
-
-    @property
-    def num_edges(self) -> int:
-        return self.edge_index.size(1)
-
-    def by_target(self) -> Tuple[EdgeIndex, Optional[Tensor]]:
-        """The edges sorted by target (stably) as an :class:`EdgeIndex` that
-        carries its :class:`EdgePattern`, and the permutation from the user's
-        order (``None`` when the edges were sorted already)."""
-        if self._by_target is None:
-            edges, perm = graphs.sort_by_target(self.edge_index, self.size[1])
-            edges = EdgeIndex(edges.contiguous(), sparse_size=self.size, sort_order="col")
-            (ptr, source), _ = edges.get_csc()
-            edges.pattern = EdgePattern(ptr, source, self.size[0])
-            self._by_target = (edges, perm)
-        return self._by_target
-
-    def to_user_order(self, values: Tensor) -> Tensor:
-        """Edge values in the order of :meth:`by_target` back in the user's order."""
-        _, perm = self.by_target()
-        if perm is None:
-            return values
-        if self._inverse is None:
-            self._inverse = torch.empty_like(perm)
-            self._inverse[perm] = torch.arange(perm.numel(), device=perm.device)
-        return values.index_select(0, self._inverse)
-
-    def edge_features(self, edge_attr: Optional[Tensor], fill_value) -> Optional[Tensor]:
-        """``edge_attr`` of the given edges, for the edges of this graph: the
-        rows of removed self-loops dropped and those of the added loops made
-        from ``fill_value`` as :func:`~torch_geometric.utils.add_self_loops` does."""
-        if edge_attr is None or self.kept is None:
-            return edge_attr
-        edge_attr = edge_attr[self.kept] if self.kept.dtype == torch.bool else edge_attr.index_select(0, self.kept)
-        without_loops = self.edge_index[:, :self.num_edges - self.num_loops]
-        if isinstance(fill_value, str):
-            # Reduced over every target, loops or not (a bipartite graph has
-            # targets past the looped ones), then the looped ones kept.
-            loop_attr = scatter(edge_attr, without_loops[1], 0, dim_size=self.size[1], reduce=fill_value)
-            return torch.cat([edge_attr, loop_attr[:self.num_loops]])
-        _, edge_attr = add_self_loops(without_loops, edge_attr, fill_value=fill_value,
-                                      num_nodes=self.num_loops)
-        return edge_attr
-
-    def attention_weights(self, alpha: Tensor):
-        """What ``return_attention_weights`` gives, as PyG's layers do:
-        ``(edge_index, alpha)``, or ``(adjacency, alpha)`` with the sparse
-        adjacency holding ``alpha`` when one was given."""
-        if self.adjacency is not None:
-            return set_sparse_value(self.adjacency, alpha), alpha
-        return self.edge_index, alpha
-
+from .attention_graph import AttentionGraph, prepare_graph
+from .sparse import SparseAggregate, fused_kernels_apply, segment_softmax
 
 class AttentionConv(MessagePassing):
     r"""The machinery shared by every attention layer: given a score for each
@@ -211,72 +126,7 @@ class AttentionConv(MessagePassing):
         adjacency or an :class:`EdgeIndex` is still made (and kept) as
         ordinary Python, between the compiled parts.
         """
-        num_loops = fewer_nodes(size) if num_loops is None else num_loops
-        if (not (torch.compiler.is_compiling() or torch.jit.is_tracing()) or not isinstance(edge_index, Tensor)
-                or isinstance(edge_index, EdgeIndex) or is_torch_sparse_tensor(edge_index)):
-            return self._kept_graph(edge_index, size, self_loops, num_loops)
-        checks.check_edge_index(self, edge_index, size)
-        if not self_loops:
-            return AttentionGraph(edge_index, size)
-        # One selection whose size depends on the data, made last: compiled
-        # with fullgraph=False, the graph breaks there as PyG's GATConv does
-        # at remove_self_loops (two breaks), and the sizes that follow are
-        # one count, not two the compiler would have to reconcile.
-        kept = edge_index[0] != edge_index[1]
-        loops = torch.arange(num_loops, device=edge_index.device).expand(2, -1)
-        selected = torch.cat([kept, kept.new_ones(loops.size(1))])
-        edge_index = torch.cat([edge_index, loops], dim=1)[:, selected]
-        if torch.compiler.is_compiling():
-            # The count is the data's, but the loops are all there: tells the
-            # compiler that a graph with loops is never empty.
-            compat.assume(edge_index.size(1) >= num_loops)
-        return AttentionGraph(edge_index, size, kept=kept, num_loops=num_loops)
-
-    @torch.compiler.disable
-    def _kept_graph(self, edge_index: Tensor, size: Tuple[int, int], self_loops: bool,
-                    num_loops: int) -> AttentionGraph:
-        """:meth:`attention_graph` through the cache of the last graph made.
-        :func:`torch.compile` leaves it out of its graphs (it reads the
-        cache's weak reference and stamp), so it runs as ordinary Python."""
-        if is_torch_sparse_tensor(edge_index):
-            return self._sparse_graph(edge_index, size, self_loops, num_loops)
-        if isinstance(edge_index, EdgeIndex):
-            edge_index = edge_index.as_tensor()
-        if not isinstance(edge_index, Tensor):  # a list, say: named before the cache reads it
-            checks.check_edge_index(self, edge_index, size)
-        # Nothing is kept while tracing, where the graph would be a constant of the trace.
-        key = (None if torch.jit.is_tracing() else checks.kept_stamp(edge_index), size, self_loops, num_loops)
-        cache = self._graph_cache
-        if cache is not None and key[0] is not None and cache[0]() is edge_index and cache[1] == key:
-            return cache[2]  # Checked when it was made.
-        checks.check_edge_index(self, edge_index, size)
-        graph = self._make_graph(edge_index, size, self_loops, num_loops)
-        self._graph_cache = None if key[0] is None else (weakref.ref(edge_index), key, graph)
-        return graph
-
-    @staticmethod
-    def _make_graph(edge_index: Tensor, size: Tuple[int, int], self_loops: bool,
-                    num_loops: int) -> AttentionGraph:
-        if not self_loops:
-            return AttentionGraph(edge_index, size)
-        kept = (edge_index[0] != edge_index[1]).nonzero().view(-1)
-        edge_index = graphs.with_self_loops(edge_index, num_loops)
-        return AttentionGraph(edge_index, size, kept=kept, num_loops=num_loops)
-
-    def _sparse_graph(self, adj: Tensor, size: Tuple[int, int], self_loops: bool,
-                      num_loops: int) -> AttentionGraph:
-        name = type(self).__name__
-        if adj.dim() != 2 or tuple(adj.shape) != (size[1], size[0]):
-            raise ValueError(f"{name} expects a sparse adjacency of shape [num_targets, num_sources] "
-                             f"= [{size[1]}, {size[0]}] (the transposed adjacency, as PyG takes it), "
-                             f"got {list(adj.shape)}")
-        if self_loops:
-            if adj.layout == torch.sparse_csc:  # PyG's loop helpers take CSR and COO.
-                adj = adj.to_sparse_csr()
-            adj, _ = remove_self_loops(adj)
-            adj, _ = add_self_loops(adj, num_nodes=num_loops)
-        (target, source), _ = to_edge_index(adj)
-        return AttentionGraph(torch.stack([source, target]), size, adjacency=adj)
+        return prepare_graph(self, edge_index, size, self_loops, num_loops)
 
     def edges_observed(self) -> bool:
         """Whether anything looks at the edges one by one in the user's order:
@@ -395,13 +245,3 @@ class AttentionConv(MessagePassing):
         # sparse-dense product for all heads: no [num_edges, heads, channels]
         # tensor is built.
         return SparseAggregate.apply(edge_index.pattern, alpha, x)  # [num_targets, heads, channels]
-
-
-def fewer_nodes(size: Tuple[int, int]) -> int:
-    """The smaller of the two node counts of ``size``. Under
-    :func:`torch.jit.trace` the counts may be traced sizes (0-d tensors),
-    whose comparison in Python the trace would keep as a constant: their
-    minimum is then taken as a traced op."""
-    if torch.jit.is_tracing() and all(isinstance(n, Tensor) for n in size):
-        return torch.minimum(size[0], size[1])
-    return min(size)
