@@ -5,36 +5,30 @@ the scores of each target's incoming edges, and sum the values of the sources
 weighted by that softmax (:meth:`message`, run through :meth:`propagate`).
 Only the score differs: GAT's is additive, ``LeakyReLU(a_s . W x_j + a_d . W
 x_i)`` (:mod:`graphseq.nn.gat_conv`); the Transformer's is the scaled dot
-product ``q_i . k_j / sqrt(d)`` (:mod:`graphseq.nn.self_attention`).
-Only the graph differs too: a node's neighbours for GAT, every node of its
-graph for self-attention.
+product ``q_i . k_j / sqrt(d)`` (:mod:`graphseq.nn.self_attention`). Only the
+graph differs too: a node's neighbours for GAT, every node of its graph for
+self-attention.
 
-Each layer runs one of two paths with the same numbers. The message path is
-PyG's: ``message`` makes every edge's message in the user's edge order, so
-hooks, :mod:`torch_geometric.explain` and ``decomposed_layers`` see and
-change them. When nothing looks at the edges (no propagate, message,
-aggregate or edge_update hook, no explanation, no decomposition, not
-compiling or tracing) and torch's sparse CPU kernels serve the dtype, the
-fused path groups the edges by target once per graph (kept while the
-same ``edge_index`` comes back) and fuses ``message`` and the sum into
-sparse products (:mod:`graphseq.nn.sparse`); attention weights and
-dropout still follow the user's edge order.
+This module is the message path, PyG's: ``message`` makes every edge's
+message in the user's edge order, so hooks, :mod:`torch_geometric.explain`
+and ``decomposed_layers`` see and change them. When nothing looks at the
+edges, :meth:`AttentionConv.attend` hands the call to the fused path
+(:mod:`graphseq.nn.fused_attention`), which gives the same numbers.
 """
 from __future__ import annotations
 
-import inspect
 from typing import Mapping, Optional, Tuple
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric import EdgeIndex, Index
+from torch_geometric import EdgeIndex
 from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import softmax
 
-from . import checks, compat
+from . import checks, compat, fused_attention
 from .attention_graph import AttentionGraph, prepare_graph
-from .sparse import SparseAggregate, fused_kernels_apply, segment_softmax
+from .sparse import SparseAggregate
+
 
 class AttentionConv(MessagePassing):
     r"""The machinery shared by every attention layer: given a score for each
@@ -68,12 +62,17 @@ class AttentionConv(MessagePassing):
                 score = self.metric((x_i - x_j).abs())  # [num_edges, heads]
                 return self.normalize(score, index, ptr, dim_size)
 
-    A score that also reads a tensor of one row per edge (a learned bias
-    per edge, say) passes it in ``edge_inputs``, so that it follows the
-    edges when the fused path groups them by target:
+    :meth:`edge_update` sees the edges in the user's order on either path,
+    so a score may draw random numbers per edge. (A class whose score is a
+    deterministic function of each edge's own inputs, as GAT's, may say so
+    with ``deterministic_scores = True``: the fused path then scores the
+    edges grouped by target, the order it sums them in.) A score that also
+    reads a tensor of one row per edge (a learned bias per edge,
+    say) passes it in ``edge_inputs``:
     ``self.attend(graph, value, x=x, edge_inputs={"edge_bias": edge_bias})``
     and ``edge_update(self, x_i, x_j, edge_bias, index, ptr, dim_size)``.
-    (``edge_attr`` is such an input already.)
+    (``edge_attr`` is such an input already.) A dot product of the two ends
+    is best taken with :meth:`edge_dot`.
 
     A node with no incoming edge receives a zero vector.
 
@@ -86,7 +85,10 @@ class AttentionConv(MessagePassing):
             ``"add"``).
     """
 
-    SUPPORTS_FUSED_EDGE_INDEX = True
+    SUPPORTS_FUSED_EDGE_INDEX = True  # PyG's propagate fuses on edges grouped by target
+    # Whether this class's edge_update scores each edge from that edge's
+    # inputs alone, drawing no random numbers (see above).
+    deterministic_scores = False
 
     def __init__(self, heads: int, dropout: float = 0.0, **kwargs):
         # Not node_dim: nodes are always the rows (node_dim=0), as in PyG's
@@ -102,7 +104,8 @@ class AttentionConv(MessagePassing):
         checks.check_probability(self, "dropout", dropout)
         self.heads = heads
         self.dropout = dropout
-        self._graph_cache = None
+        self._graph_cache = None  # the last graph made (see attention_graph)
+        self.fused_scoring = None  # set while the fused path runs (graphseq.nn.fused_attention)
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -135,16 +138,9 @@ class AttentionConv(MessagePassing):
         return compat.edges_observed(self)
 
     def use_fused_path(self, value: Tensor, graph: AttentionGraph) -> bool:
-        """Whether the fused sparse path may run: nothing observes the edges,
-        we are not compiling or tracing (:func:`torch.jit.trace` records
-        tensor inputs only, and the sparse products take the edges' pattern)
-        nor under a torch.func transform or autocast (which picks each op's
-        precision), and the kernels serve ``value``'s device and dtype."""
-        # Compiling and tracing first: the number of edges may be one the
-        # compiler cannot compare with 0 (it depends on the data).
-        return (not torch.compiler.is_compiling() and not torch.jit.is_tracing()
-                and fused_kernels_apply(value) and graph.num_edges > 0 and not self.edges_observed()
-                and not torch.is_autocast_enabled(value.device.type) and compat.plain_autograd())
+        """Whether :meth:`attend` may hand its call to the fused path
+        (:func:`graphseq.nn.fused_attention.applies`)."""
+        return fused_attention.applies(self, value, graph)
 
     def attend(self, graph: AttentionGraph, value: Tensor, edge_attr: Optional[Tensor] = None,
                need_weights: bool = False, edge_inputs: Optional[Mapping[str, Tensor]] = None,
@@ -160,35 +156,16 @@ class AttentionConv(MessagePassing):
         A tensor with one row per edge of ``graph.edge_index`` goes in
         ``edge_attr`` or, under its own name, in ``edge_inputs``
         (``edge_inputs={"edge_bias": bias}`` reaches ``edge_update(...,
-        edge_bias, ...)``): the fused path hands :meth:`edge_update` the
-        edges grouped by target, and reorders these alone to match. A tensor
-        of ``num_edges`` rows passed among ``score_inputs`` to an unsuffixed
-        argument is refused there when the node counts differ from
-        ``num_edges``, since it would be read in the wrong order."""
+        edge_bias, ...)``). A tensor of ``num_edges`` rows passed among
+        ``score_inputs`` to an unsuffixed argument is refused on the fused
+        path when the node counts differ from ``num_edges``."""
         edge_inputs = self.check_edge_inputs(graph, edge_inputs)
-        if not self.use_fused_path(value, graph):
-            alpha = self.edge_updater(graph.edge_index, edge_attr=edge_attr, edge_order=None,
-                                      **edge_inputs, **score_inputs)
-            alpha = F.dropout(alpha, p=self.dropout, training=self.training)  # [num_edges, heads]
-            out = self.propagate(graph.edge_index, x=value, alpha=alpha, size=graph.size)
-            return out, alpha
-
-        self.refuse_edge_tensors(graph, score_inputs)
-        edges, perm = graph.by_target()
-        if perm is not None:
-            if edge_attr is not None:
-                edge_attr = edge_attr.index_select(0, perm)
-            edge_inputs = {name: tensor.index_select(0, perm) for name, tensor in edge_inputs.items()}
-        # edge_order: for a score that draws randomness per edge, to draw it in the user's order.
-        alpha = self.edge_updater(edges, edge_attr=edge_attr, edge_order=graph,
-                                  **edge_inputs, **score_inputs)  # by target
-        if self.training and self.dropout > 0:
-            # The mask is drawn in the user's edge order, so that both paths
-            # (and PyG's layers) drop the same edges for the same seed.
-            mask = F.dropout(alpha.new_ones(graph.num_edges, alpha.size(1)), p=self.dropout)
-            alpha = alpha * (mask if perm is None else mask.index_select(0, perm))
-        out = self.propagate(edges, x=value, alpha=alpha)
-        return out, graph.to_user_order(alpha) if need_weights else None
+        if self.use_fused_path(value, graph):
+            return fused_attention.attend(self, graph, value, edge_attr, edge_inputs, score_inputs, need_weights)
+        alpha = self.edge_updater(graph.edge_index, edge_attr=edge_attr, **edge_inputs, **score_inputs)
+        alpha = F.dropout(alpha, p=self.dropout, training=self.training)  # [num_edges, heads]
+        out = self.propagate(graph.edge_index, x=value, alpha=alpha, size=graph.size)
+        return out, alpha
 
     def check_edge_inputs(self, graph: AttentionGraph,
                           edge_inputs: Optional[Mapping[str, Tensor]]) -> Mapping[str, Tensor]:
@@ -202,46 +179,36 @@ class AttentionConv(MessagePassing):
                                  f"row per edge (num_edges={graph.num_edges}, self-loops included), got {shape}")
         return edge_inputs
 
-    def refuse_edge_tensors(self, graph: AttentionGraph, score_inputs: Mapping[str, object]) -> None:
-        """Refuses, on the fused path, a tensor of one row per edge that
-        :meth:`edge_update` would read as it is (an argument without an
-        ``_i``/``_j`` suffix) from ``score_inputs``: those are not reordered
-        with the edges, so it would be read in the wrong order. Node tensors
-        of as many rows as there are edges cannot be told apart and pass."""
-        if graph.num_edges in graph.size:
-            return
-        for name in inspect.signature(self.edge_update).parameters:
-            tensor = score_inputs.get(name)
-            if (name[-2:] not in ("_i", "_j") and isinstance(tensor, Tensor) and tensor.dim() > 0
-                    and tensor.size(0) == graph.num_edges):
-                raise ValueError(f"{type(self).__name__}.attend got {name!r} with one row per edge "
-                                 f"({graph.num_edges}); pass per-edge tensors in edge_inputs={{{name!r}: ...}} "
-                                 f"(or edge_attr), which the fused path reorders with the edges")
-
     @staticmethod
     def edge_ends(edge_index: Tensor) -> Tuple[Tensor, Tensor]:
-        """The source and the target of each edge, as plain tensors to gather
-        node tensors with in :meth:`edge_update` (either path)."""
-        pattern = getattr(edge_index, "pattern", None)
-        if pattern is not None:
-            return pattern.index, pattern.target
+        """The source and the target of each edge, to gather node tensors
+        with in :meth:`edge_update`."""
         return edge_index[0], edge_index[1]
+
+    def edge_dot(self, query: Tensor, key: Tensor, edge_index: Tensor) -> Tensor:
+        """``query[i] . key[j]`` for every edge ``j -> i`` of ``edge_index``,
+        from ``[num_nodes, heads, channels]`` queries (targets) and keys
+        (sources): ``[num_edges, heads]``. On the fused path, a sampled
+        product that makes no ``[num_edges, heads, channels]`` tensor."""
+        if self.fused_scoring is not None:
+            return self.fused_scoring.dot(query, key)
+        source, target = self.edge_ends(edge_index)
+        return (query.index_select(0, target) * key.index_select(0, source)).sum(dim=-1)
 
     def normalize(self, score: Tensor, index: Tensor, ptr: Optional[Tensor],
                   dim_size: Optional[int]) -> Tensor:
         """The softmax of ``score`` ``[num_edges, heads]`` over each target's
-        edges (segment reductions when the edges come grouped by target)."""
-        if isinstance(index, Index):
-            index = index.as_tensor()
-        if ptr is not None:
-            return segment_softmax(score, ptr, index)
+        edges (``index``: the target of each edge). On the fused path, over
+        the edges grouped by target, which the weights then stay in."""
+        if self.fused_scoring is not None:
+            return self.fused_scoring.softmax(score)
         return softmax(score, index, ptr, dim_size)
 
     def message(self, x_j: Tensor, alpha: Tensor) -> Tensor:
         return alpha.unsqueeze(-1) * x_j  # [num_edges, heads, channels]
 
     def message_and_aggregate(self, edge_index: EdgeIndex, x: Tensor, alpha: Tensor) -> Tensor:
-        # The sum over each target's edges of message(x_j, alpha), as one
-        # sparse-dense product for all heads: no [num_edges, heads, channels]
-        # tensor is built.
+        # The fused path's edges grouped by target: the sum over each
+        # target's edges of message(x_j, alpha), as one sparse-dense product
+        # for all heads, with no [num_edges, heads, channels] tensor.
         return SparseAggregate.apply(edge_index.pattern, alpha, x)  # [num_targets, heads, channels]

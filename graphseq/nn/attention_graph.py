@@ -19,7 +19,6 @@ from torch_geometric.utils.sparse import set_sparse_value
 
 from .. import graphs
 from . import checks, compat
-from .sparse import EdgePattern
 
 
 class AttentionGraph:
@@ -27,9 +26,7 @@ class AttentionGraph:
 
     ``edge_index`` holds them in the user's order: the given edges (without
     their self-loops when loops are added) followed by one loop per node, as
-    :func:`torch_geometric.utils.add_self_loops` makes them. :meth:`by_target`
-    gives the same edges grouped by target for the fused path, made on first
-    use and kept with the graph.
+    :func:`torch_geometric.utils.add_self_loops` makes them.
 
     Args:
         edge_index (Tensor): ``[2, num_edges]`` source and target of each edge.
@@ -49,34 +46,11 @@ class AttentionGraph:
         self.adjacency = adjacency
         self.kept = kept
         self.num_loops = num_loops
-        self._by_target: Optional[Tuple[EdgeIndex, Optional[Tensor]]] = None
-        self._inverse: Optional[Tensor] = None
+        self.grouped = None  # the same edges grouped by target, made by the fused path on first use
 
     @property
     def num_edges(self) -> int:
         return self.edge_index.size(1)
-
-    def by_target(self) -> Tuple[EdgeIndex, Optional[Tensor]]:
-        """The edges sorted by target (stably) as an :class:`EdgeIndex` that
-        carries its :class:`EdgePattern`, and the permutation from the user's
-        order (``None`` when the edges were sorted already)."""
-        if self._by_target is None:
-            edges, perm = graphs.sort_by_target(self.edge_index, self.size[1])
-            edges = EdgeIndex(edges.contiguous(), sparse_size=self.size, sort_order="col")
-            (ptr, source), _ = edges.get_csc()
-            edges.pattern = EdgePattern(ptr, source, self.size[0])
-            self._by_target = (edges, perm)
-        return self._by_target
-
-    def to_user_order(self, values: Tensor) -> Tensor:
-        """Edge values in the order of :meth:`by_target` back in the user's order."""
-        _, perm = self.by_target()
-        if perm is None:
-            return values
-        if self._inverse is None:
-            self._inverse = torch.empty_like(perm)
-            self._inverse[perm] = torch.arange(perm.numel(), device=perm.device)
-        return values.index_select(0, self._inverse)
 
     def edge_features(self, edge_attr: Optional[Tensor], fill_value) -> Optional[Tensor]:
         """``edge_attr`` of the given edges, for the edges of this graph: the

@@ -87,6 +87,8 @@ class GATConv(AttentionConv):
           adjacency of alpha when one was given).
     """
 
+    deterministic_scores = True  # (see AttentionConv)
+
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, heads: int = 1,
                  concat: bool = True, negative_slope: float = 0.2, dropout: float = 0.0,
                  add_self_loops: bool = True, edge_dim: Optional[int] = None,
@@ -230,19 +232,17 @@ class GATConv(AttentionConv):
             size = edge_index.sparse_size()
         return checks.check_size(self, size, (num_sources, num_targets))
 
-    def edge_update(self, alpha: PairTensor, edge_attr: Optional[Tensor], edge_index: Tensor,
-                    index: Tensor, ptr: Optional[Tensor]) -> Tensor:
+    def edge_update(self, alpha_j: Tensor, alpha_i: Tensor, edge_attr: Optional[Tensor], index: Tensor,
+                    ptr: Optional[Tensor], dim_size: Optional[int]) -> Tensor:
         # The additive score: each end's share, plus the edge's when it has features.
-        alpha_src, alpha_dst = alpha
-        source, target = self.edge_ends(edge_index)
-        score = alpha_src.index_select(0, source) + alpha_dst.index_select(0, target)  # [num_edges, heads]
+        score = alpha_j + alpha_i  # [num_edges, heads]
         if edge_attr is not None and self.lin_edge is not None and score.size(0) > 0:
             if edge_attr.dim() == 1:
                 edge_attr = edge_attr.view(-1, 1)
             edge_attr = self.lin_edge(edge_attr).view(-1, self.heads, self.out_channels)
             score = score + (edge_attr * self.att_edge).sum(dim=-1)
         score = F.leaky_relu(score, self.negative_slope)
-        return self.normalize(score, index, ptr, alpha_dst.size(0))
+        return self.normalize(score, index, ptr, dim_size)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
@@ -271,3 +271,4 @@ def head_dot(h: Tensor, att: Tensor) -> Tensor:
 
 def num_rows(x: Optional[Tensor]) -> Optional[int]:
     return None if x is None else x.size(0)
+

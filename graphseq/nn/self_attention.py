@@ -9,15 +9,14 @@ import math
 from typing import Optional, Tuple, Union
 
 import torch
-import torch.nn.attention
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
 
 from .. import graphs
-from . import checks, compat
+from . import checks
 from .attention import AttentionConv
-from .sparse import SampledDot
+from .fused_attention import scaled_dot_product_attention
 
 
 class SelfAttentionConv(AttentionConv):
@@ -94,6 +93,8 @@ class SelfAttentionConv(AttentionConv):
           alpha :math:`(|\mathcal{E}|, H)` (the fully connected edges
           when no ``edge_index`` was given).
     """
+
+    deterministic_scores = True  # (see AttentionConv)
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: Optional[int] = None,
@@ -219,14 +220,9 @@ class SelfAttentionConv(AttentionConv):
 
     def edge_update(self, query: Tensor, key: Tensor, edge_index: Tensor, index: Tensor,
                     ptr: Optional[Tensor]) -> Tensor:
-        # The scaled dot product of each edge's query (target) and key (source).
-        pattern = getattr(edge_index, "pattern", None)
-        if pattern is not None:  # Fused: no [num_edges, heads, head_dim] tensor.
-            score = SampledDot.apply(pattern, query, key)
-        else:
-            source, target = self.edge_ends(edge_index)
-            score = (query.index_select(0, target) * key.index_select(0, source)).sum(dim=-1)
-        return self.normalize(score / math.sqrt(self.head_dim), index, ptr, query.size(0))  # [num_edges, heads]
+        # The scaled dot product of each edge's query (its target's) and key (its source's).
+        score = self.edge_dot(query, key, edge_index) / math.sqrt(self.head_dim)  # [num_edges, heads]
+        return self.normalize(score, index, ptr, query.size(0))
 
     @staticmethod
     def fully_connected_edges(batch_src: Optional[Tensor], batch_dst: Optional[Tensor],
@@ -274,54 +270,11 @@ class SelfAttentionConv(AttentionConv):
         """SDPA on ``[graphs, nodes, heads, head_dim]`` tensors."""
         query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
         dropout = self.dropout if self.training else 0.0
-        if not torch.compiler.is_compiling() and not compat.plain_autograd():
-            # Torch's fused CPU kernels have no forward-mode derivative: the
-            # math kernel, plain differentiable ops, serves torch.func and jvp.
-            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
-                out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
-        elif dropout > 0 or torch.compiler.is_compiling() or not torch.is_grad_enabled():
-            out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
-        else:
-            out = TwiceDifferentiableSDPA.apply(query, key, value, mask)
-        return out.transpose(1, 2)
+        return scaled_dot_product_attention(query, key, value, mask, dropout).transpose(1, 2)
 
     def __repr__(self) -> str:
         extra = "" if self._qkv_same_embed_dim else f", kdim={self.kdim}, vdim={self.vdim}"
         return f"{self.__class__.__name__}({self.embed_dim}, num_heads={self.num_heads}{extra})"
-
-
-class TwiceDifferentiableSDPA(torch.autograd.Function):
-    """:func:`~torch.nn.functional.scaled_dot_product_attention` (no dropout)
-    whose gradient is differentiable again. Torch's fused CPU and CUDA kernels
-    have no second derivative (nor has :class:`torch.nn.MultiheadAttention`):
-    the first backward pass here is theirs, and only when a graph of the
-    gradient is asked for (``create_graph=True``) is the attention redone
-    with the math kernel and differentiated through."""
-
-    @staticmethod
-    def forward(ctx, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor]) -> Tensor:
-        with torch.enable_grad():
-            inputs = [t.detach().requires_grad_() for t in (query, key, value)]
-            out = F.scaled_dot_product_attention(*inputs, attn_mask=mask)
-        ctx.save_for_backward(query, key, value)
-        ctx.inner, ctx.mask = (inputs, out), mask
-        return out.detach()
-
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):
-        query, key, value = ctx.saved_tensors
-        if torch.is_grad_enabled():  # create_graph=True: through the math kernel.
-            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
-                out = F.scaled_dot_product_attention(query, key, value, attn_mask=ctx.mask)
-            wanted = [t for t, need in zip((query, key, value), ctx.needs_input_grad) if need]
-            found = iter(torch.autograd.grad(out, wanted, grad_out, create_graph=True))
-            return (*[next(found) if need else None for need in ctx.needs_input_grad[:3]], None)
-        if ctx.inner is None:  # A second pass through a retained graph: redo the forward.
-            with torch.enable_grad():
-                inputs = [t.detach().requires_grad_() for t in (query, key, value)]
-                ctx.inner = (inputs, F.scaled_dot_product_attention(*inputs, attn_mask=ctx.mask))
-        (inputs, out), ctx.inner = ctx.inner, None
-        return (*torch.autograd.grad(out, inputs, grad_out), None)
 
 
 def padded_rows(batch: Tensor, sizes: Tensor, longest: int) -> Tuple[Tensor, Tensor]:

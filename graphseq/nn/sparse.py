@@ -300,6 +300,21 @@ class SegmentSoftmax(torch.autograd.Function):
         return weighted - alpha * SegmentSum.apply(weighted, ptr, index).index_select(0, index), None, None
 
 
+class Permute(torch.autograd.Function):
+    """``values.index_select(0, perm)`` for a permutation ``perm`` of the rows
+    (``inverse`` its inverse), whose backward is the inverse permutation, a
+    gather too, instead of the zero-filled scatter of index_select's."""
+
+    @staticmethod
+    def forward(ctx, values: Tensor, perm: Tensor, inverse: Tensor) -> Tensor:
+        ctx.perm, ctx.inverse = perm, inverse
+        return values.index_select(0, perm)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return Permute.apply(grad, ctx.inverse, ctx.perm), None, None
+
+
 def segment_softmax(score: Tensor, ptr: Tensor, index: Tensor) -> Tensor:
     """See :class:`SegmentSoftmax`."""
     return SegmentSoftmax.apply(score, ptr, index)
