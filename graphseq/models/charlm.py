@@ -19,7 +19,7 @@ from ..data.text import Vocabulary
 from ..errors import GraphseqError
 from ..graphs import chain, lengths_to_batch
 from ..io import check_file_place, first_sentence, load_checkpoint
-from ..nn.recurrent import ChainGRU, ChainLSTM, ChainONLSTM, ChainRNN
+from ..nn.recurrent_cells import ChainGRU, ChainLSTM, ChainONLSTM, ChainRNN
 from . import evaluating
 
 State = Union[Tensor, Tuple[Tensor, ...]]

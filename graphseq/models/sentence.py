@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import global_max_pool, global_mean_pool
 
 from ..errors import GraphseqError
-from ..nn.recurrent import ChainLSTM
+from ..nn.recurrent_cells import ChainLSTM
 
 POOLS = ("max", "mean", "final")
 

@@ -18,6 +18,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
+from . import compat
+
 # The keyword arguments torch_geometric.nn.MessagePassing.__init__ takes.
 MESSAGE_PASSING_KWARGS = ("aggr", "aggr_kwargs", "flow", "node_dim", "decomposed_layers")
 
@@ -41,7 +43,7 @@ def version(tensor: Tensor) -> Optional[int]:
     is stale; :obj:`None` for an inference tensor (made under
     :func:`torch.inference_mode`), which counts none, so nothing may be kept
     for it."""
-    return None if tensor.is_inference() else tensor._version
+    return None if tensor.is_inference() else compat.edit_count(tensor)
 
 
 def kept_stamp(tensor: Tensor) -> Optional[Tuple[int, bool]]:

@@ -13,7 +13,7 @@ from torch_geometric.nn import MLP
 from torch_geometric.nn.dense.linear import Linear
 
 from . import checks
-from .attention import AttentionConv, AttentionGraph
+from .attention import AttentionConv
 
 
 class MetricAttentionConv(AttentionConv):
@@ -112,15 +112,8 @@ class MetricAttentionConv(AttentionConv):
         return out
 
     def edge_update(self, x_i: Tensor, x_j: Tensor, index: Tensor, ptr: Optional[Tensor],
-                    dim_size: Optional[int], edge_order: Optional[AttentionGraph] = None) -> Tensor:
+                    dim_size: Optional[int]) -> Tensor:
         distance = torch.abs(x_i - x_j)  # [num_edges, in_channels]
-        perm = None
-        if edge_order is not None and self.training and self.metric_dropout > 0:
-            # Edges sorted by target (the fused path): the MLP's dropout mask
-            # is drawn in the user's order, so that both paths agree.
-            perm = edge_order.by_target()[1]
-            if perm is not None:
-                distance = edge_order.to_user_order(distance)
         diagonal_rows = dim_size if self.norm_diagonal and self.training else 0
         if self.training and distance.size(0) + diagonal_rows == 1:
             raise ValueError(f"{checks.layer_name(self)} in training mode needs two or more pairs for the "
@@ -134,8 +127,6 @@ class MetricAttentionConv(AttentionConv):
             score = self.metric(torch.cat([distance, diagonal]))[:distance.size(0)]
         else:
             score = self.metric(distance)  # [num_edges, 1]
-        if perm is not None:
-            score = score.index_select(0, perm)
         return self.normalize(score, index, ptr, dim_size)
 
     def __repr__(self) -> str:

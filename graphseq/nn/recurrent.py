@@ -3,8 +3,8 @@ applies one cell along the edges of a chain, ``h_t = f(h_{t-1}, x_t)``: the
 message a node receives is its predecessor's state, and the update is the
 cell. RNN, LSTM, GRU and ON-LSTM share everything but that update rule, so
 one engine (:class:`ChainRecurrence`) finds the order of computation from
-``edge_index`` and steps every chain of a batch at once; each cell below is
-only its equations.
+``edge_index`` and steps every chain of a batch at once; each cell
+(:mod:`graphseq.nn.recurrent_cells`) is only its equations.
 
 How the engine maps onto :class:`~torch_geometric.nn.MessagePassing`: the
 step of a node is its depth along its chain. At step ``t`` the frontier (all
@@ -17,14 +17,15 @@ see :func:`chain_schedule`): the predecessors of the frontier are the first
 rows of the previous frontier, edge ``k`` of a step ends at row ``k``, and the
 sum over each node's single incoming message is the message itself. The
 inputs of all nodes are projected in one matrix product before the loop; each
-step multiplies only the frontier's messages by ``W_hh``.
+step multiplies only the frontier's messages by ``W_hh``. A cell fused by
+hand (:mod:`graphseq.nn.fused_recurrent`) may run in place of the op-by-op
+one, with the same numbers; the engine asks once per layer and direction.
 """
 from __future__ import annotations
 
 import math
-import operator
 import warnings
-from typing import List, NamedTuple, Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -32,235 +33,13 @@ from torch import Tensor
 from torch.nn import Parameter
 from torch_geometric.nn import MessagePassing
 
-from . import checks
-from .sparse import plain_autograd
+from . import checks, compat, fused_recurrent
+from .chain_schedule import ChainSchedule, chain_schedule, check_schedule
 
 State = Union[Tensor, Tuple[Tensor, Tensor]]
 
 
-class ChainSchedule(NamedTuple):
-    """The order in which a batch of chains is stepped, in both directions.
-
-    Chains are ranked by length, longest first. In step order, step ``t``
-    holds the ``sizes[t]`` chains longer than ``t``, by rank, so the
-    predecessors of step ``t`` are the first ``sizes[t]`` rows of step
-    ``t - 1``. The reverse direction steps each chain from its end; its step
-    sizes and chain ranks are the same.
-
-    Attributes:
-        num_nodes (int), num_edges (int), num_graphs (int): the sizes it was made for.
-        sizes (list of int): the number of nodes in each step (non-increasing).
-        orders: per direction, the node at each row of the step order ``[num_nodes]``.
-        positions: per direction, the row of each node in the step order ``[num_nodes]``.
-        chain_graph: the graph of each chain, by rank ``[num_chains]``.
-        graph_chain: the chain of each graph ``[num_graphs]`` when every graph
-            holds one, else :obj:`None` (some graphs have no nodes).
-        step_edges: for each step after the first, its edges in step-local
-            rows, ``[[0, 1, ...], [0, 1, ...]]`` ``[2, sizes[t]]``: edge ``k``
-            runs from row ``k`` of the previous step to row ``k`` of this one.
-        edge_ids: per direction and step after the first, the edge of
-            ``edge_index`` each of those edges is ``[sizes[t]]``.
-        edge_index, batch: the chains it was made for (the caller's
-            tensors, not copies); a layer given the schedule with other
-            chains (of the same sizes), or with these tensors edited in
-            place since, refuses it, except under :func:`torch.compile`,
-            which cannot read them.
-        versions: the count of in-place edits of ``edge_index`` and
-            ``batch`` when it was made (:obj:`None` where not counted).
-    """
-    num_nodes: int
-    num_edges: int
-    num_graphs: int
-    sizes: List[int]
-    orders: Tuple[Tensor, Tensor]
-    positions: Tuple[Tensor, Tensor]
-    chain_graph: Tensor
-    graph_chain: Optional[Tensor]
-    step_edges: List[Tensor]
-    edge_ids: Tuple[List[Tensor], List[Tensor]]
-    edge_index: Optional[Tensor] = None  # the chains it was made for, to check a reuse
-    batch: Optional[Tensor] = None
-    versions: Tuple[Optional[int], Optional[int]] = (None, None)
-
-    def to(self, device: Union[str, torch.device]) -> "ChainSchedule":
-        """The same schedule with its tensors on ``device``."""
-        def move(value):
-            if isinstance(value, Tensor):
-                return value.to(device)
-            if isinstance(value, (tuple, list)) and not isinstance(value, ChainSchedule):
-                return type(value)(move(v) for v in value)
-            return value
-        moved = ChainSchedule(*(move(value) for value in self))
-        return moved._replace(versions=_versions(moved.edge_index, moved.batch))
-
-
-def _versions(*tensors: Optional[Tensor]) -> Tuple[Optional[int], ...]:
-    return tuple(None if tensor is None else checks.version(tensor) for tensor in tensors)
-
-
-@torch.compiler.disable
-def chain_schedule(edge_index: Tensor, num_nodes: int, batch: Optional[Tensor] = None,
-                   num_graphs: Optional[int] = None,
-                   layer: checks.Layer = "ChainRecurrence") -> ChainSchedule:
-    """Finds the step of every node of a batch of chains: its depth along the
-    chain, counted by pointer jumping (``log2`` of the longest chain rounds),
-    on the host, with one copy of ``edge_index`` and ``batch`` there.
-
-    Every node has at most one predecessor and at most one successor, there
-    are no cycles, edges stay inside their graph, and each graph (all nodes
-    when ``batch`` is ``None``) holds one chain, whose final state is the
-    graph's. Breaking any of these raises a :class:`ValueError`.
-
-    A layer computes the schedule itself; pass it to the layer's ``forward``
-    (``schedule=``) to reuse it, or to run the layer under
-    ``torch.compile(fullgraph=True)``, where the number and sizes of the steps
-    must be known on the host before tracing.
-
-    ``num_nodes`` is a whole number >= 0 (a Python, numpy or 0-d tensor
-    integer). ``num_graphs`` (a whole number >= 1, at least the graphs ``batch``
-    names) makes room for graphs without nodes at the end of a batch; a
-    layer passes the graphs of its initial state, and itself as ``layer``,
-    the name its errors carry.
-    """
-    name = checks.layer_name(layer)
-    num_nodes = _whole_number(name, "num_nodes", num_nodes)
-    # A layer's num_graphs is its initial state's; a caller's own is an argument.
-    from_layer = isinstance(layer, torch.nn.Module)
-    if num_graphs is not None and not from_layer:
-        checks.check_sizes(name, num_graphs=num_graphs)
-    if not isinstance(edge_index, Tensor):
-        checks.check_edge_index(name, edge_index, num_nodes)  # names the type
-    checks.check_tensor(name, batch, "batch")
-    given = (edge_index, batch)  # kept by reference: no copy on the path of every forward
-    device = edge_index.device  # The values are checked on the host copy: one transfer.
-    edge_index = edge_index.cpu()
-    batch = None if batch is None else batch.cpu()
-    checks.check_edge_index(name, edge_index, num_nodes)
-    checks.check_batch(name, batch, num_nodes)
-    source, target = edge_index.long()
-    num_edges = source.numel()
-    needed = int(batch.max()) + 1 if batch is not None and batch.numel() else 1
-    if num_graphs is None:
-        num_graphs = needed
-    elif needed > num_graphs:
-        source = "the initial state has" if from_layer else "num_graphs is"
-        raise ValueError(f"{name}: batch holds {needed} graphs, but {source} {num_graphs}")
-    batch = torch.zeros(num_nodes, dtype=torch.long) if batch is None else batch.long()
-
-    in_degree = torch.bincount(target, minlength=num_nodes)
-    out_degree = torch.bincount(source, minlength=num_nodes)
-    if (in_degree > 1).any():
-        node = int((in_degree > 1).nonzero()[0])
-        raise ValueError(f"{name} steps along chains, but node {node} has "
-                         f"{int(in_degree[node])} predecessors (at most one is allowed)")
-    if (out_degree > 1).any():
-        node = int((out_degree > 1).nonzero()[0])
-        raise ValueError(f"{name} steps along chains, but node {node} has "
-                         f"{int(out_degree[node])} successors (at most one is allowed)")
-    if (batch[source] != batch[target]).any():
-        edge = int((batch[source] != batch[target]).nonzero()[0])
-        raise ValueError(f"{name}: edge {int(source[edge])} -> {int(target[edge])} joins "
-                         f"two graphs of `batch`")
-
-    # Pointer jumping: after round k every node knows its ancestor 2^k steps
-    # up (or -1 past the chain start), its distance to it, and its root so far.
-    predecessor = torch.full((num_nodes,), -1, dtype=torch.long)
-    predecessor[target] = source
-    has_predecessor = predecessor >= 0
-    depth = has_predecessor.long()
-    root = torch.where(has_predecessor, predecessor, torch.arange(num_nodes))
-    ancestor = predecessor
-    for _ in range(max(num_nodes, 1).bit_length() + 1):
-        jumping = ancestor >= 0
-        if not jumping.any():
-            break
-        up = ancestor.clamp(min=0)
-        depth = torch.where(jumping, depth + depth[up], depth)
-        root = torch.where(jumping, root[up], root)
-        ancestor = torch.where(jumping, ancestor[up], ancestor)
-    if (ancestor >= 0).any():
-        raise ValueError(f"{name}: edge_index holds a cycle, but a chain must start somewhere")
-
-    starts = (~has_predecessor).nonzero().flatten()  # [num_chains]
-    chains_per_graph = torch.bincount(batch[starts], minlength=num_graphs)
-    if (chains_per_graph > 1).any():
-        graph = int((chains_per_graph > 1).nonzero()[0])
-        raise ValueError(
-            f"{name}: graph {graph} holds {int(chains_per_graph[graph])} chains, but the final "
-            f"state has one row per graph; pass `batch` with one chain per graph "
-            f"(e.g. batch=graphseq.graphs.lengths_to_batch(lengths))")
-
-    num_chains = starts.numel()
-    nodes_per_root = torch.bincount(root, minlength=num_nodes)
-    length = nodes_per_root[starts]  # [num_chains]
-    by_length = torch.sort(length, descending=True, stable=True).indices
-    rank = torch.empty(num_nodes, dtype=torch.long)
-    rank[starts[by_length]] = torch.arange(num_chains)
-    step_sizes = torch.bincount(depth, minlength=0) if num_nodes else torch.zeros(0, dtype=torch.long)
-
-    # The edge into each node (forward direction) and out of it (reverse).
-    edge_into = torch.full((num_nodes,), -1, dtype=torch.long)
-    edge_into[target] = torch.arange(num_edges)
-    edge_out_of = torch.full((num_nodes,), -1, dtype=torch.long)
-    edge_out_of[source] = torch.arange(num_edges)
-
-    orders, positions, edge_ids = [], [], []
-    sizes = step_sizes.tolist()
-    first = sizes[0] if sizes else 0
-    for step, edge_of in ((depth, edge_into), (nodes_per_root[root] - 1 - depth, edge_out_of)):
-        order = torch.argsort(step * max(num_chains, 1) + rank[root])
-        position = torch.empty_like(order)
-        position[order] = torch.arange(num_nodes)
-        orders.append(order.to(device))
-        positions.append(position.to(device))
-        edge_ids.append(list(edge_of[order[first:]].to(device).split(sizes[1:])))
-    chain_graph = batch[starts[by_length]]
-    graph_chain = torch.argsort(chain_graph).to(device) if num_chains == num_graphs else None
-    frontier = torch.arange(first, device=device).expand(2, -1)
-    step_edges = [frontier[:, :size] for size in sizes[1:]]
-    return ChainSchedule(num_nodes, num_edges, num_graphs, sizes, tuple(orders), tuple(positions),
-                         chain_graph.to(device), graph_chain, step_edges,
-                         tuple(edge_ids), *given, _versions(*given))
-
-
-def _whole_number(name: str, label: str, value) -> int:
-    """``value`` as an int if it is a whole number >= 0 (anything
-    :func:`operator.index` takes but a bool), else a :class:`ValueError`."""
-    try:
-        whole = None if isinstance(value, bool) or \
-            isinstance(value, Tensor) and value.dtype == torch.bool else operator.index(value)
-    except (TypeError, RuntimeError):
-        whole = None
-    if whole is None or whole < 0:
-        raise ValueError(f"{name} needs {label} to be a whole number >= 0, got {value!r}")
-    return whole
-
-
-def _same(kept: Optional[Tensor], given: Optional[Tensor], num_nodes: int) -> bool:
-    """Whether two ``edge_index`` (or ``batch``: None is one graph) are the same."""
-    if kept is given:
-        return True
-    if kept is None or given is None:
-        kept, given = [torch.zeros(num_nodes, dtype=torch.long) if t is None else t.as_subclass(Tensor).cpu()
-                       for t in (kept, given)]
-    else:
-        kept, given = kept.as_subclass(Tensor), given.as_subclass(Tensor)
-    return kept.shape == given.shape and torch.equal(kept.to(given.device, given.dtype), given)
-
-
-def _same_edges(kept: Optional[Tensor], given: Tensor, num_nodes: int) -> bool:
-    """Whether two ``edge_index`` hold the same edges in any column order
-    (to word the refusal of a schedule; never on the path of one taken)."""
-    if kept is None or kept.shape != given.shape:
-        return False
-
-    def edges(edge_index: Tensor) -> Tensor:  # one sortable key per edge
-        source, target = edge_index.as_subclass(Tensor).to(given.device, torch.long)
-        return torch.sort(source * num_nodes + target).values
-    return torch.equal(edges(kept), edges(given))
-
-
-class ChainRecurrence(MessagePassing):
+class ChainRecurrence(compat.WholeRowMessages, MessagePassing):
     r"""The machinery shared by every recurrent layer: a cell stepped along
     the edges of a batch of chains, in one or both directions, stacked in
     layers. Subclasses give the number of gate blocks and the update rule
@@ -277,6 +56,14 @@ class ChainRecurrence(MessagePassing):
     The order of computation comes from ``edge_index`` alone, never from where
     nodes sit in memory. The message along an edge is the whole state of its
     source (``[h_j, c_j]`` for the LSTMs).
+
+    A subclass writes :meth:`cell` op by op, reading its weights from its
+    ``weights`` argument alone. A cell that :mod:`graphseq.nn.fused_recurrent`
+    holds fused by hand gives its name there as ``fused_step`` (``"lstm"``,
+    ``"gru"``), and the engine runs that step wherever it may (see
+    :func:`~graphseq.nn.fused_recurrent.fused_steps`); a subclass that rewrites
+    the cell runs its own. Setting ``fused_step = None`` on a layer runs its
+    cell op by op.
 
     Args:
         input_size (int): size of each node's input features.
@@ -300,9 +87,7 @@ class ChainRecurrence(MessagePassing):
 
     gate_blocks: int = 1  # the input projection has gate_blocks * hidden_size rows
     has_cell_state: bool = False
-    fused_step = None  # see _fused_step
-    _lifting_whole_rows = False  # see _index_select
-    defers_recurrent_grad = False  # whether fused_step leaves W_hh's gradient to _DeferredRecurrentGrad
+    fused_step: Optional[str] = None  # the name of the cell fused by hand in graphseq.nn.fused_recurrent
     propagate_type = {"state": Tensor, "aligned": bool, "edge_id": Optional[Tensor]}
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
@@ -430,7 +215,7 @@ class ChainRecurrence(MessagePassing):
         if schedule is None:
             schedule = chain_schedule(edge_index, x.size(0), batch, given_graphs, self)
         else:
-            self._check_schedule(schedule, x, edge_index, batch, given_graphs)
+            check_schedule(self, schedule, x, edge_index, batch, given_graphs)
         h_0, c_0 = self._initial_state(state, schedule.num_graphs, x)
 
         extras = []
@@ -486,17 +271,11 @@ class ChainRecurrence(MessagePassing):
             projected = x.matmul(weight_ih.t())  # [num_nodes, gate_size]
         else:
             projected = torch.addmm(input_bias, x, weight_ih.t())
-
         # Split, not slice: the backward of a slice fills a zero tensor the
         # size of the whole input per step, the backward of one split
         # concatenates once.
-        inputs = exact_inputs = projected.split(sizes)  # per step [sizes[t], gate_size]
-        step = self._fused_step(x)
-        messages = None  # the h of every message, for W_hh's gradient in one product
-        if step is not None and self.defers_recurrent_grad and torch.is_grad_enabled() \
-                and weight_hh.requires_grad:
-            messages = []
-            inputs = _DeferredRecurrentGrad.apply(projected, weight_hh, messages).split(sizes)
+        inputs = projected.split(sizes)  # per step [sizes[t], gate_size]
+        fused = fused_recurrent.fused_steps(self, projected, inputs, weight_hh)  # None: cell() runs
 
         # The first step's messages are the initial states of the chains.
         state = h_0.index_select(0, schedule.chain_graph)  # [num_chains, output_size]
@@ -506,26 +285,23 @@ class ChainRecurrence(MessagePassing):
         step_edges, edge_ids = schedule.step_edges, schedule.edge_ids[direction]
         width = self.output_size()
         outputs, ended, extras = [], [], []
-        self._lifting_whole_rows = True
-        try:
+        with self.whole_rows():  # Edge k of a step leaves row k of the state: no gather.
             for t, size in enumerate(sizes):
                 if t > 0:  # state: the states of the chains that go on, by rank
                     state = self.propagate(step_edges[t - 1], state=state, size=(size, size),
                                            aligned=True, edge_id=edge_ids[t - 1])
                 carried = sizes[t + 1] if t + 1 < len(sizes) else 0  # chains past this step
-                if step is None:
+                if fused is not None:
+                    state, out, last = fused(t, state, weights, carried)
+                else:
                     new, extra = self.cell(inputs[t], state, weights)  # [size, state_size]
                     out = new if new.size(1) == width else new[:, :width]
                     state, last = new.split([carried, size - carried])
                     if extra is not None:
                         extras.append(extra)
-                else:
-                    state, out, last = step(inputs[t], exact_inputs[t], state, *weights, messages, carried)
                 outputs.append(out)
                 if carried < size:
                     ended.append(last)
-        finally:
-            self._lifting_whole_rows = False
 
         # Without nodes, a slice of the projection keeps outputs attached to
         # the graph (x and the weights), as an empty tensor should be.
@@ -558,20 +334,6 @@ class ChainRecurrence(MessagePassing):
         input_bias = None if bias_ih is None else bias_ih + bias_hh
         return input_bias, (getattr(self, f"weight_hh{suffix}").t(), None)
 
-    def _fused_step(self, x: Tensor):
-        """The cell fused by hand into one autograd node, or None to run
-        :meth:`cell` op by op. The node is a :class:`torch.autograd.Function`
-        taking ``inputs, exact_inputs, state, *weights, messages, carried``
-        (see :class:`_DeferredRecurrentGrad`) and returning the new states of
-        the first ``carried`` rows, the output and the new states of the other
-        rows. The fused step gives the same numbers; torch.compile (which
-        fuses by itself) and autocast (which picks each op's precision) trace
-        :meth:`cell` instead, as do torch.func transforms and forward-mode AD."""
-        if self.fused_step is None or torch.compiler.is_compiling() \
-                or torch.is_autocast_enabled(x.device.type) or not plain_autograd():
-            return None
-        return self.fused_step
-
     def cell(self, inputs: Tensor, state: Tensor, weights: tuple) -> Tuple[Tensor, Optional[Tensor]]:
         """The update rule for one frontier: ``inputs`` ``[B, gate_size]`` is
         ``W_ih x_i + b``, ``state`` ``[B, state_size]`` the messages from the
@@ -595,14 +357,6 @@ class ChainRecurrence(MessagePassing):
             return inputs
         return super().aggregate(inputs, index, ptr=ptr, dim_size=dim_size)
 
-    def _index_select(self, src: Tensor, index: Tensor) -> Tensor:
-        # The engine's step edges leave every row of the states they carry,
-        # in order, so the messages of a step are those states as they are:
-        # no copy forward, no zero-filled scatter backward.
-        if self._lifting_whole_rows:
-            return src
-        return super()._index_select(src, index)
-
     def explain_message(self, inputs: Tensor, dim_size: Optional[int],
                         edge_id: Optional[Tensor] = None) -> Tensor:
         """Scales each message by the explainer's mask of the edge of
@@ -610,12 +364,10 @@ class ChainRecurrence(MessagePassing):
         explainers are in the user's edge order."""
         if edge_id is None:
             return super().explain_message(inputs, dim_size)
-        edge_mask = self._edge_mask
+        edge_mask = compat.explainer_edge_mask(self)
         if edge_mask is None:
             raise ValueError(f"{type(self).__name__}: no edge_mask to explain with; "
                              f"did you forget to set one?")
-        if self._apply_sigmoid:
-            edge_mask = edge_mask.sigmoid()
         return inputs * edge_mask.index_select(0, edge_id).unsqueeze(-1)
 
     def _graphs_in_state(self, state: Optional[State], batch: Optional[Tensor]) -> Optional[int]:
@@ -628,47 +380,6 @@ class ChainRecurrence(MessagePassing):
         if not isinstance(h_0, Tensor) or h_0.dim() != 3:
             return None
         return h_0.size(1)
-
-    def _check_schedule(self, schedule: ChainSchedule, x: Tensor, edge_index: Tensor,
-                        batch: Optional[Tensor], num_graphs: Optional[int]) -> None:
-        name = type(self).__name__
-        if not isinstance(schedule, ChainSchedule):
-            raise TypeError(f"{name} expects schedule from graphseq.nn.chain_schedule, "
-                            f"got {type(schedule).__name__}")
-        # The checks chain_schedule makes, but for the very tensors the schedule
-        # was made from (checked then; edits are caught below): no host read on
-        # the path of a reused schedule.
-        if edge_index is not schedule.edge_index or edge_index is None:
-            checks.check_edge_index(self, edge_index, x.size(0))
-        if batch is not schedule.batch:
-            checks.check_batch(self, batch, x.size(0))
-        if schedule.orders[0].device != x.device:
-            raise ValueError(f"{name}: the schedule is on {schedule.orders[0].device}, but x is on {x.device}; "
-                             f"move it with schedule.to(x.device)")
-        if schedule.num_nodes != x.size(0) or schedule.num_edges != edge_index.size(-1):
-            raise ValueError(f"{name}: the schedule is for {schedule.num_nodes} nodes and "
-                             f"{schedule.num_edges} edges, but x has {x.size(0)} nodes and "
-                             f"edge_index {edge_index.size(-1)} edges")
-        if batch is None and schedule.num_graphs != 1:
-            raise ValueError(f"{name}: the schedule was made for {schedule.num_graphs} graphs, but no batch "
-                             f"is given, so x is one graph (one chain); pass the batch the schedule was made for")
-        if num_graphs is not None and num_graphs != schedule.num_graphs:
-            raise ValueError(f"{name}: the schedule is for {schedule.num_graphs} graphs, "
-                             f"but the initial state has {num_graphs}")
-        if not checks.reading_values() or schedule.edge_index is None:
-            return
-        for label, kept, given, version in zip(("edge_index", "batch"), (schedule.edge_index, schedule.batch),
-                                               (edge_index, batch), schedule.versions):
-            if kept is given and version is not None and checks.version(given) != version:
-                raise ValueError(f"{name}: {label} was edited in place after its schedule was made; "
-                                 f"make one with chain_schedule for the chains it holds now")
-        same_batch = _same(schedule.batch, batch, x.size(0))
-        if not (same_batch and _same(schedule.edge_index, edge_index, x.size(0))):
-            if same_batch and _same_edges(schedule.edge_index, edge_index, x.size(0)):
-                raise ValueError(f"{name}: the schedule was made for the same edges in another order (edge "
-                                 f"ids differ); make a schedule for this edge_index with chain_schedule")
-            raise ValueError(f"{name}: the schedule was made for other chains than edge_index and batch "
-                             f"(the same sizes, other edges); make one with chain_schedule for these")
 
     def _initial_state(self, state: Optional[State], num_graphs: int, x: Tensor):
         """``(h_0, c_0)`` ``[num_layers * num_directions, num_graphs, width]``
@@ -727,564 +438,3 @@ class ChainRecurrence(MessagePassing):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(self.extra_repr_args())})"
 
-
-class ChainRNN(ChainRecurrence):
-    r"""The Elman recurrent network (:class:`torch.nn.RNN`) stepped along
-    chains.
-
-    .. math::
-        \mathbf{h}_i = \sigma\big(\mathbf{W}_{ih}\mathbf{x}_i + \mathbf{b}_{ih}
-        + \mathbf{W}_{hh}\mathbf{h}_j + \mathbf{b}_{hh}\big), \qquad j \to i
-
-    with :math:`\sigma` the ``nonlinearity``.
-
-    Args:
-        nonlinearity (str): ``"tanh"`` or ``"relu"``, as for
-            :class:`torch.nn.RNN`. (default: ``"tanh"``)
-        others: see :class:`ChainRecurrence` (``device`` and ``dtype`` by
-            keyword, passed on through ``**kwargs``); the ``state_dict`` is
-            :class:`torch.nn.RNN`'s.
-
-    Shapes:
-        - **input:** ``x`` :math:`(|\mathcal{V}|, F_{in})`, ``edge_index``
-          :math:`(2, |\mathcal{E}|)`, ``batch`` :math:`(|\mathcal{V}|)`,
-          ``state`` :math:`(L \cdot D, G, H)`
-        - **output:** ``out`` :math:`(|\mathcal{V}|, D \cdot H)`, ``h_n``
-          :math:`(L \cdot D, G, H)`
-    """
-
-    gate_blocks = 1
-
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
-                 nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False,
-                 dropout: float = 0.0, bidirectional: bool = False, *, learn_initial_state: bool = False,
-                 **kwargs):
-        if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"ChainRNN's nonlinearity is 'tanh' or 'relu', got {nonlinearity!r}")
-        self.nonlinearity = nonlinearity
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         learn_initial_state=learn_initial_state, **kwargs)
-
-    def cell(self, inputs, state, weights):
-        w_hh, _ = weights
-        pre = torch.addmm(inputs, state, w_hh)  # [B, hidden_size]
-        return (pre.tanh() if self.nonlinearity == "tanh" else pre.relu()), None
-
-    def extra_repr_args(self) -> List[str]:
-        args = super().extra_repr_args()
-        if self.nonlinearity != "tanh":
-            args.insert(2, f"nonlinearity={self.nonlinearity!r}")
-        return args
-
-
-# oneDNN's single-precision matrix product (torch.nn.LSTM's on a CPU) runs
-# the steps' products up to twice as fast as torch.mm (MKL) on some CPUs,
-# but costs more to launch: it serves products of at least these sizes, and
-# only the layouts it runs fast (rows of a whole, a weight stored either
-# way); others (a transposed ``a``) can run a thousand times slower.
-_ONEDNN_ROWS = 8
-_ONEDNN_PRODUCT = 1 << 21  # rows * inner * columns
-
-
-def _onednn_linear():
-    """torch's oneDNN linear op, or None where this build has none or it
-    does not answer as it does in torch 2.13 (a private op, whose signature
-    another release may change: tried once on a small product)."""
-    global _ONEDNN_LINEAR
-    if _ONEDNN_LINEAR is False:
-        _ONEDNN_LINEAR = None
-        try:
-            if torch.backends.mkldnn.is_available():
-                linear = torch.ops.mkldnn._linear_pointwise
-                a, weight = torch.arange(6.0).view(2, 3), torch.arange(12.0).view(4, 3)
-                with torch.no_grad():
-                    if torch.equal(linear(a, weight, None, "none", [], ""), a @ weight.t()):
-                        _ONEDNN_LINEAR = linear
-        except Exception:  # any failure of a private op leaves torch.mm to serve
-            _ONEDNN_LINEAR = None
-    return _ONEDNN_LINEAR
-
-
-_ONEDNN_LINEAR = False  # not looked up yet
-
-
-def _matmul(a: Tensor, b: Tensor, add: Optional[Tensor] = None) -> Tensor:
-    """``add + a @ b`` (``add`` broadcast, or left out when None) for the
-    fused steps, which run without autograd: through oneDNN for large
-    single-precision products on a CPU (unless ``torch.backends.mkldnn`` is
-    disabled), else torch's ``mm``/``addmm``. The two differ by rounding."""
-    rows, inner = a.shape
-    if a.dtype == torch.float32 and b.dtype == torch.float32 and a.device.type == "cpu" \
-            and rows >= _ONEDNN_ROWS and rows * inner * b.size(1) >= _ONEDNN_PRODUCT \
-            and a.stride(1) == 1 and (b.is_contiguous() or b.t().is_contiguous()) \
-            and not torch.is_grad_enabled() and torch.backends.mkldnn.enabled:
-        linear = _onednn_linear()
-        if linear is not None:
-            out = linear(a, b.t(), None, "none", [], "")  # a @ b, b.t() as a linear's weight
-            return out if add is None else out.add_(add)
-    return a.mm(b) if add is None else torch.addmm(add, a, b)
-
-
-class _DeferredRecurrentGrad(torch.autograd.Function):
-    r"""The identity on the input projection ``W_ih x + b`` of every node,
-    whose backward adds the gradient of ``W_hh``: the gradient of a step's
-    pre-activations ``W_ih x_i + b + W_hh h_j`` is the gradient of its input
-    projection, so ``dL/dW_hh = sum_t dL/dgates_t^T h_t`` is one product over
-    all nodes, ``dL/dprojected^T [h_j]``, instead of a thin product and a sum
-    per step (cuDNN's way too).
-
-    A fused step takes its inputs twice, through this node (``inputs``) and
-    around it (``exact_inputs``). A first-order backward (grad mode off) of a
-    step returns the gates' gradient for ``inputs`` and none for ``W_hh``,
-    which this node then adds. A backward that builds a graph (grad mode on,
-    ``create_graph``) returns autograd's gradients through the op-by-op cell
-    for ``exact_inputs`` and ``W_hh``; this node adds nothing. Gradients of
-    higher order that flow through those graphs thus never pass this node,
-    and those that flow through the steps' first-order nodes do."""
-
-    @staticmethod
-    def forward(ctx, projected: Tensor, weight_hh: Tensor, messages: List[Tensor]) -> Tensor:
-        # Filled by the steps' forwards (so without history: no reference
-        # cycle through the graph); the first-order product needs values only.
-        ctx.messages = messages
-        ctx.set_materialize_grads(False)
-        return projected.view_as(projected)
-
-    @staticmethod
-    def backward(ctx, d_projected: Optional[Tensor]):
-        if d_projected is None or torch.is_grad_enabled() or not ctx.needs_input_grad[1] \
-                or not ctx.messages:  # (no nodes, no gradient)
-            return d_projected, None, None
-        h = torch.cat(ctx.messages)  # [num_nodes, output_size], step order
-        return d_projected, d_projected.t().mm(h), None
-
-
-class _LSTMStep(torch.autograd.Function):
-    """One LSTM step of a frontier, :meth:`ChainLSTM.cell` fused by hand: the
-    forward writes ``[h, c]`` into one tensor, the backward computes the
-    gates' gradient in a handful of ops instead of one autograd node per op.
-    ``W_hh``'s gradient comes from :class:`_DeferredRecurrentGrad`. With
-    ``create_graph`` (double backward) it differentiates :func:`_lstm_cell`
-    instead, so every order of derivative is autograd's.
-
-    Returns the states of the first ``carried`` rows (the chains that go on:
-    the next step's messages), the output ``h`` ``[B, width]`` and the states
-    of the other rows (the chains that end here), each used once: their
-    gradients meet in this step's backward instead of in zero-filled tensors."""
-
-    @staticmethod
-    def forward(ctx, inputs: Tensor, exact_inputs: Tensor, message: Tensor, w_hh: Tensor,
-                w_hr: Optional[Tensor], messages: Optional[List[Tensor]], carried: int):
-        # Written for few calls: each op on these small tensors costs more to
-        # launch than to run.
-        width, hidden = w_hh.size(0), inputs.size(1) // 4
-        h = message[:, :width]
-        if messages is not None:
-            messages.append(h)  # for W_hh's gradient (see _DeferredRecurrentGrad)
-        gates = _matmul(h, w_hh, inputs)  # [B, 4 * hidden]: i, f, g, o
-        g = gates[:, 2 * hidden:3 * hidden].tanh()
-        i, f, _, o = gates.sigmoid_().chunk(4, dim=1)  # (g's block of it unused)
-        state = torch.empty_like(message)  # [B, width + hidden]
-        c = torch.mul(f, message[:, width:], out=state[:, width:]).addcmul_(i, g)
-        tanh_c = c.tanh()
-        unprojected = o * tanh_c
-        out = unprojected if w_hr is None else unprojected.mm(w_hr)  # [B, width]
-        state[:, :width] = out
-        ctx.carried = carried
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(exact_inputs, message, w_hh, w_hr, gates, g, tanh_c,
-                              None if w_hr is None else unprojected)
-        return state[:carried], out, state[carried:]
-
-    @staticmethod
-    def backward(ctx, d_carried: Optional[Tensor], d_out: Optional[Tensor], d_ended: Optional[Tensor]):
-        exact_inputs, message, w_hh, w_hr, gates, g, tanh_c, unprojected = ctx.saved_tensors
-        carried = ctx.carried
-        if torch.is_grad_enabled():
-            def outputs(*args):
-                state = _lstm_cell(*args)
-                return state[:carried], state[:, :w_hh.size(0)], state[carried:]
-            return (None,) + _differentiable_step_grads(
-                ctx.needs_input_grad[1:5], outputs, (d_carried, d_out, d_ended),
-                exact_inputs, message, w_hh, w_hr) + (None, None)
-        width = w_hh.size(0)
-        d_state = _rows_of(message, carried, d_carried, d_ended)  # the state's three uses, summed
-        if d_out is not None:
-            d_state[:, :width].add_(d_out)
-        d_h, d_c = d_state[:, :width], d_state[:, width:]
-        d_w_hr = None
-        if w_hr is not None:
-            d_w_hr = unprojected.t().mm(d_h) if ctx.needs_input_grad[4] else None
-            d_h = d_h.mm(w_hr.t())  # [B, hidden]
-        # h = o tanh(c), c = f c_j + i g: the gradient reaching c, then each
-        # gate's, first through its product, then through its activation.
-        i, f, _, o = gates.chunk(4, dim=1)
-        d_c = d_c.addcmul_(d_h * o, 1 - tanh_c * tanh_c)
-        d_gates = torch.empty_like(gates)
-        d_i, d_f, d_g, d_o = d_gates.chunk(4, dim=1)
-        torch.mul(d_c, g, out=d_i)
-        torch.mul(d_c, message[:, width:], out=d_f)
-        torch.mul(d_h, tanh_c, out=d_o)
-        d_gates.mul_(gates - gates * gates)  # sigmoid' = s (1 - s), g's block overwritten next
-        torch.mul(d_c, i, out=d_g).mul_(1 - g * g)  # tanh' = 1 - g^2
-        d_message = None
-        if ctx.needs_input_grad[2]:
-            d_message = torch.empty_like(message)
-            d_message[:, :width] = _matmul(d_gates, w_hh.t())
-            torch.mul(d_c, f, out=d_message[:, width:])
-        return d_gates, None, d_message, None, d_w_hr, None, None
-
-
-def _rows_of(like: Tensor, carried: int, d_carried: Optional[Tensor], d_ended: Optional[Tensor]) -> Tensor:
-    """The gradients of a step's carried and ended rows as one tensor shaped ``like``."""
-    d_state = torch.empty_like(like)
-    for rows, grad in ((d_state[:carried], d_carried), (d_state[carried:], d_ended)):
-        if grad is None:
-            rows.zero_()
-        else:
-            rows.copy_(grad)
-    return d_state
-
-
-def _differentiable_step_grads(needs_input_grad, outputs, grads, *args):
-    """A fused step's gradients by autograd through its op-by-op version
-    ``outputs(*args)`` (the step's outputs, for ``grads``), for
-    ``create_graph``; ``W_hh``'s included (see _DeferredRecurrentGrad)."""
-    wanted = [k for k, arg in enumerate(args) if arg is not None and needs_input_grad[k]]
-    with torch.enable_grad():
-        # Fresh aliases, so that each argument's gradient counts this step's
-        # use of it alone: the message was made from W_hh in earlier steps,
-        # and a gradient taken for W_hh itself would count those paths too.
-        # Higher derivatives still reach the originals through the aliases.
-        args = tuple(arg.view_as(arg) if isinstance(arg, Tensor) else arg for arg in args)
-        results = outputs(*args)
-    pairs = [(result, grad) for result, grad in zip(results, grads) if grad is not None]
-    found = torch.autograd.grad([result for result, _ in pairs], [args[k] for k in wanted],
-                                [grad for _, grad in pairs], create_graph=True, allow_unused=True)
-    out = [None] * len(args)
-    for k, grad in zip(wanted, found):
-        out[k] = grad
-    return tuple(out)
-
-
-def _lstm_cell(inputs: Tensor, message: Tensor, w_hh: Tensor, w_hr: Optional[Tensor]) -> Tensor:
-    """The LSTM update op by op: ``inputs`` ``[B, 4 * hidden]`` (``W_ih x + b``),
-    ``message`` ``[B, width + hidden]`` (``[h_j, c_j]``), ``w_hh`` ``W_hh^T``,
-    ``w_hr`` ``W_hr^T`` or None; returns the new ``[h, c]``."""
-    width = w_hh.size(0)
-    h, c = message.split([width, message.size(1) - width], dim=1)
-    gates = torch.addmm(inputs, h, w_hh)  # [B, 4 * hidden_size]
-    i, f, g, o = gates.chunk(4, dim=1)
-    c = torch.addcmul(f.sigmoid() * c, i.sigmoid(), g.tanh())
-    h = o.sigmoid() * c.tanh()
-    if w_hr is not None:
-        h = h.mm(w_hr)  # [B, proj_size]
-    return torch.cat([h, c], dim=1)
-
-
-class ChainLSTM(ChainRecurrence):
-    r"""Long short-term memory (`Hochreiter & Schmidhuber, 1997
-    <https://www.bioinf.jku.at/publications/older/2604.pdf>`_) stepped along
-    chains; :class:`torch.nn.LSTM`'s cell, gate order, projection and
-    ``state_dict``.
-
-    .. math::
-        (\mathbf{i}, \mathbf{f}, \mathbf{g}, \mathbf{o}) &= (\sigma, \sigma, \tanh, \sigma)
-        \big(\mathbf{W}_{ih}\mathbf{x}_i + \mathbf{b}_{ih} + \mathbf{W}_{hh}\mathbf{h}_j
-        + \mathbf{b}_{hh}\big) \\
-        \mathbf{c}_i &= \mathbf{f} \odot \mathbf{c}_j + \mathbf{i} \odot \mathbf{g}, \qquad
-        \mathbf{h}_i = \mathbf{W}_{hr}\big(\mathbf{o} \odot \tanh(\mathbf{c}_i)\big)
-
-    where :math:`\mathbf{W}_{hr}` (``weight_hr_l{k}``) is there only with a
-    ``proj_size``.
-
-    Args:
-        proj_size (int): if above 0, project ``h`` to this size, as
-            :class:`torch.nn.LSTM` does; ``h`` (outputs, ``h_0``, ``h_n``) then
-            has ``proj_size`` columns and ``c`` keeps ``hidden_size``. (default: :obj:`0`)
-        others: see :class:`ChainRecurrence` (``device`` and ``dtype`` by
-            keyword, passed on through ``**kwargs``).
-
-    Shapes:
-        - **input:** ``x`` :math:`(|\mathcal{V}|, F_{in})`, ``edge_index``
-          :math:`(2, |\mathcal{E}|)`, ``batch`` :math:`(|\mathcal{V}|)`,
-          ``state`` ``(h_0, c_0)``, :math:`(L \cdot D, G, H_{out})` and
-          :math:`(L \cdot D, G, H)`
-        - **output:** ``out`` :math:`(|\mathcal{V}|, D \cdot H_{out})`,
-          ``(h_n, c_n)`` shaped like ``(h_0, c_0)``, with :math:`H_{out}`
-          the ``proj_size`` if set, else :math:`H`
-    """
-
-    gate_blocks = 4
-    has_cell_state = True
-
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 proj_size: int = 0, *, learn_initial_state: bool = False, **kwargs):
-        self.proj_size = proj_size  # checked with the other sizes, after hidden_size
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         learn_initial_state=learn_initial_state, **kwargs)
-
-    def _check_sizes(self, input_size: int, hidden_size: int, num_layers: int) -> None:
-        super()._check_sizes(input_size, hidden_size, num_layers)
-        proj_size = self.proj_size
-        if isinstance(proj_size, bool) or not isinstance(proj_size, int) or proj_size < 0:
-            raise ValueError(f"ChainLSTM needs proj_size to be a whole number >= 0 (0: no projection), "
-                             f"got {proj_size!r}")
-        if proj_size >= hidden_size:
-            raise ValueError(f"ChainLSTM needs 0 <= proj_size < hidden_size (as torch.nn.LSTM), "
-                             f"got proj_size={proj_size}, hidden_size={hidden_size}")
-
-    def output_size(self) -> int:
-        return self.proj_size or self.hidden_size
-
-    def _register_extra_weights(self, suffix: str, factory: dict) -> None:
-        if self.proj_size:
-            self.register_parameter(f"weight_hr{suffix}",
-                                    Parameter(torch.empty(self.proj_size, self.hidden_size, **factory)))
-
-    def _h_name(self) -> str:
-        return "proj_size" if self.proj_size else "hidden_size"
-
-    def cell_weights(self, suffix):
-        input_bias, (w_hh, hidden_bias) = super().cell_weights(suffix)
-        w_hr = getattr(self, f"weight_hr{suffix}").t() if self.proj_size else None
-        return input_bias, (w_hh, w_hr)
-
-    fused_step = _LSTMStep.apply
-    defers_recurrent_grad = True
-
-    def cell(self, inputs, state, weights):
-        return _lstm_cell(inputs, state, *weights), None
-
-    def extra_repr_args(self) -> List[str]:
-        args = super().extra_repr_args()
-        if self.proj_size:
-            args.append(f"proj_size={self.proj_size}")
-        return args
-
-
-def _gru_cell(inputs: Tensor, h: Tensor, w_hh: Tensor, hidden_bias: Optional[Tensor]) -> Tensor:
-    """The GRU update op by op: ``inputs`` ``[B, 3 * hidden]`` (``W_ih x + b``
-    with ``b_hr``, ``b_hz`` in), ``h`` the message, ``w_hh`` ``W_hh^T``,
-    ``hidden_bias`` ``[0, 0, b_hn]`` or None; returns the new ``h``."""
-    if hidden_bias is None:
-        recurrent = h.mm(w_hh)  # [B, 3 * hidden_size]
-    else:
-        recurrent = torch.addmm(hidden_bias, h, w_hh)
-    hidden = h.size(1)
-    r, z = (inputs[:, :2 * hidden] + recurrent[:, :2 * hidden]).sigmoid().chunk(2, dim=1)
-    n = torch.addcmul(inputs[:, 2 * hidden:], r, recurrent[:, 2 * hidden:]).tanh()
-    return torch.lerp(n, h.to(n.dtype), z)  # (autocast leaves h in full precision)
-
-
-class _GRUStep(torch.autograd.Function):
-    """One GRU step of a frontier, :func:`_gru_cell` fused by hand (see
-    :class:`_LSTMStep`); returns the new ``h`` of the first ``carried`` rows,
-    of all rows (the output) and of the other rows. Its weight gradients come
-    per step, since ``r`` scales part of ``W_hh h``."""
-
-    @staticmethod
-    def forward(ctx, inputs: Tensor, exact_inputs: Tensor, h: Tensor, w_hh: Tensor,
-                hidden_bias: Optional[Tensor], messages: None, carried: int):
-        hidden = h.size(1)
-        recurrent = _matmul(h, w_hh, hidden_bias)  # [B, 3 * hidden]: r, z, n parts of W_hh h (+ b_hn)
-        rz = torch.add(inputs[:, :2 * hidden], recurrent[:, :2 * hidden]).sigmoid_()
-        r, z = rz.chunk(2, dim=1)
-        n = torch.addcmul(inputs[:, 2 * hidden:], r, recurrent[:, 2 * hidden:]).tanh_()
-        ctx.carried = carried
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(exact_inputs, h, w_hh, hidden_bias, rz, n, recurrent)
-        new = torch.lerp(n, h, z)
-        return new[:carried], new, new[carried:]
-
-    @staticmethod
-    def backward(ctx, d_carried: Optional[Tensor], d_new: Optional[Tensor], d_ended: Optional[Tensor]):
-        exact_inputs, h, w_hh, hidden_bias, rz, n, recurrent = ctx.saved_tensors
-        carried = ctx.carried
-        if torch.is_grad_enabled():
-            def outputs(*args):
-                new = _gru_cell(*args)
-                return new[:carried], new, new[carried:]
-            return (None,) + _differentiable_step_grads(
-                ctx.needs_input_grad[1:5], outputs, (d_carried, d_new, d_ended),
-                exact_inputs, h, w_hh, hidden_bias) + (None, None)
-        d_h = _rows_of(h, carried, d_carried, d_ended)
-        if d_new is not None:
-            d_h.add_(d_new)
-        hidden = h.size(1)
-        r, z = rz.chunk(2, dim=1)
-        # h' = n + z (h - n), n = tanh(i_n + r (W_hn h + b_hn)), r and z sigmoids.
-        d_inputs = torch.empty_like(recurrent)  # the pre-activations' gradient
-        d_r, d_z, d_n = d_inputs.chunk(3, dim=1)
-        torch.mul(torch.addcmul(d_h, d_h, z, value=-1), 1 - n * n, out=d_n)
-        torch.mul(d_h, h - n, out=d_z)
-        torch.mul(d_n, recurrent[:, 2 * hidden:], out=d_r)
-        d_inputs[:, :2 * hidden].mul_(rz * (1 - rz))
-        d_recurrent = torch.cat([d_inputs[:, :2 * hidden], d_n * r], dim=1)
-        d_prev = _matmul(d_recurrent, w_hh.t(), d_h.mul_(z)) if ctx.needs_input_grad[2] else None
-        d_w_hh = h.t().mm(d_recurrent) if ctx.needs_input_grad[3] else None
-        d_bias = d_recurrent.sum(0) if hidden_bias is not None and ctx.needs_input_grad[4] else None
-        return d_inputs, None, d_prev, d_w_hh, d_bias, None, None
-
-
-class ChainGRU(ChainRecurrence):
-    r"""The gated recurrent unit (`Cho et al., 2014
-    <https://arxiv.org/abs/1406.1078>`_) stepped along chains;
-    :class:`torch.nn.GRU`'s cell, gate order and ``state_dict``.
-
-    .. math::
-        \mathbf{r} &= \sigma(\mathbf{W}_{ir}\mathbf{x}_i + \mathbf{b}_{ir}
-            + \mathbf{W}_{hr}\mathbf{h}_j + \mathbf{b}_{hr}), \quad
-        \mathbf{z} = \sigma(\mathbf{W}_{iz}\mathbf{x}_i + \mathbf{b}_{iz}
-            + \mathbf{W}_{hz}\mathbf{h}_j + \mathbf{b}_{hz}) \\
-        \mathbf{n} &= \tanh\big(\mathbf{W}_{in}\mathbf{x}_i + \mathbf{b}_{in}
-            + \mathbf{r} \odot (\mathbf{W}_{hn}\mathbf{h}_j + \mathbf{b}_{hn})\big), \quad
-        \mathbf{h}_i = (1 - \mathbf{z}) \odot \mathbf{n} + \mathbf{z} \odot \mathbf{h}_j
-
-    Args: see :class:`ChainRecurrence`.
-
-    Shapes:
-        - **input:** ``x`` :math:`(|\mathcal{V}|, F_{in})`, ``edge_index``
-          :math:`(2, |\mathcal{E}|)`, ``batch`` :math:`(|\mathcal{V}|)`,
-          ``state`` :math:`(L \cdot D, G, H)`
-        - **output:** ``out`` :math:`(|\mathcal{V}|, D \cdot H)`, ``h_n``
-          :math:`(L \cdot D, G, H)`
-    """
-
-    gate_blocks = 3
-
-    def cell_weights(self, suffix):
-        # b_hn sits inside r * (...), so only b_hr and b_hz join the inputs.
-        bias_ih = getattr(self, f"bias_ih{suffix}", None)
-        bias_hh = getattr(self, f"bias_hh{suffix}", None)
-        w_hh = getattr(self, f"weight_hh{suffix}").t()
-        if bias_ih is None:
-            return None, (w_hh, None)
-        hidden = self.hidden_size
-        input_bias = torch.cat([bias_ih[:2 * hidden] + bias_hh[:2 * hidden], bias_ih[2 * hidden:]])
-        hidden_bias = torch.cat([bias_hh.new_zeros(2 * hidden), bias_hh[2 * hidden:]])
-        return input_bias, (w_hh, hidden_bias)
-
-    fused_step = _GRUStep.apply
-
-    def cell(self, inputs, state, weights):
-        return _gru_cell(inputs, state, *weights), None
-
-
-def cumax(x: Tensor, dim: int = -1) -> Tensor:
-    """The cumulative softmax of ON-LSTM, ``cumsum(softmax(x))``: a soft
-    version of ``(0, ..., 0, 1, ..., 1)``, non-decreasing in ``[0, 1]``."""
-    return torch.cumsum(F.softmax(x, dim=dim), dim=dim)
-
-
-class ChainONLSTM(ChainRecurrence):
-    r"""The ordered-neurons LSTM from `"Ordered Neurons: Integrating Tree
-    Structures into Recurrent Neural Networks"
-    <https://arxiv.org/abs/1810.09536>`_ (Shen et al., ICLR 2019), stepped
-    along chains. Master gates split the cell into high-ranking neurons that
-    keep long-term information and low-ranking ones that are overwritten
-    often; each master gate acts on ``hidden_size / chunk_size`` chunks.
-
-    .. math::
-        \tilde{\mathbf{f}} &= \mathrm{cumax}(\mathbf{W}_{\tilde f}\mathbf{x}_i
-            + \mathbf{U}_{\tilde f}\mathbf{h}_j + \mathbf{b}_{\tilde f}), \quad
-        \tilde{\mathbf{i}} = 1 - \mathrm{cumax}(\mathbf{W}_{\tilde i}\mathbf{x}_i
-            + \mathbf{U}_{\tilde i}\mathbf{h}_j + \mathbf{b}_{\tilde i}),
-        \quad \boldsymbol{\omega} = \tilde{\mathbf{f}} \odot \tilde{\mathbf{i}} \\
-        \hat{\mathbf{f}} &= \mathbf{f} \odot \boldsymbol{\omega} + (\tilde{\mathbf{f}} - \boldsymbol{\omega}),
-        \quad \hat{\mathbf{i}} = \mathbf{i} \odot \boldsymbol{\omega} + (\tilde{\mathbf{i}} - \boldsymbol{\omega}) \\
-        \mathbf{c}_i &= \hat{\mathbf{f}} \odot \mathbf{c}_j + \hat{\mathbf{i}} \odot \hat{\mathbf{c}},
-        \quad \mathbf{h}_i = \mathbf{o} \odot \tanh(\mathbf{c}_i)
-
-    with :math:`\mathbf{i}, \mathbf{f}, \mathbf{o}, \hat{\mathbf{c}}` the
-    LSTM's gates and candidate. The rows of every weight are, in order: master
-    forget (``C = hidden_size / chunk_size``), master input (``C``), then
-    input, forget, cell and output gates (``hidden_size`` each), so
-    ``weight_ih_l0`` is ``[4 * hidden_size + 2 * C, input_size]``.
-
-    ``forward(..., return_distances=True)`` also returns the split point of
-    each node's master forget gate, :math:`d^f_i = C - \sum_k \tilde{f}_{ik}`,
-    the syntactic distance the paper reads trees from (Sec. 4.3),
-    ``[num_nodes, num_layers * num_directions]`` in node order.
-
-    Args:
-        chunk_size (int): neurons per master-gate chunk; divides
-            ``hidden_size``. (default: :obj:`1`)
-        others: see :class:`ChainRecurrence` (``device`` and ``dtype`` by
-            keyword, passed on through ``**kwargs``).
-
-    Shapes:
-        - **input:** ``x`` :math:`(|\mathcal{V}|, F_{in})`, ``edge_index``
-          :math:`(2, |\mathcal{E}|)`, ``batch`` :math:`(|\mathcal{V}|)`,
-          ``state`` ``(h_0, c_0)`` each :math:`(L \cdot D, G, H)`
-        - **output:** ``out`` :math:`(|\mathcal{V}|, D \cdot H)`,
-          ``(h_n, c_n)`` each :math:`(L \cdot D, G, H)`, and with
-          ``return_distances`` the distances :math:`(|\mathcal{V}|, L \cdot D)`
-    """
-
-    gate_blocks = 4
-    has_cell_state = True
-
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 chunk_size: int = 1, *, learn_initial_state: bool = False, **kwargs):
-        self.chunk_size = chunk_size  # checked with the other sizes, after hidden_size
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         learn_initial_state=learn_initial_state, **kwargs)
-
-    def _check_sizes(self, input_size: int, hidden_size: int, num_layers: int) -> None:
-        super()._check_sizes(input_size, hidden_size, num_layers)
-        checks.check_sizes(self, chunk_size=self.chunk_size)
-        if hidden_size % self.chunk_size:
-            raise ValueError(f"ChainONLSTM needs chunk_size to divide hidden_size, "
-                             f"got hidden_size={hidden_size}, chunk_size={self.chunk_size}")
-
-    @property
-    def num_chunks(self) -> int:
-        """The number of master-gate chunks, ``hidden_size / chunk_size``."""
-        return self.hidden_size // self.chunk_size
-
-    def gate_size(self) -> int:
-        return 4 * self.hidden_size + 2 * self.num_chunks
-
-    def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
-                state: Optional[State] = None, schedule: Optional[ChainSchedule] = None,
-                return_distances: bool = False):
-        """As :meth:`ChainRecurrence.forward`; with ``return_distances``, also
-        the master-forget distances ``[num_nodes, num_layers * num_directions]``."""
-        out, state, extras = self._run(x, edge_index, batch, state, schedule)
-        if not return_distances:
-            return out, state
-        if x.size(0) == 0:
-            distances = x.new_zeros(0, len(extras))
-        else:
-            distances = torch.stack(extras, dim=1)
-        return out, state, distances
-
-    def cell(self, inputs, state, weights):
-        w_hh, _ = weights
-        hidden = self.hidden_size
-        h, c = state[:, :hidden], state[:, hidden:]
-        gates = torch.addmm(inputs, h, w_hh)  # [B, 2 * chunks + 4 * hidden_size]
-        chunks, size = self.num_chunks, self.chunk_size
-        master_forget = cumax(gates[:, :chunks])  # [B, chunks]
-        master_input = 1.0 - cumax(gates[:, chunks:2 * chunks])
-        i, f, g, o = gates[:, 2 * chunks:].chunk(4, dim=1)
-        overlap = master_forget * master_input
-
-        # Each chunk's master value applies to its chunk_size neurons.
-        def chunked(t: Tensor) -> Tensor:
-            return t.reshape(-1, chunks, size)  # [B, chunks, chunk_size]
-
-        w, mf, mi = overlap.unsqueeze(-1), master_forget.unsqueeze(-1), master_input.unsqueeze(-1)
-        forget = chunked(f.sigmoid()) * w + (mf - w)
-        write = chunked(i.sigmoid()) * w + (mi - w)
-        c = (forget * chunked(c) + write * chunked(g.tanh())).view(-1, chunks * size)
-        distance = chunks - master_forget.sum(dim=1)  # [B]
-        return torch.cat([o.sigmoid() * c.tanh(), c], dim=1), distance
-
-    def extra_repr_args(self) -> List[str]:
-        args = super().extra_repr_args()
-        args.insert(2, f"chunk_size={self.chunk_size}")
-        return args

@@ -22,7 +22,6 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd import forward_ad
 from torch_geometric.index import index2ptr, ptr2index
 
 
@@ -301,17 +300,24 @@ class SegmentSoftmax(torch.autograd.Function):
         return weighted - alpha * SegmentSum.apply(weighted, ptr, index).index_select(0, index), None, None
 
 
+class Permute(torch.autograd.Function):
+    """``values.index_select(0, perm)`` for a permutation ``perm`` of the rows
+    (``inverse`` its inverse), whose backward is the inverse permutation, a
+    gather too, instead of the zero-filled scatter of index_select's."""
+
+    @staticmethod
+    def forward(ctx, values: Tensor, perm: Tensor, inverse: Tensor) -> Tensor:
+        ctx.perm, ctx.inverse = perm, inverse
+        return values.index_select(0, perm)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return Permute.apply(grad, ctx.inverse, ctx.perm), None, None
+
+
 def segment_softmax(score: Tensor, ptr: Tensor, index: Tensor) -> Tensor:
     """See :class:`SegmentSoftmax`."""
     return SegmentSoftmax.apply(score, ptr, index)
-
-
-def plain_autograd() -> bool:
-    """Whether gradients, if any, come from ordinary reverse-mode autograd:
-    no :mod:`torch.func` transform (grad, jacrev, vmap) and no forward-mode
-    AD level is active. The hand-written autograd Functions of the layers'
-    fast paths serve that alone; the other paths are plain torch ops."""
-    return torch._C._functorch.peek_interpreter_stack() is None and forward_ad._current_level < 0
 
 
 def fused_kernels_apply(tensor: Tensor) -> bool:

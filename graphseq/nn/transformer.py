@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import checks
-from .attention import SelfAttentionConv
+from .self_attention import SelfAttentionConv
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 

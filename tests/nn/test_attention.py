@@ -153,6 +153,27 @@ def test_fused_and_message_paths_give_the_same_numbers_in_the_users_order(option
         assert torch.allclose(a, b, atol=1e-5)
 
 
+class NoisyGAT(GATConv):
+    """A subclass whose score draws random numbers per edge."""
+
+    def edge_update(self, alpha_j, alpha_i, edge_attr, index, ptr, dim_size):
+        return super().edge_update(alpha_j + torch.rand_like(alpha_j), alpha_i, edge_attr, index, ptr, dim_size)
+
+
+def test_a_score_that_draws_random_numbers_gives_the_same_numbers_on_both_paths(monkeypatch):
+    torch.manual_seed(0)
+    conv, x = NoisyGAT(5, 4, heads=2), torch.randn(6, 5)
+    results = []
+    for fused in (True, False):
+        if not fused:
+            force_message_path(monkeypatch)
+        torch.manual_seed(3)
+        results.append(conv(x, EDGE_INDEX, return_attention_weights=True)[1][1])
+    assert torch.allclose(*results, atol=1e-6)
+    torch.manual_seed(4)
+    assert not torch.allclose(results[0], conv(x, EDGE_INDEX, return_attention_weights=True)[1][1], atol=1e-3)
+
+
 def test_training_with_dropout_equals_pyg_for_the_same_seed():
     ours, theirs = copied_pair(heads=3, dropout=0.5)
     ours.train(), theirs.train()

@@ -8,7 +8,8 @@ from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence
 
 from graphseq.graphs import chain, lengths_to_batch, reverse
 from graphseq.nn import ChainGRU, ChainLSTM, ChainONLSTM, ChainRecurrence, ChainRNN
-from graphseq.nn.recurrent import chain_schedule, cumax
+from graphseq.nn.chain_schedule import chain_schedule
+from graphseq.nn.recurrent_cells import cumax
 
 # Variable lengths, a length-1 sequence among them, not sorted.
 LENGTHS = [3, 1, 5, 2, 5]
@@ -169,6 +170,26 @@ def test_fused_step_equals_the_op_by_op_cell(layer_class, options):
         assert torch.allclose(got, expected, atol=1e-12)
 
 
+class DoubledLSTM(ChainLSTM):
+    """A subclass that rewrites the cell it inherits a fused step for."""
+
+    def cell(self, inputs, state, weights):
+        new, extra = super().cell(inputs, state, weights)
+        return 2 * new, extra
+
+
+def test_a_subclass_that_rewrites_the_cell_runs_its_own_not_the_fused_step():
+    torch.manual_seed(5)
+    layer = DoubledLSTM(3, 4)
+    x, edge_index, batch = torch.randn(7, 3), chain([3, 4]), lengths_to_batch([3, 4])
+    out, _ = layer(x, edge_index, batch)
+    layer.fused_step = None  # op by op, its own cell for sure
+    assert torch.allclose(out, layer(x, edge_index, batch)[0], atol=1e-6)
+    plain = ChainLSTM(3, 4)
+    plain.load_state_dict(layer.state_dict())
+    assert not torch.allclose(out, plain(x, edge_index, batch)[0], atol=1e-3)
+
+
 def test_fused_lstm_gradients_repeat_with_retain_graph():
     """W_hh's gradient comes in one product after the steps; a second
     backward through the same graph must give it again, not twice over."""
@@ -199,7 +220,7 @@ def test_large_float32_steps_multiply_through_onednn_and_equal_torch(ours_class,
     CPU: faster than torch.mm there, and the same numbers as torch's layer
     to float32 rounding, gradients included. With torch.backends.mkldnn
     disabled they go through torch.mm."""
-    from graphseq.nn.recurrent import _onednn_linear
+    from graphseq.nn.compat import onednn_linear as _onednn_linear
     if _onednn_linear() is None:
         pytest.skip("this torch build has no oneDNN")
     torch.manual_seed(21)
@@ -234,7 +255,8 @@ def test_onednn_products_keep_to_the_layouts_it_runs_fast():
     """A transposed left factor (oneDNN's reference kernel: a thousand times
     slower) and products under autograd go through torch.mm; the numbers
     are the same to rounding either way."""
-    from graphseq.nn.recurrent import _matmul, _onednn_linear
+    from graphseq.nn.compat import onednn_linear as _onednn_linear
+    from graphseq.nn.fused_recurrent import _matmul
     if _onednn_linear() is None:
         pytest.skip("this torch build has no oneDNN")
     torch.manual_seed(22)
