@@ -302,6 +302,7 @@ def test_second_derivatives_equal_pyg(fused, monkeypatch):
                                         (x.clone().requires_grad_(),))
 
 
+@pytest.mark.slow
 def test_compiles_with_no_more_graph_breaks_than_pyg():
     torch.manual_seed(0)
     x, edge_index = torch.randn(30, 5), torch.randint(0, 30, (2, 120))

@@ -337,6 +337,7 @@ def test_half_precision_on_cpu(dtype):
         assert x_half.grad.isfinite().all()
 
 
+@pytest.mark.slow
 def test_second_derivatives_on_the_edges():
     torch.manual_seed(0)
     conv = SelfAttentionConv(4, 2).double()

@@ -107,6 +107,7 @@ def test_csr_tensor_leaves_the_users_warning_filters_alone():
     assert warnings.filters == before
 
 
+@pytest.mark.slow
 def test_importing_graphseq_nn_adds_no_warning_filter():
     code = ("import warnings, torch, torch_geometric; before = list(warnings.filters); import graphseq.nn; "
             "assert warnings.filters == before, [f for f in warnings.filters if f not in before]; "

@@ -124,6 +124,7 @@ def test_half_precision_on_cpu(dtype):
         assert out.dtype == dtype and torch.allclose(out.float(), ours(x, edge_index), atol=0.1)
 
 
+@pytest.mark.slow
 def test_second_derivatives():
     torch.manual_seed(0)
     layer = TransformerEncoderLayer(4, 2, 8, dropout=0.0).double()
