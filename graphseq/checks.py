@@ -84,6 +84,7 @@ positive = Domain("a number > 0", lambda v: is_number(v) and v > 0)
 non_negative = Domain("a number >= 0", lambda v: is_number(v) and v >= 0)
 probability = between(0, 1)
 fraction = Domain("a number between 0 and 1, both excluded", lambda v: is_number(v) and 0 < v < 1)
+text_list = Domain("a list of strings", lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v))
 
 
 # When a key applies (see ``applies`` in :func:`graphseq.stages.stage`): the

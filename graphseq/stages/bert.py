@@ -38,7 +38,6 @@ TOKENIZER_SHA256 = "tokenizer_sha256"
 # polarity snippet, so the run serves every test fold (false where it read polarity and left test folds out).
 POLARITY_CHECKED = "polarity_checked"
 
-TEXT_LIST = Domain("a list of strings", lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v))
 SHARED_TEXTS = ("shakespeare", "polarity", "imdb", "imdb-train")  # what bert_corpus reads without a folder
 # The IMDB texts: the folders of the archive each reads, and what they hold, for the log. "imdb-train" is the
 # text of the labelled training reviews, negative then positive; their labels are not read.

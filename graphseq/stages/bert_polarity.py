@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import distributed
-from ..checks import at_least, between, non_negative, one_of, positive
+from ..checks import at_least, between, non_negative, one_of, positive, text_list
 from ..data.polarity import cv_folds, load_polarity
 from ..data.pretraining import TokenGraphs, collate, pack_pair
 from ..data.wordpiece import WordPieceTokenizer
@@ -23,7 +23,7 @@ from ..io import check_run_folder, read_json, write_json, write_png
 from ..models.bert import POOLS, WEIGHTS_FILE, BertClassifier, load_pretrained
 from ..seeding import MAX_SEED
 from ..training import CHECKPOINT, train_steps
-from .bert import (CORPUS_FILE, DEFAULT_TEXTS, POLARITY_CHECKED, TEXT_LIST, fold_list, adamw, check_tokenizer,
+from .bert import (CORPUS_FILE, DEFAULT_TEXTS, POLARITY_CHECKED, adamw, check_tokenizer, fold_list,
                    step_generator, warmup_linear_decay)
 from .polarity import FOLD_LIST, read_folds
 from .registry import stage
@@ -161,8 +161,8 @@ def _check_pretrained_groups(check, *, runs: list, groups: int, folds: int, fold
     check.facts["bert_folds"] = (folds, served)
 
 
-@stage("bert_pretrained_groups", checks={"runs": TEXT_LIST, "groups": at_least(1), "folds": at_least(3),
-                                         "fold_seed": between(0, MAX_SEED), "pretrain_set": TEXT_LIST},
+@stage("bert_pretrained_groups", checks={"runs": text_list, "groups": at_least(1), "folds": at_least(3),
+                                         "fold_seed": between(0, MAX_SEED), "pretrain_set": text_list},
        resumes=PLAN_FILE, precheck=_check_pretrained_groups,
        applies={"groups": {"runs": ([],)}, "pretrain_set": {"runs": ([],)}},
        makes={"pretrained": "pretrained BERT models"})

@@ -67,6 +67,7 @@ class Context:
     num_classes: Optional[int] = product("number of classes")
     sampling: Any = product("neighbour sampling")  # how a node classifier was trained, to infer alike
     tokenizer_sha256: Optional[str] = product("tokenizer's digest")
+    start: Optional[Path] = product("finished run")  # the folder of a run the later trainings start from
 
     def require(self, name: str, stage: str) -> Any:
         """The product ``name``, or an error that names the section which

@@ -306,6 +306,8 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     shorter way to a 5-shot model is the 1-shot one): every tensor of the
     same name and shape is copied, the rest (say, the label slots of a model
     with more ways) keep their fresh initialisation, and the log says which.
+    Without ``init``, a ``start_run`` section before this one gives the run
+    to start from (its ``checkpoint.pt``), where the pipeline has one.
 
     ``per_support`` > 1 lets that many episodes of a batch share their
     support set and differ in the query: the CNN embeds each distinct image
@@ -349,6 +351,7 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     checkpoint = f"checkpoint{'-' + name if name else ''}.pt"
     # A run of several trainings may have stopped before this one began.
     resume = ctx.resume and ((ctx.out / checkpoint).is_file() or not name)
+    init = init or (str(ctx.start / CHECKPOINT) if ctx.start is not None else "")
     if init and not (resume and (ctx.out / checkpoint).is_file()):
         _initialise(model, Path(init), ctx.log)
     episodes = train.episode_size
