@@ -156,6 +156,19 @@ def test_a_byte_order_mark_and_bytes_that_are_no_utf8_keep_each_piped_answer_on_
     assert human_rows(out) == [(first, "Theory"), (second, "Neural_Networks")]
 
 
+@pytest.mark.slow
+def test_numbers_typed_with_stray_punctuation_store_no_label(tmp_path, data_root, mirror, monkeypatch, capsys):
+    # "-1", "_2" and "1-" were stored as classes 1, 2 and 1.
+    out = tmp_path / "run"
+    monkeypatch.setattr("sys.stdin", piped(b"-1\n_2\n1-\nq\n"))
+    assert main(["run", "active-cora", "--oracle", "human", "--quiet", "--out", str(out),
+                 "--data-root", str(data_root), "--data-mirror", str(mirror), *TINY]) == 0
+    printed = capsys.readouterr().out
+    assert all(f"{typo!r} is no class" in printed for typo in ("-1", "_2", "1-"))
+    assert "stored:" not in printed
+    assert human_rows(out) == []
+
+
 @pytest.mark.parametrize("closed, problem", [("stdin", "reads your answers from standard input, which is closed"),
                                              ("stdout", "shows its questions on standard output, which is closed")])
 def test_a_persons_run_with_a_closed_standard_stream_is_refused_before_any_file(
