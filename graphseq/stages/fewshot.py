@@ -650,7 +650,7 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
                                   "noise": probability, "query": one_of(*QUERY_MODES), "training": NAME,
                                   "picture_width": at_least(8)},
         options=("oracle", "labels"),
-        resume_may_change=("episodes", "oracle", "labels", "noise", "picture_width"),  # the last: display only
+        resume_may_change=("episodes", "noise", "picture_width"),  # the last: display only
         resume_reads=(STORE_NAME, ORACLE_RECORD), precheck=_check_oracle,
         applies={"episodes": {"oracle": ORACLES}, "query": {"oracle": ORACLES}, "training": {"oracle": ORACLES},
                  "noise": {"oracle": ("simulated",)}, "labels": {"oracle": ("file",)},

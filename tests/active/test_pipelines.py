@@ -282,7 +282,7 @@ def test_resume_of_a_persons_run_with_other_flags_is_refused_and_changes_nothing
                    input=b"theory\nq\n", capture_output=True, timeout=600, check=True)
     before = folder_hash(out)
     common = ["--out", str(out), "--quiet", "--data-root", str(data_root), "--data-mirror", str(mirror)]
-    for extra, message in [(["--oracle", "simulated"], "active.oracle = 'simulated' (the run has 'human')"),
+    for extra, message in [(["--oracle", "simulated"], "--oracle simulated (the run has active.oracle = 'human')"),
                            (["--set", "active.strategy=entropy"], "active.strategy = 'entropy' (the run has 'margin')"),
                            (["--seed", "1"], "--seed 1 differs from the run's seed = 0")]:
         assert main(["run", "active-cora", "--resume", *common, *extra]) == 2
