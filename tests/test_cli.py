@@ -51,8 +51,11 @@ BAD_COMMANDS = [
     (["run", "gat-cora", "--oracle", "human"], "--oracle has no use in pipeline gat-cora"),
     (["run", "gat-cora", "--labels", "answers.csv"], "--labels has no use in pipeline gat-cora"),
     (["run", "charlm-lstm", "--oracle", "simulated"], "--oracle has no use in pipeline charlm-lstm"),
-    (["run", "active-cora", "--labels", "{tmp}/missing.csv"], "active.labels = '{tmp}/missing.csv' is not allowed: "
+    (["run", "active-cora", "--labels", "{tmp}/missing.csv"], "--labels {tmp}/missing.csv is not allowed: "
                                                              "it must be empty, or the path of an existing file"),
+    # The flags the user typed, not the keys they set: "oracle.labels has no use when oracle.oracle = 'human'".
+    (["run", "fewshot-omniglot-active", "--labels", "{tmp}/file", "--oracle", "human"],
+     "--labels has no use with --oracle human: it applies only with --oracle file"),
     (["run", "gat-cora", "--resume", "--out", "{tmp}"], "--resume has no use in pipeline gat-cora"),
     (["run", "charlm-lstm", "--resume", "--out", "{tmp}"], "holds no earlier run"),
     (["run", "gat-cora", "--out", "{tmp}/file"], "is a file, not a folder"),

@@ -20,7 +20,7 @@ from collections import ChainMap, Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import tomli_w
 import torch
@@ -159,14 +159,14 @@ def plan(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] 
     changed: List[str] = []  # the budgets a resumed run lengthens
     written = copy.deepcopy(config)
     given = apply_overrides(config, overrides)
-    objects = _apply_options(config, options, name)
-    check_domains(config, name)
+    objects, flags = _apply_options(config, options, name)
+    check_domains(config, name, flags)
     if not resume:  # A run started before a key was found unused still continues.
         # Keys let be are not recorded: config.toml holds what runs, and runs again as a pipeline file.
-        for section, key in check_applies(config, name, written, given):
+        for section, key in check_applies(config, name, written, given, flags):
             config[section].pop(key, None)
     elif from_file:  # The file's keys for another mode were let be when the run started from it.
-        for section, key in check_applies(config, name, from_file, given):
+        for section, key in check_applies(config, name, from_file, given, flags):
             if key not in started[section]:
                 config[section].pop(key, None)
     torch_device = resolve_device(device)
@@ -340,12 +340,14 @@ def _check_seeds(seed: Any, runs: Any) -> None:
                             f"is beyond {MAX_SEED}")
 
 
-def _apply_options(config: Dict[str, Any], options: Dict[str, Any], name: str) -> Dict[str, Any]:
+def _apply_options(config: Dict[str, Any], options: Dict[str, Any], name: str
+                   ) -> tuple[Dict[str, Any], Set[tuple[str, str]]]:
     """Refuses run options no stage consumes; an option named like a
     parameter of a stage that declares it sets that parameter (recorded in
     config.toml). Returns what the stages get as ``ctx.options``: objects
-    (an oracle handed in through the Python API)."""
-    objects = {}
+    (an oracle handed in through the Python API); and the keys set, as
+    (section, key), which refusals name by the option."""
+    objects, flags = {}, set()
     for option, value in options.items():
         tables = [(t, table) for t, table in sections(config).items()
                   if option in stage_spec(table.get("stage", t)).options]
@@ -362,7 +364,8 @@ def _apply_options(config: Dict[str, Any], options: Dict[str, Any], name: str) -
             if option in params and setting is not None:
                 table[option] = _check_type(f"{table_name}.{option}", setting, params[option],
                                             f"--{option}")
-    return objects
+                flags.add((table_name, option))
+    return objects, flags
 
 
 def _plain(value: Any) -> Any:

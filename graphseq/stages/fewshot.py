@@ -37,12 +37,11 @@ from ..io import first_sentence, load_checkpoint, read_json, write_json
 from ..models.fewshot import EMBEDDINGS, QUERY_MODES, UNKNOWN_LABELS, FewShotConfig, FewShotModel
 from ..training import CHECKPOINT, train_steps
 from ..pictures import image_blocks, side_by_side, terminal_width
-from .active import ORACLES, check_human_streams, make_oracle
+from .active import EXISTING_FILE, ORACLES, check_human_streams, make_oracle
 from .registry import stage, stage_params
 
 # A training's name suffixes its files and metrics: letters, digits, underscores.
 NAME = Domain("empty, or letters, digits and underscores", lambda v: v == "" or v.replace("_", "").isalnum())
-EXISTING_FILE = Domain("empty, or the path of an existing file", lambda v: not v or Path(v).is_file())
 
 # Validation and test episodes come from generators with these seeds (plus
 # the run's seed), the same for every model of a run, so that comparisons

@@ -231,12 +231,12 @@ def test_an_oracle_that_could_not_ask_is_refused_before_the_training(tmp_path, d
 @pytest.mark.parametrize("options,overrides,message", [
     # --labels was silently ignored by the simulated (and the human) oracle.
     ({"oracle": "simulated", "labels": "answers.csv"}, {},
-     "oracle.labels has no use when oracle.oracle = 'simulated': it applies only with 'file'"),
+     "--labels has no use with --oracle simulated: it applies only with --oracle file"),
     ({}, {"oracle.noise": 0.1}, "oracle.noise has no use when oracle.oracle = '': it applies only with 'simulated'"),
     ({"oracle": "human"}, {"oracle.noise": 0.1},
-     "oracle.noise has no use when oracle.oracle = 'human': it applies only with 'simulated'"),
+     "oracle.noise has no use with --oracle human: it applies only with --oracle simulated"),
     ({"oracle": "simulated"}, {"oracle.picture_width": 30},
-     "oracle.picture_width has no use when oracle.oracle = 'simulated': it applies only with 'human'"),
+     "oracle.picture_width has no use with --oracle simulated: it applies only with --oracle human"),
     ({}, {"oracle.episodes": 3}, "oracle.episodes has no use when oracle.oracle = '': it applies only with "
                                  "'simulated' or 'human' or 'file'"),
     ({}, {"oracle.training": "random_trained"}, "oracle.training has no use when oracle.oracle = ''"),
