@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -86,7 +86,9 @@ def active_gcn(ctx, *, hidden: int = 16, epochs: int = 200, lr: float = 0.01,
                                           evaluate=evaluate)
 
 
-def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int):
+def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int,
+                columns: Tuple[str, str] = ("item", "label")):
+    """The oracle named ``kind``; ``columns``: the two columns of a labels file."""
     if not isinstance(kind, str):
         return kind  # An oracle object handed in through graphseq.run(..., oracle=...).
     if kind == "simulated":
@@ -95,8 +97,8 @@ def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int)
         return HumanOracle(sys.stdin, sys.stdout)
     if kind == "file":
         if not labels:
-            raise GraphseqError("--oracle file needs --labels F.csv (rows item,label)")
-        return FileOracle(labels)
+            raise GraphseqError(f"--oracle file needs --labels F.csv (rows {','.join(columns)})")
+        return FileOracle(labels, columns)
     raise GraphseqError(f"unknown oracle {kind!r}; choose one of {', '.join(ORACLES)}")
 
 

@@ -480,6 +480,8 @@ def weights_digest(model: torch.nn.Module) -> str:
 ORACLE_SEED = 30_000_001
 # Which image the oracle was asked about in each episode, beside labels.sqlite.
 ORACLE_RECORD = "oracle-images.json"
+# The columns of a --labels file: an episode, counted from 0 (the prompt's "item"), and its class number.
+LABELS_COLUMNS = ("episode", "class")
 
 
 def oracle_episodes(sampler: EpisodeSampler, episodes: int, seed: int, device: torch.device) -> Data:
@@ -640,7 +642,7 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
         _check_training(check.section, training, check.facts["fewshot_trainings"],
                         check.facts.get("fewshot_training_models", {}))
     if oracle == "file":
-        answers = make_oracle(oracle, labels, torch.zeros(0), 0.0, 0)  # a missing or unreadable file
+        answers = make_oracle(oracle, labels, torch.zeros(0), 0.0, 0, LABELS_COLUMNS)  # a missing or unreadable file
         if "fewshot_ways" in check.facts:
             answers.check([str(way) for way in range(check.facts["fewshot_ways"])], torch.arange(episodes))
 
@@ -664,8 +666,11 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
     The oracle is ``--oracle human`` (you, at the terminal: the images are
     drawn with block characters, ``picture_width`` columns each, and the
     text is wrapped to the terminal's width), ``file`` (``--labels F.csv``
-    of ``episode,class`` rows) or ``simulated`` (the true labels, flipped
-    with probability ``noise``); none (the default) skips the stage, and its
+    of ``episode,class`` rows, the episode counted from 0 as the prompt's
+    ``item`` and ``graphseq labels`` count it: the prompt's "episode 1" is
+    episode 0; a header ``episode,class`` or ``item,label`` is taken) or
+    ``simulated`` (the true labels, flipped with probability ``noise``);
+    none (the default) skips the stage, and its
     other keys have no use then (nor ``noise``, ``labels`` and
     ``picture_width`` with another oracle than their own). The
     model is that of the training named ``training`` (the pipeline's
@@ -697,7 +702,7 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
     asked = model.asked.clone()
     images = batch.image[asked].tolist()  # [episodes, 2]: the (class, drawing) of the test split asked about
     truth = batch.y[asked].cpu()
-    the_oracle = make_oracle(kind, labels, truth, noise, ctx.seed)
+    the_oracle = make_oracle(kind, labels, truth, noise, ctx.seed, LABELS_COLUMNS)
     names = [str(way) for way in range(data.ways)]
     if isinstance(the_oracle, FileOracle):
         the_oracle.check(names, torch.arange(episodes))  # Every row, before the first answer is stored.
