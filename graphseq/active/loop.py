@@ -249,7 +249,7 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                     accuracy = learner.accuracy()
                     store.add_round(strategy, len(labelled), accuracy)
                     scored = getattr(learner, "mask_name", "test_mask").removesuffix("_mask")
-                    log.info(f"{strategy}: {len(labelled)} labels, {scored} accuracy {accuracy:.4f}")
+                    log.info(f"{strategy}: {plural(len(labelled), 'label')}, {scored} accuracy {accuracy:.4f}")
             if not queue:
                 taken = torch.tensor(sorted(set(labelled) | skipped), dtype=pool.dtype, device=pool.device)
                 candidates = pool[~torch.isin(pool, taken)]

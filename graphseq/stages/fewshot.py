@@ -29,7 +29,7 @@ from ..checks import Domain, at_least, each, non_negative, one_of, positive, pro
 from ..data.episodes import EpisodeSampler, FewShotClasses
 from ..data.miniimagenet import SPLITS as MINIIMAGENET_SPLITS, find_miniimagenet, load_miniimagenet, read_split
 from ..data.omniglot import load_omniglot, omniglot_split
-from ..errors import GraphseqError, draw_bars
+from ..errors import GraphseqError, draw_bars, plural
 from ..active.loop import store_answer, undo_answer
 from ..active.oracles import QUIT, UNDO, FileOracle, Question
 from ..active.store import STORE_NAME, LabelStore
@@ -351,7 +351,7 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     if init and not (resume and (ctx.out / checkpoint).is_file()):
         _initialise(model, Path(init), ctx.log)
     episodes = train.episode_size
-    ctx.log.info(f"training{' ' + name if name else ''}: {steps} steps of {batch_size} episodes "
+    ctx.log.info(f"training{' ' + name if name else ''}: {plural(steps, 'step')} of {plural(batch_size, 'episode')} "
                  f"({episodes} nodes each{', labelled only' if labelled_only else ''}"
                  + (f", {per_support} to a support set" if per_support > 1 else "") + f"), Adam lr {lr}"
                  + (f" halved every {halve_every} steps" if halve_every > 0 else ""))
@@ -456,7 +456,7 @@ def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled
         ctx.metrics.update({f"test_accuracy{key}": correct / total, f"test_ci95_low{key}": low,
                             f"test_ci95_high{key}": high, f"test_episodes{key}": total})
         ctx.log.info(f"test{key.replace('_', ' ')}: accuracy {correct / total:.4f} "
-                     f"(95% interval {low:.4f} - {high:.4f}) on {total} episodes of "
+                     f"(95% interval {low:.4f} - {high:.4f}) on {plural(total, 'episode')} of "
                      f"{data.ways}-way {data.shots}-shot"
                      + ("" if labelled_only or not data.unlabelled else f" + {data.unlabelled} unlabelled"))
     model.train()
@@ -773,4 +773,4 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
         ctx.metrics["oracle_answers_correct"] = float((answers.cpu()[given] == truth[given]).float().mean())
         ctx.metrics["oracle_query_accuracy_before"] = float((before.argmax(dim=1)[given] == target[given]).float().mean())
         ctx.metrics["oracle_query_accuracy_after"] = float((after[given] == target[given]).float().mean())
-    ctx.log.info(f"oracle: {count} answers stored in {ctx.out / STORE_NAME}")
+    ctx.log.info(f"oracle: {plural(count, 'answer')} stored in {ctx.out / STORE_NAME}")

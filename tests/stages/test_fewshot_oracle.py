@@ -84,6 +84,7 @@ def test_a_persons_run_resumed_with_another_oracle_is_refused_and_changes_no_fil
     out = tmp_path / "run"
     monkeypatch.setattr("sys.stdin", io.StringIO("0\nq\n"))
     graphseq.run("fewshot-omniglot-active", out=out, quiet=True, oracle="human", overrides=SMALL, **omniglot)
+    assert "oracle: 1 answer stored" in (out / "log.txt").read_text()  # was "1 answers"
     labels = tmp_path / "answers.csv"
     labels.write_text("item,label\n1,0\n")
     before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
