@@ -538,7 +538,8 @@ def _command(argv: Optional[List[str]]) -> int:
         return 2
     except KeyboardInterrupt as interrupt:
         if not os.environ.get("GRAPHSEQ_LAUNCHED"):  # --nproc-per-node: the launcher says it, once.
-            _say("graphseq: interrupted", interrupt)
+            # What the run did with its folder, where its log did not say it (see runner.execute).
+            _say("; ".join(["graphseq: interrupted", *getattr(interrupt, "__notes__", [])]), interrupt)
         return 130
 
 

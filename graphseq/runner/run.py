@@ -249,6 +249,7 @@ def execute(plan: Plan) -> Dict[str, Any]:
         log = _logger(out, plan.quiet)
         return _run_seeds(plan, device, log)
     except BaseException as error:
+        line = None
         if isinstance(error, KeyboardInterrupt) and log is not None:
             # A launched worker's checkpoint resumes only with as many workers; the launcher then
             # sees the line written and leaves it (see launch.log_interrupt).
@@ -259,7 +260,13 @@ def execute(plan: Plan) -> Dict[str, Any]:
                     end_interrupted_line(error, handler.stream)
                 log.info(line)
         _close(log)
-        if distributed.is_main() and (not plan.resume or isinstance(error, GraphseqError)):
+        undo = distributed.is_main() and (not plan.resume or isinstance(error, GraphseqError))
+        if isinstance(error, KeyboardInterrupt) and line is None and distributed.is_main():
+            # Said with the interrupt (the command's last word) where the log, which may go, did not say it.
+            error.add_note(f"kept what the run stored in {out}" if not undo or stage_stored(out, before) else
+                           f"removed {out}, which held nothing yet" if before is None else
+                           f"nothing stored yet; {out} is left as the run found it")
+        if undo:
             undo_run_folder(out, before, made)
         raise
     finally:
