@@ -285,7 +285,7 @@ def _run_seeds(plan: Plan, device: torch.device, log: logging.Logger) -> Dict[st
     root, mirror = data_places(plan.data_root, plan.data_mirror)
     out, seed, runs = plan.out, plan.seed, plan.runs
     log.info(f"pipeline {plan.name} on {device}, seeds {seed}..{seed + runs - 1}, out {out}"
-             + (" (resumed)" if plan.resume else ""))
+             + (f", {plan.processes} processes" if plan.processes > 1 else "") + (" (resumed)" if plan.resume else ""))
     log.info(f"sections: {outline(plan.config)}")
     if plan.changed:  # config.toml holds the new value, as if the run had been started with it
         log.info(f"resumed with {', '.join(plan.changed)}; config.toml now records it, so graphseq run "
