@@ -382,7 +382,7 @@ def _plain(value: Any) -> Any:
 def _logger(out: Path, quiet: bool) -> logging.Logger:
     log = logging.getLogger(f"graphseq.run.{out.resolve()}")
     log.handlers.clear()
-    log.setLevel(logging.INFO)
+    log.setLevel(logging.DEBUG)  # log.txt keeps what libraries said (debug lines); the console leaves it out
     log.propagate = False
     if not distributed.is_main():  # Rank 0 alone logs, once for all.
         log.addHandler(logging.NullHandler())
@@ -392,6 +392,7 @@ def _logger(out: Path, quiet: bool) -> logging.Logger:
     log.addHandler(handler)
     if not quiet:
         console = logging.StreamHandler(sys.stderr)
+        console.setLevel(logging.INFO)
         console.setFormatter(logging.Formatter("%(message)s"))
         log.addHandler(console)
     return log
