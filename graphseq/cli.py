@@ -403,6 +403,9 @@ def _caption(args: argparse.Namespace) -> int:
     out = caption_image(args.dir, args.image, beam_size=3 if args.beam is None else args.beam,
                         samples=args.sample, temperature=temperature, seed=args.seed,
                         max_length=args.max_length, attention=args.attention, device=args.device)
+    if out.unlike:
+        tell(f"graphseq: warning: {args.image} is unlike the images the model was trained on ({out.unlike}); "
+             f"its caption may not describe it")
     for words in out.words:
         print(" ".join(words) if words else EMPTY_CAPTION)
     if args.attention:
