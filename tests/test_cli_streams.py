@@ -43,7 +43,7 @@ def test_after_ctrl_c_at_a_terminal_the_runs_word_starts_its_own_line_once(pipel
     # The line the terminal echoed ^C on is ended (empty here), then the run's word and the command's.
     assert lines[-4:] == ["", f"interrupted; continue with: graphseq run {out / 'config.toml'} --resume --out {out}",
                           "graphseq: interrupted", ""]
-    assert lines[-5].startswith("pipeline ctrl c on cpu")
+    assert lines[-6].startswith("pipeline ctrl c on cpu") and lines[-5] == "sections: [work] test_ctrl_c_after_storing"
     assert "" not in (out / "log.txt").read_text().splitlines()  # log.txt saw no ^C
 
 
@@ -55,8 +55,9 @@ def test_after_ctrl_c_in_a_quiet_run_the_commands_word_starts_its_own_line(pipel
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)  # A run that stored nothing logs no word of its own.
     assert main(["run", str(pipeline), "--out", str(tmp_path / "none"), "--set", "work.stored=false"]) == 130
-    assert terminal.getvalue().endswith("cpu, seeds 0..0, out " + str(tmp_path / "none") + "\n\ngraphseq: "
-                                        f"interrupted; removed {tmp_path / 'none'}, which held nothing yet\n")
+    assert terminal.getvalue().endswith(f"cpu, seeds 0..0, out {tmp_path / 'none'}\nsections: [work] "
+                                        f"test_ctrl_c_after_storing\n\ngraphseq: interrupted; removed "
+                                        f"{tmp_path / 'none'}, which held nothing yet\n")
 
 
 def test_after_ctrl_c_a_stderr_that_is_no_terminal_gets_no_empty_line(pipeline, tmp_path, capsys):
