@@ -114,8 +114,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0  # Rank 0 alone reports.
     mean, std = summary["mean"], summary["std"]
     several = len(summary["runs"]) > 1
-    figures = ", ".join(f"{k} {_number(v)}" + (f" ± {_number(std[k])}" if several else "")
-                        for k, v in mean.items())
+    figures = ", ".join(f"{k} {_number(v, _counts(summary['runs'], k))}"
+                        + (f" ± {_number(std[k], False)}" if several else "") for k, v in mean.items())
     print(f"{summary['pipeline']}: {figures}")
     return 0
 
@@ -133,8 +133,14 @@ def _without_nproc(argv: List[str]) -> List[str]:
     return kept
 
 
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:.4f}"
+def _counts(runs: List[dict], key: str) -> bool:
+    """Whether every run's ``key`` is a whole number (steps, labels), not a fraction that may be 1.0."""
+    return all(isinstance(run.get(key), int) and not isinstance(run.get(key), bool) for run in runs)
+
+
+def _number(value: float, count: bool) -> str:
+    """A count as a whole number; any other figure with four decimals (an accuracy of 1 as 1.0000)."""
+    return str(int(value)) if count and float(value).is_integer() else f"{value:.4f}"
 
 
 def _add_list(commands: argparse._SubParsersAction) -> None:
@@ -397,6 +403,9 @@ def _caption(args: argparse.Namespace) -> int:
     out = caption_image(args.dir, args.image, beam_size=3 if args.beam is None else args.beam,
                         samples=args.sample, temperature=temperature, seed=args.seed,
                         max_length=args.max_length, attention=args.attention, device=args.device)
+    if out.unlike:
+        tell(f"graphseq: warning: {args.image} is unlike the images the model was trained on ({out.unlike}); "
+             f"its caption may not describe it")
     for words in out.words:
         print(" ".join(words) if words else EMPTY_CAPTION)
     if args.attention:
@@ -532,7 +541,8 @@ def _command(argv: Optional[List[str]]) -> int:
         return 2
     except KeyboardInterrupt as interrupt:
         if not os.environ.get("GRAPHSEQ_LAUNCHED"):  # --nproc-per-node: the launcher says it, once.
-            _say("graphseq: interrupted", interrupt)
+            # What the run did with its folder, where its log did not say it (see runner.execute).
+            _say("; ".join(["graphseq: interrupted", *getattr(interrupt, "__notes__", [])]), interrupt)
         return 130
 
 

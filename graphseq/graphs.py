@@ -6,6 +6,7 @@ differ mainly in the graph that messages travel along.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -147,12 +148,21 @@ def reverse(edge_index: Tensor) -> Tensor:
     return edge_index.flip(0)
 
 
+def to_csr(x: Tensor) -> Tensor:
+    """``x`` (dense or sparse) as a sparse CSR matrix, without torch's
+    "Sparse CSR tensor support is in beta state" warning: graphseq stores
+    sparse features as CSR on purpose, and a user can do nothing about it.
+    Only that warning is silenced, and only here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return x if x.layout == torch.sparse_csr else x.to_sparse_csr()
+
+
 def _dense_rows(x: Tensor, start: int, end: int) -> Tensor:
     """Rows ``start:end`` of a dense or sparse CSR matrix, dense."""
     if x.layout == torch.strided:
         return x[start:end]
-    if x.layout != torch.sparse_csr:
-        x = x.to_sparse_csr()
+    x = to_csr(x)
     crow = x.crow_indices()[start:end + 1]
     first, last = int(crow[0]), int(crow[-1])
     return torch.sparse_csr_tensor(crow - first, x.col_indices()[first:last], x.values()[first:last],

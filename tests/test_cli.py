@@ -51,8 +51,11 @@ BAD_COMMANDS = [
     (["run", "gat-cora", "--oracle", "human"], "--oracle has no use in pipeline gat-cora"),
     (["run", "gat-cora", "--labels", "answers.csv"], "--labels has no use in pipeline gat-cora"),
     (["run", "charlm-lstm", "--oracle", "simulated"], "--oracle has no use in pipeline charlm-lstm"),
-    (["run", "active-cora", "--labels", "{tmp}/missing.csv"], "active.labels = '{tmp}/missing.csv' is not allowed: "
+    (["run", "active-cora", "--labels", "{tmp}/missing.csv"], "--labels {tmp}/missing.csv is not allowed: "
                                                              "it must be empty, or the path of an existing file"),
+    # The flags the user typed, not the keys they set: "oracle.labels has no use when oracle.oracle = 'human'".
+    (["run", "fewshot-omniglot-active", "--labels", "{tmp}/file", "--oracle", "human"],
+     "--labels has no use with --oracle human: it applies only with --oracle file"),
     (["run", "gat-cora", "--resume", "--out", "{tmp}"], "--resume has no use in pipeline gat-cora"),
     (["run", "charlm-lstm", "--resume", "--out", "{tmp}"], "holds no earlier run"),
     (["run", "gat-cora", "--out", "{tmp}/file"], "is a file, not a folder"),
@@ -532,3 +535,16 @@ def test_an_empty_graphseq_data_is_unset(monkeypatch):
 
     monkeypatch.setenv("GRAPHSEQ_DATA", "")
     assert default_data_root() == Path("datasets")
+
+
+def test_a_fraction_is_printed_as_one_and_a_count_as_a_whole_number(monkeypatch, capsys):
+    # oracle_answers_correct = 1.0 was printed as 1, like a count.
+    import graphseq.runner
+
+    runs = [{"seed": 0, "oracle_answers": 3, "oracle_answers_correct": 1.0}]
+    summary = {"pipeline": "p", "runs": runs, "mean": {"oracle_answers": 3.0, "oracle_answers_correct": 1.0},
+               "std": {"oracle_answers": 0.0, "oracle_answers_correct": 0.0}}
+    monkeypatch.setattr(graphseq.runner, "plan", lambda *args, **kwargs: None)
+    monkeypatch.setattr(graphseq.runner, "execute", lambda plan: summary)
+    assert main(["run", "gat-cora"]) == 0
+    assert capsys.readouterr().out == "p: oracle_answers 3, oracle_answers_correct 1.0000\n"

@@ -55,8 +55,9 @@ def test_after_ctrl_c_in_a_quiet_run_the_commands_word_starts_its_own_line(pipel
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)  # A run that stored nothing logs no word of its own.
     assert main(["run", str(pipeline), "--out", str(tmp_path / "none"), "--set", "work.stored=false"]) == 130
-    assert terminal.getvalue().endswith("cpu, seeds 0..0, out " + str(tmp_path / "none") + "\nsections: [work] "
-                                        "test_ctrl_c_after_storing\n\ngraphseq: interrupted\n")
+    assert terminal.getvalue().endswith(f"cpu, seeds 0..0, out {tmp_path / 'none'}\nsections: [work] "
+                                        f"test_ctrl_c_after_storing\n\ngraphseq: interrupted; removed "
+                                        f"{tmp_path / 'none'}, which held nothing yet\n")
 
 
 def test_after_ctrl_c_a_stderr_that_is_no_terminal_gets_no_empty_line(pipeline, tmp_path, capsys):
@@ -98,3 +99,32 @@ def test_a_run_without_standard_error_goes_quiet_and_logs_to_its_file(tmp_path, 
     assert capsys.readouterr().out.startswith("gat-cora: val_accuracy ")
     log = (tmp_path / "run" / "log.txt").read_text()
     assert "stopped after 2 epochs" in log and "test_accuracy" in log
+
+
+@pytest.mark.parametrize("existing, said", [(False, "removed {out}, which held nothing yet"),
+                                             (True, "nothing stored yet; {out} is left as the run found it")])
+def test_a_run_interrupted_before_it_stored_anything_says_what_became_of_its_folder(pipeline, tmp_path, capsys,
+                                                                                     existing, said):
+    # The folder went without a word.
+    out = tmp_path / "run"
+    if existing:
+        out.mkdir()
+    assert main(["run", str(pipeline), "--out", str(out), "--quiet", "--set", "work.stored=false"]) == 130
+    assert capsys.readouterr().err == f"graphseq: interrupted; {said.format(out=out)}\n"
+    assert out.exists() == existing
+
+
+@stage("test_ctrl_c_after_a_file", resumes="")
+def ctrl_c_after_a_file(ctx):
+    """A stage of a pipeline that cannot resume writes a file, then the user presses Ctrl-C."""
+    (ctx.out / "figure.png").write_bytes(b"drawn")
+    raise KeyboardInterrupt
+
+
+def test_a_run_that_cannot_resume_says_it_kept_what_it_stored(tmp_path, capsys):
+    pipeline = tmp_path / "kept.toml"
+    pipeline.write_text('[work]\nstage = "test_ctrl_c_after_a_file"\n')
+    out = tmp_path / "run"
+    assert main(["run", str(pipeline), "--out", str(out), "--quiet"]) == 130
+    assert capsys.readouterr().err == f"graphseq: interrupted; kept what the run stored in {out}\n"
+    assert (out / "figure.png").is_file()

@@ -15,6 +15,7 @@ from torch_geometric.data import Data
 from torch_geometric.utils import remove_self_loops, to_torch_csr_tensor
 
 from ..errors import GraphseqError
+from ..graphs import to_csr
 from ..models.gcn import GCN
 
 
@@ -37,9 +38,7 @@ class GCNLearner:
         # Bag-of-words features are mostly zeros; kept sparse, dropout is cheap.
         self.x = self.data.x
         if self.x.layout == torch.strided and (self.x != 0).float().mean() < 0.1:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-                self.x = self.x.to_sparse_csr()
+            self.x = to_csr(self.x)
         # The normalised adjacency as a sparse matrix: GCNConv then multiplies
         # instead of gathering and scattering along every edge, several times
         # faster on a CPU. PyG reads a sparse adjacency transposed (row = target).

@@ -101,12 +101,16 @@ def store_answer(store: LabelStore, strategy: str, item: int, reply: Reply, name
     ``item`` at once, before the next question is asked: every question an
     oracle answers, in any loop, is stored here. Returns the class's index,
     or None for a skip. ``who`` names the loop in the refusal of a reply
-    that is no class; ``pending``: the questions left of the round."""
+    that is no class; ``pending``: the questions left of the round. The
+    oracle is told what was stored (a person reads which class a typed
+    prefix stood for)."""
     if reply is SKIP:
         store.add(strategy, item, None, oracle.source, pending=pending)
+        oracle.tell("  stored: skipped (no label)")
         return None
     label = _class_index(reply, item, names, f"{who}: the {oracle.source} oracle's")
     store.add(strategy, item, names[label], oracle.source, pending=pending)
+    oracle.tell(f"  stored: {names[label] if names[label] != str(label) else f'class {label}'}")
     return label
 
 
@@ -245,7 +249,7 @@ def active_learning(task: Task, learner: Learner, oracle: Oracle, store: LabelSt
                     accuracy = learner.accuracy()
                     store.add_round(strategy, len(labelled), accuracy)
                     scored = getattr(learner, "mask_name", "test_mask").removesuffix("_mask")
-                    log.info(f"{strategy}: {len(labelled)} labels, {scored} accuracy {accuracy:.4f}")
+                    log.info(f"{strategy}: {plural(len(labelled), 'label')}, {scored} accuracy {accuracy:.4f}")
             if not queue:
                 taken = torch.tensor(sorted(set(labelled) | skipped), dtype=pool.dtype, device=pool.device)
                 candidates = pool[~torch.isin(pool, taken)]

@@ -152,7 +152,9 @@ class SimulatedOracle:
 class FileOracle:
     """Answers from a CSV file of ``item,label`` rows (a header row
     ``item,label`` is optional; the label is a class name, a unique prefix or
-    a number). Only items in the file are asked about.
+    a number). Only items in the file are asked about. ``columns`` names the
+    two columns as the task says them (``episode,class`` for the few-shot
+    oracle); a header of those names or of ``item,label`` is taken.
 
     The whole file is read when the oracle is made (UTF-8, with or without
     a byte-order mark; two columns; whole-number items; no item twice; no
@@ -167,8 +169,9 @@ class FileOracle:
     source = "file"
     SHOWN = 5  # problems listed in one error
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, columns: Tuple[str, str] = ("item", "label")):
         self.path = Path(path)
+        self.columns = columns
         self.rows: Dict[int, str] = {}
         self.lines: Dict[int, int] = {}  # item -> its line in the file
         self.problems: List[Tuple[int, str]] = []  # (line, problem) of the rows, for check() to list
@@ -198,21 +201,22 @@ class FileOracle:
             raise GraphseqError(f"{self.path}, line {start}: {why}") from None
         if not self.rows:  # check() could add nothing: no row passed
             self._raise(self.problems)
-            raise GraphseqError(f"{self.path} holds no answers; expected rows item,label")
+            raise GraphseqError(f"{self.path} holds no answers; expected rows {','.join(self.columns)}")
 
     def _read_row(self, number: int, end: int, row: List[str], problems: List[Tuple[int, str]]) -> None:
         """Reads the row on lines ``number`` to ``end`` (a quoted field may hold line breaks)."""
+        item, label = self.columns
         cells = [cell.strip() for cell in row]
-        if not any(cells) or (number == 1 and [c.lower() for c in cells] == ["item", "label"]):
+        if not any(cells) or (number == 1 and [c.lower() for c in cells] in (["item", "label"], list(self.columns))):
             return
         if end > number:
-            problems.append((number, f"line {number}: a quoted field runs on to line {end}; an item and "
-                                     f"its label belong on one line (a stray quote?)"))
+            problems.append((number, f"line {number}: a quoted field runs on to line {end}; an {item} and "
+                                     f"its {label} belong on one line (a stray quote?)"))
         elif len(cells) != 2 or not is_whole_number(cells[0]) or not cells[1]:
-            problems.append((number, f"line {number}: expected item,label with a whole-number item, "
+            problems.append((number, f"line {number}: expected {item},{label} with a whole-number {item}, "
                                      f"got {','.join(row)[:80]!r}"))
         elif int(cells[0]) in self.rows:
-            problems.append((number, f"line {number}: item {cells[0]} again (first on line "
+            problems.append((number, f"line {number}: {item} {cells[0]} again (first on line "
                                      f"{self.lines[int(cells[0])]})"))
         else:
             self.rows[int(cells[0])] = cells[1]
@@ -231,17 +235,17 @@ class FileOracle:
         both checked on every row, and listed with the problems found in
         reading the file (an item twice, a row that is no ``item,label``)."""
         allowed = set(pool.tolist())
-        problems, outside = list(self.problems), False
+        problems, outside, name = list(self.problems), False, self.columns[0]
         for item, label in self.rows.items():
             line = self.lines[item]
             if item not in allowed:
                 outside = True
-                problems.append((line, f"line {line}: item {item} is not among the items that may be labelled"))
+                problems.append((line, f"line {line}: {name} {item} is not among the {name}s that may be labelled"))
             try:
                 parse_class(label, class_names)
             except ValueError as problem:
                 problems.append((line, f"line {line}: {problem}"))
-        self._raise(problems, f"the items that may be labelled are the pool of this task "
+        self._raise(problems, f"the {name}s that may be labelled are the pool of this task "
                               f"({item_ranges(pool)})" if outside else "")
 
     def ask(self, question: Question) -> Reply:

@@ -1,20 +1,21 @@
 """The person at the terminal as an oracle. :class:`HumanOracle` shows
 what a person needs to decide about an item and reads the answer from a
 stream it is given (``sys.stdin`` at the terminal, an ``io.StringIO`` in
-tests, a pipe in scripts); it never calls ``input()``.
+tests, a pipe in scripts); at the process's own terminal it reads through
+``input()``, for readline's line editing where the platform has it.
 
 Answers: a class name (a unique prefix is enough, any case, a space for
 an underscore) or number; ``?`` help, ``s`` skip, ``u`` undo the last
-answer, ``q`` save and quit. Anything else is asked again and stores
+answer, ``q`` save and quit. Anything else (``-1``, ``_2``, ``1-``: a
+number with a stray sign is a typo, not a class) is asked again and stores
 nothing (read from a pipe, the next line answers the same item). The end
 of the input counts as ``q``, and so does a last line without its line end
 (a stream cut off there could name another class by a prefix of the
-answer). A byte-order
-mark before an answer is no part of it. At a terminal, keys typed while
-no question was shown (the model retraining) are dropped before the next
-question: they would answer one the person has not seen. Every line of a
-question and of the help fits the terminal's width: a longer one is
-wrapped at words, keeping its indent.
+answer). A byte-order mark before an answer is no part of it. At a
+terminal, keys typed while no question was shown (the model retraining)
+are dropped before the next question: they would answer one the person
+has not seen. Every line of a question and of the help fits the
+terminal's width: a longer one is wrapped at words, keeping its indent.
 """
 from __future__ import annotations
 
@@ -61,16 +62,21 @@ def parse_reply(text: str, class_names) -> Union[Reply, str]:
         return parse_class(text, class_names)
     except ValueError:
         # "neural networks" for Neural_Networks: a person types the space they read the name with.
-        try:
-            return parse_class(words(text), [words(name) for name in class_names])
-        except ValueError:
-            pass
+        # Only between letters or digits: "-1", "_2" or "1-" are typos, never class 1 or 2.
+        if SEPARATOR.search(text) and text.strip(" _-") == text:
+            try:
+                return parse_class(words(text), [words(name) for name in class_names])
+            except ValueError:
+                pass
         raise
+
+
+SEPARATOR = re.compile(r"[\s_-]+")
 
 
 def words(name: str) -> str:
     """``name`` with each run of spaces, underscores and hyphens as one space."""
-    return re.sub(r"[\s_-]+", " ", name).strip()
+    return SEPARATOR.sub(" ", name).strip()
 
 
 class HumanOracle:
@@ -125,10 +131,8 @@ class HumanOracle:
         for line in question.details:
             self._write(line)
         while True:
-            self.output.write("label> ")
-            self.output.flush()
             try:
-                line = self.input.readline()
+                line = self._read_line("label> ")
             except KeyboardInterrupt as interrupt:
                 self._write()  # The terminal echoed ^C without a newline.
                 interrupt.line_ended = True  # ended: the run's and the command's words need not end it again
@@ -160,6 +164,26 @@ class HumanOracle:
                 self.closed = True
             return reply
 
+    def _read_line(self, prompt: str) -> str:
+        """The next line typed after ``prompt``, with its line end ("" at
+        the end of the input). At the process's own terminal it is read by
+        ``input()`` with readline's line editing (arrows, history) where the
+        platform has readline; any other stream is read as it is."""
+        if self.input is sys.stdin and self.output is sys.stdout and _is_terminal(self.input) \
+                and _is_terminal(self.output):
+            try:
+                import readline  # noqa: F401  (input() edits lines once it is loaded)
+            except ImportError:  # Windows, or a Python built without it: plain reading
+                pass
+            else:
+                try:
+                    return input(prompt) + "\n"
+                except EOFError:  # Ctrl-D
+                    return ""
+        self.output.write(prompt)
+        self.output.flush()
+        return self.input.readline()
+
     def _drop_type_ahead(self) -> None:
         """Discards what was typed at the terminal since the last answer, while
         the model retrained: it would answer a question not yet shown."""
@@ -178,6 +202,13 @@ class HumanOracle:
 
     def restrict(self, pool):
         return pool
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, OSError, ValueError):  # a wrapped or closed stream
+        return False
 
 
 def check_streams(input: Optional[TextIO], output: Optional[TextIO]) -> None:

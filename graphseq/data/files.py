@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import logging
 import os
 import shutil
@@ -149,6 +150,22 @@ def check_folder_places(folders: Sequence[Path], goes_there: str) -> None:
                 raise GraphseqError(f"{path} is a link to {os.readlink(path)}, which does not exist "
                                     f"({goes_there}); restore its target or remove the link, and run again")
             raise GraphseqError(f"{path} is not a folder ({goes_there}); move it away and run again")
+
+
+@contextlib.contextmanager
+def printed_to_log(log: logging.Logger) -> Iterator[None]:
+    """What PyG prints on standard error while it downloads or builds its
+    cache ("Processing...", "Done!") as debug lines of ``log``, which a
+    run's log.txt keeps and its console leaves out: a run says only its own
+    words there."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(printed):
+            yield
+    finally:
+        for line in printed.getvalue().splitlines():
+            if line.strip():
+                log.debug(f"PyG: {line.strip()}")
 
 
 STAMP = "graphseq-built.txt"  # beside PyG's cache in processed/: what this package built it from

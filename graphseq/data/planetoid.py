@@ -15,8 +15,8 @@ from torch_geometric.datasets import Planetoid
 from ..errors import GraphseqError
 from ..io import atomic_write_text, first_sentence
 from .files import (STAMP, Checksum, check_folder_places, check_writable, damaged_file_error, download_url,
-                    failed_cache_build, file_sha256, locate_raw_files, raw_file_lines, removed_if_failed,
-                    stamped_cache)
+                    failed_cache_build, file_sha256, locate_raw_files, printed_to_log, raw_file_lines,
+                    removed_if_failed, stamped_cache)
 from .places import dataset_folder
 
 NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
@@ -95,7 +95,8 @@ def load_planetoid(name: str, root: Path, mirror: Optional[Path] = None,
     transform = T.NormalizeFeatures() if normalize_features else None
 
     def read() -> Data:
-        return Planetoid(str(root), canonical, split=split, transform=transform)[0]
+        with printed_to_log(log or logging.getLogger("graphseq")):
+            return Planetoid(str(root), canonical, split=split, transform=transform)[0]
 
     # The SHA-256 of each raw file, taken once: by the checksum check where
     # the file has a known checksum, else by the first stamp that needs it.

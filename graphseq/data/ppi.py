@@ -22,7 +22,7 @@ from torch_geometric.datasets import PPI
 from ..errors import GraphseqError
 from ..io import atomic_write_text, first_sentence
 from .files import (STAMP, check_folder_places, check_writable, damaged_file_error, failed_cache_build, file_sha256,
-                    locate_raw_files, raw_file_lines, removed_if_failed, stamped_cache)
+                    locate_raw_files, printed_to_log, raw_file_lines, removed_if_failed, stamped_cache)
 from .places import dataset_folder
 
 FOLDER = dataset_folder("PPI")  # under the data root
@@ -51,10 +51,12 @@ def load_ppi(root: Path, mirror: Optional[Path] = None,
     digests: Dict[str, str] = {}  # the raw files' SHA-256s, each taken once (for both stamps)
 
     def download(raw_dir: Path) -> None:
-        PPI(str(folder))  # PyG downloads and unpacks the zip into raw/.
+        with printed_to_log(log):
+            PPI(str(folder))  # PyG downloads and unpacks the zip into raw/.
 
     def read() -> Dict[str, PPI]:
-        return {split: PPI(str(folder), split=split) for split in SPLITS}
+        with printed_to_log(log):
+            return {split: PPI(str(folder), split=split) for split in SPLITS}
 
     with removed_if_failed(raw):  # A refusal leaves no empty PPI/raw behind.
         locate_raw_files(f"{FOLDER}/raw", RAW_FILES, Path(root), mirror, download)

@@ -8,7 +8,6 @@ lives in :mod:`graphseq.data.polarity`.
 from __future__ import annotations
 
 import re
-import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
@@ -18,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..errors import GraphseqError
+from ..graphs import to_csr
 from .files import Checksum, download_url, locate_raw_files
 from .places import dataset_folder
 
@@ -192,7 +192,5 @@ def tfidf(sentences: Sequence[str], min_df: int = 2, stop_words: Optional[str] =
     matrix = TfidfVectorizer(sublinear_tf=True, min_df=min_df, stop_words=stop_words)
     coo = matrix.fit_transform(sentences).tocoo()
     indices = torch.as_tensor(np.stack([coo.row, coo.col]), dtype=torch.long)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.sparse_coo_tensor(indices, torch.as_tensor(coo.data, dtype=dtype), coo.shape,
-                                       check_invariants=False).coalesce().to_sparse_csr()
+    return to_csr(torch.sparse_coo_tensor(indices, torch.as_tensor(coo.data, dtype=dtype), coo.shape,
+                                          check_invariants=False).coalesce())

@@ -11,6 +11,7 @@ at the ``[CLS]`` node. Fine-tuning puts a classifier on the ``[CLS]`` node.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -21,7 +22,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import global_mean_pool
 
 from ..data.pretraining import IGNORE, TokenGraphs, collate, pack_pair
-from ..data.wordpiece import SPECIAL_TOKENS, TOKENIZER_FILE, WordPieceTokenizer
+from ..data.wordpiece import MASK, SPECIAL_TOKENS, TOKENIZER_FILE, WordPieceTokenizer
 from ..errors import GraphseqError
 from ..io import check_file_place, check_run_folder, first_sentence, load_checkpoint, save_checkpoint
 from ..nn.transformer import TransformerEncoderLayer
@@ -256,16 +257,18 @@ def load_pretrained(folder: str | Path, device: torch.device | str = "cpu"
 @torch.no_grad()
 def fill_mask(model: BertForPretraining, tokenizer: WordPieceTokenizer, text: str,
               top_k: int = 5) -> List[List[Tuple[str, float]]]:
-    """For each ``[MASK]`` of ``text``, the ``top_k`` likeliest pieces and their
-    probabilities; special tokens (``[MASK]``, ``[CLS]``, ...) are never proposed."""
+    """For each ``[MASK]`` of ``text`` (any case: ``[mask]`` too), the
+    ``top_k`` likeliest pieces and their probabilities; special tokens
+    (``[MASK]``, ``[CLS]``, ...) are never proposed."""
     if model.config.vocab_size != tokenizer.vocab_size:
         raise GraphseqError(f"fill_mask: the model has {model.config.vocab_size} tokens but the tokenizer "
                             f"{tokenizer.vocab_size}: they come from different runs")
     if top_k < 1:
         raise GraphseqError(f"fill_mask needs top_k >= 1, got {top_k}")
-    ids = tokenizer.encode(text)
+    # The tokenizer lower-cases the text but knows the mask only as written: "[mask]" became 3 pieces.
+    ids = tokenizer.encode(re.sub(re.escape(MASK), MASK, text, flags=re.IGNORECASE))
     if tokenizer.mask_id not in ids:
-        raise GraphseqError(f"the text has no [MASK] to fill: {text!r}")
+        raise GraphseqError(f"the text has no [MASK] to fill: {text!r}; write [MASK] where a word is to be filled in")
     tokens, segments = pack_pair(ids, None, model.config.max_len, tokenizer.cls_id, tokenizer.sep_id)
     if len(tokens) - 2 < len(ids):
         raise GraphseqError(f"the text has {len(ids)} pieces; the model reads at most "

@@ -18,7 +18,7 @@ from ..devices import resolve_device
 from ..errors import GraphseqError
 from ..pictures import draw_attention
 from . import evaluating
-from .captioner import Captioner
+from .captioner import Captioner, colour_summary
 from .charlm import tempered_softmax
 
 # Bounds of a request, so that a mistyped number is refused rather than
@@ -38,6 +38,7 @@ class Generated:
     words: List[List[str]]
     log_probs: List[float]
     attention: Optional[List[Tensor]] = field(default=None)
+    unlike: str = ""  # how the image captioned is unlike the training images, where it is
 
 
 def check_request(max_length: int, temperature: float = 0.0, beam_size: int = 1, samples: int = 0,
@@ -214,6 +215,7 @@ def caption_image(run_dir: str | Path, image: str | Path, *, beam_size: int = 3,
         raise GraphseqError(f"--beam must be at most {len(model.vocab)}, the number of words the model "
                             f"knows, got {beam_size}")
     picture = read_image(Path(image), model.config["image_size"])
+    unlike = unlike_training(model, picture, Path(image))
     images = picture.unsqueeze(0).to(next(model.parameters()).device)
     if samples > 0:
         generator = torch.Generator(device=images.device)
@@ -226,4 +228,30 @@ def caption_image(run_dir: str | Path, image: str | Path, *, beam_size: int = 3,
         out = beam_search(model, images, beam_size, max_length)
     if attention is not None:
         draw_attention([picture] * len(out.words), out.words, out.attention, attention)
+    out.unlike = unlike
     return out
+
+
+def unlike_training(model: Captioner, picture: Tensor, path: Path) -> str:
+    """How the image at ``path`` (read as ``picture``) is unlike the images
+    the model was trained on, or "": smaller than the model's input (its
+    detail is made up by the resizing), or colours outside the training
+    images' range (:func:`~graphseq.models.captioner.colour_summary`,
+    widened by half its width: only an image far from all of them, a black
+    or a white one, is told). A model does not know what it was not shown,
+    and captions such an image as confidently as any."""
+    from PIL import Image
+
+    reasons = []
+    side = model.config["image_size"]
+    with Image.open(path) as stored:
+        width, height = stored.size
+    if min(width, height) < side:
+        reasons.append(f"it is {width}x{height} pixels, smaller than the {side}x{side} the model reads")
+    if model.image_range is not None:
+        low, high = (torch.tensor(bound) for bound in model.image_range)
+        margin = (high - low) / 2 + 0.02
+        summary = colour_summary(picture[None].cpu())[0]
+        if bool(((summary < low - margin) | (summary > high + margin)).any()):
+            reasons.append("its colours are far from theirs")
+    return "; ".join(reasons)

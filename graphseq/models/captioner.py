@@ -366,6 +366,9 @@ class Captioner(nn.Module):
         self.set_encoder_frozen(freeze_encoder)
         self.start_id, self.end_id, self.pad_id = (vocab.index[s] for s in (START, END, PAD))
         self.unknown_id: Optional[int] = vocab.index.get(UNKNOWN)  # never written; None if the vocabulary lacks it
+        # The lowest and highest colour_summary of the training images, [low, high], where known:
+        # what graphseq caption compares an image with.
+        self.image_range: Optional[List[List[float]]] = None
 
     def set_encoder_frozen(self, frozen: bool) -> None:
         self.freeze_encoder = frozen
@@ -428,7 +431,14 @@ class Captioner(nn.Module):
     def checkpoint(self, **extra: Any) -> Dict[str, Any]:
         """What ``graphseq caption`` needs to rebuild the model."""
         return {"model": self.state_dict(), "model_config": dict(self.config),
-                "vocabulary": list(self.vocab.symbols), **extra}
+                "vocabulary": list(self.vocab.symbols), "image_range": self.image_range, **extra}
+
+
+def colour_summary(images: Tensor) -> Tensor:
+    """Each image's colours in six numbers, ``[B, 6]``: the mean and the
+    spread of each channel of ``images`` ``[B, 3, H, W]`` in ``[0, 1]``."""
+    pixels = images.flatten(2)  # [B, 3, H * W]
+    return torch.cat([pixels.mean(-1), pixels.std(-1, correction=0)], dim=1)
 
 
 def load_captioner(run_dir: str | Path, device: torch.device | str = "cpu") -> Captioner:
@@ -446,6 +456,7 @@ def load_captioner(run_dir: str | Path, device: torch.device | str = "cpu") -> C
         vocab = Vocabulary(checkpoint["vocabulary"], unknown="<unk>")
         model = Captioner(vocab, **config)
         model.load_state_dict(checkpoint["model"])
+        model.image_range = checkpoint.get("image_range")  # None in a checkpoint written before it was kept
     except GraphseqError:
         raise
     except Exception as error:  # A torn or foreign file, or a configuration unlike the weights.

@@ -200,17 +200,22 @@ def apply_overrides(config: Dict[str, Any], overrides: Sequence[str] | Dict[str,
     return given
 
 
-def check_domains(config: Dict[str, Any], source: str) -> None:
-    """Every value of every section against its stage's declared domain."""
+def check_domains(config: Dict[str, Any], source: str, flags: Collection[tuple[str, str]] = ()) -> None:
+    """Every value of every section against its stage's declared domain;
+    ``flags``: the keys a run option set, as (section, key), which the
+    refusal names by the option (``--labels F``)."""
     for name, table in sections(config).items():
         checks = stage_spec(table.get("stage", name)).checks
         for key, value in table.items():
             if key in checks and not checks[key](value):
+                if (name, key) in flags:
+                    raise GraphseqError(f"--{key} {value} is not allowed: it must be {checks[key].allowed}")
                 raise GraphseqError(f"{source}: {refusal(f'{name}.{key}', value, checks[key])}")
 
 
 def check_applies(config: Dict[str, Any], source: str, written: Optional[Dict[str, Any]] = None,
-                  overridden: Collection[tuple[str, str]] = ()) -> List[tuple[str, str]]:
+                  overridden: Collection[tuple[str, str]] = (), flags: Collection[tuple[str, str]] = ()
+                  ) -> List[tuple[str, str]]:
     """A key set where its stage has no use for it (``chunk_size`` for an
     LSTM cell) is refused: the run would ignore it without a word.
 
@@ -223,7 +228,9 @@ def check_applies(config: Dict[str, Any], source: str, written: Optional[Dict[st
     one a run option picks (``active.strategy``, which a person answers
     for, when the simulated oracle runs ``active.compare``); the user chose
     the mode and cannot take the file's keys out. Returns them, as
-    (section, key), for the run to leave out of what it records."""
+    (section, key), for the run to leave out of what it records. A key a
+    run option set (``flags``, as (section, key)) is named by the option,
+    as the user typed it: "--labels has no use with --oracle human"."""
     file_tables = sections(written) if written is not None else {}
     let_be = []
     for name, table in sections(config).items():
@@ -239,14 +246,16 @@ def check_applies(config: Dict[str, Any], source: str, written: Optional[Dict[st
                 if holds(condition, setting):
                     continue
                 if not (own and (in_file.get(on, defaults[on]) != setting or on in spec.options)):
+                    flag = (name, on) in flags
                     if isinstance(condition, Domain):
-                        when = f"when {name}.{on} is {condition.allowed}"
+                        when = f"when {f'--{on}' if flag else f'{name}.{on}'} is {condition.allowed}"
                     elif tuple(condition) in (("",), ([],)):  # "with ''" tells a user nothing
-                        when = f"when {name}.{on} is empty (not set)"
+                        when = f"without --{on}" if flag else f"when {name}.{on} is empty (not set)"
                     else:
-                        when = f"with {' or '.join(map(repr, condition))}"
-                    raise GraphseqError(f"{source}: {name}.{key} has no use when {name}.{on} = {setting!r}: it "
-                                        f"applies only {when}; leave it out")
+                        when = "with " + " or ".join(f"--{on} {value}" if flag else repr(value) for value in condition)
+                    subject = f"--{key}" if (name, key) in flags else f"{name}.{key}"
+                    now = f"with --{on} {setting}" if flag else f"when {name}.{on} = {setting!r}"
+                    raise GraphseqError(f"{source}: {subject} has no use {now}: it applies only {when}; leave it out")
                 let_be.append((name, key))
     return let_be
 

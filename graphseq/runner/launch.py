@@ -115,8 +115,10 @@ def launch(args: Sequence[str], nproc_per_node: int, plan: Any) -> int:
             return 2
         how = (f"was killed by {first.signal_name()}" if first.exitcode < 0
                else f"exited with code {first.exitcode}")
-        raise GraphseqError(f"worker {rank} of {nproc_per_node} (pid {first.pid}) {how}, so the launcher "
-                            f"stopped the others; {_what_now(place, name, config)}") from None
+        said = (f"worker {rank} of {nproc_per_node} (pid {first.pid}) {how}, so the launcher stopped the others; "
+                f"{_what_now(place, name, config)}")
+        _append_to_log(place, said)  # The workers cannot log their own death.
+        raise GraphseqError(said) from None
     finally:
         for logger, level in zip(elastic, levels):
             logger.setLevel(level)
@@ -155,12 +157,18 @@ def _log_interrupt(out: Path, pipeline: str, config: Dict[str, Any], processes: 
     if lines and lines[-1].split(" ", 2)[-1].startswith("interrupted"):
         return _log_size(out) > logged
     line = interrupted_line(pipeline, out, config, None, f" --nproc-per-node {processes}", data_root, data_mirror)
-    if line is None:
-        return False  # A run that cannot resume, or stored nothing.
-    # One write to a file opened for appending, as the run's own log lines are.
-    with open(log, "a", encoding="utf-8") as file:
-        file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+    if line is not None:  # (None: a run that cannot resume, or stored nothing)
+        _append_to_log(out, line)
     return False
+
+
+def _append_to_log(out: Path, line: str) -> None:
+    """Ends the run's log.txt with ``line``, as the run logs its own, where
+    the run wrote one (none: it stopped in its checks)."""
+    log = out / "log.txt"
+    if log.is_file():  # One write to a file opened for appending, as the run's own log lines are.
+        with open(log, "a", encoding="utf-8") as file:
+            file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
 
 
 def _log_size(out: Path) -> int:

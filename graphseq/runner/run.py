@@ -20,7 +20,7 @@ from collections import ChainMap, Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import tomli_w
 import torch
@@ -159,14 +159,14 @@ def plan(pipeline: str | os.PathLike, overrides: Sequence[str] | Dict[str, Any] 
     changed: List[str] = []  # the budgets a resumed run lengthens
     written = copy.deepcopy(config)
     given = apply_overrides(config, overrides)
-    objects = _apply_options(config, options, name)
-    check_domains(config, name)
+    objects, flags = _apply_options(config, options, name)
+    check_domains(config, name, flags)
     if not resume:  # A run started before a key was found unused still continues.
         # Keys let be are not recorded: config.toml holds what runs, and runs again as a pipeline file.
-        for section, key in check_applies(config, name, written, given):
+        for section, key in check_applies(config, name, written, given, flags):
             config[section].pop(key, None)
     elif from_file:  # The file's keys for another mode were let be when the run started from it.
-        for section, key in check_applies(config, name, from_file, given):
+        for section, key in check_applies(config, name, from_file, given, flags):
             if key not in started[section]:
                 config[section].pop(key, None)
     torch_device = resolve_device(device)
@@ -249,6 +249,7 @@ def execute(plan: Plan) -> Dict[str, Any]:
         log = _logger(out, plan.quiet)
         return _run_seeds(plan, device, log)
     except BaseException as error:
+        line = None
         if isinstance(error, KeyboardInterrupt) and log is not None:
             # A launched worker's checkpoint resumes only with as many workers; the launcher then
             # sees the line written and leaves it (see launch.log_interrupt).
@@ -259,7 +260,13 @@ def execute(plan: Plan) -> Dict[str, Any]:
                     end_interrupted_line(error, handler.stream)
                 log.info(line)
         _close(log)
-        if distributed.is_main() and (not plan.resume or isinstance(error, GraphseqError)):
+        undo = distributed.is_main() and (not plan.resume or isinstance(error, GraphseqError))
+        if isinstance(error, KeyboardInterrupt) and line is None and distributed.is_main():
+            # Said with the interrupt (the command's last word) where the log, which may go, did not say it.
+            error.add_note(f"kept what the run stored in {out}" if not undo or stage_stored(out, before) else
+                           f"removed {out}, which held nothing yet" if before is None else
+                           f"nothing stored yet; {out} is left as the run found it")
+        if undo:
             undo_run_folder(out, before, made)
         raise
     finally:
@@ -278,7 +285,7 @@ def _run_seeds(plan: Plan, device: torch.device, log: logging.Logger) -> Dict[st
     root, mirror = data_places(plan.data_root, plan.data_mirror)
     out, seed, runs = plan.out, plan.seed, plan.runs
     log.info(f"pipeline {plan.name} on {device}, seeds {seed}..{seed + runs - 1}, out {out}"
-             + (" (resumed)" if plan.resume else ""))
+             + (f", {plan.processes} processes" if plan.processes > 1 else "") + (" (resumed)" if plan.resume else ""))
     log.info(f"sections: {outline(plan.config)}")
     if plan.changed:  # config.toml holds the new value, as if the run had been started with it
         log.info(f"resumed with {', '.join(plan.changed)}; config.toml now records it, so graphseq run "
@@ -340,12 +347,14 @@ def _check_seeds(seed: Any, runs: Any) -> None:
                             f"is beyond {MAX_SEED}")
 
 
-def _apply_options(config: Dict[str, Any], options: Dict[str, Any], name: str) -> Dict[str, Any]:
+def _apply_options(config: Dict[str, Any], options: Dict[str, Any], name: str
+                   ) -> tuple[Dict[str, Any], Set[tuple[str, str]]]:
     """Refuses run options no stage consumes; an option named like a
     parameter of a stage that declares it sets that parameter (recorded in
     config.toml). Returns what the stages get as ``ctx.options``: objects
-    (an oracle handed in through the Python API)."""
-    objects = {}
+    (an oracle handed in through the Python API); and the keys set, as
+    (section, key), which refusals name by the option."""
+    objects, flags = {}, set()
     for option, value in options.items():
         tables = [(t, table) for t, table in sections(config).items()
                   if option in stage_spec(table.get("stage", t)).options]
@@ -362,7 +371,8 @@ def _apply_options(config: Dict[str, Any], options: Dict[str, Any], name: str) -
             if option in params and setting is not None:
                 table[option] = _check_type(f"{table_name}.{option}", setting, params[option],
                                             f"--{option}")
-    return objects
+                flags.add((table_name, option))
+    return objects, flags
 
 
 def _plain(value: Any) -> Any:
@@ -372,7 +382,7 @@ def _plain(value: Any) -> Any:
 def _logger(out: Path, quiet: bool) -> logging.Logger:
     log = logging.getLogger(f"graphseq.run.{out.resolve()}")
     log.handlers.clear()
-    log.setLevel(logging.INFO)
+    log.setLevel(logging.DEBUG)  # log.txt keeps what libraries said (debug lines); the console leaves it out
     log.propagate = False
     if not distributed.is_main():  # Rank 0 alone logs, once for all.
         log.addHandler(logging.NullHandler())
@@ -382,6 +392,7 @@ def _logger(out: Path, quiet: bool) -> logging.Logger:
     log.addHandler(handler)
     if not quiet:
         console = logging.StreamHandler(sys.stderr)
+        console.setLevel(logging.INFO)
         console.setFormatter(logging.Formatter("%(message)s"))
         log.addHandler(console)
     return log

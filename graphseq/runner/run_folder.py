@@ -154,15 +154,25 @@ def differences(started: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
     those the stages let a resumed run change, each with its stage's note
     of why it may not change where it has one. A key one of them does not
     record has its stage's default; a budget the stages let change may
-    only grow (:data:`BUDGETS`)."""
+    only grow (:data:`BUDGETS`). A stage's run options (who answers:
+    ``--oracle``, ``--labels``) stay as the run had them once it had one,
+    named by the flag: a store of answers holds one oracle's; a stage
+    that had none (a few-shot run trained before anyone was asked) may
+    be given one."""
     found = []
     for name, table in sections(now).items():
         kind = table.get("stage", name)
         spec, defaults = stage_spec(kind), stage_params(get_stage(kind))
         before = started.get(name, {})
+        answered = any(before.get(option, defaults.get(option)) for option in spec.options)
         for key in sorted((set(table) | set(before)) - {"stage"}):
             new, old = (_listed(t.get(key, defaults.get(key))) for t in (table, before))
-            if key not in spec.resume_may_change and new != old:
+            if key in spec.options:
+                if answered and new != old:
+                    found.append(f"--{key} {new or '(none)'} (the run has {name}.{key} = {old!r}): a resumed run "
+                                 f"keeps who answers its questions, so that its answers are all theirs; leave "
+                                 f"--{key} out, or start a new run with another --out")
+            elif key not in spec.resume_may_change and new != old:
                 note = f": {spec.resume_notes[key]}" if key in spec.resume_notes else ""
                 found.append(f"{name}.{key} = {new!r} (the run has {old!r}){note}")
             elif key in spec.resume_may_change and _shorter(key, new, old):
@@ -174,7 +184,7 @@ def differences(started: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
 
 # The budgets a stage may let a resumed run change, which may only grow;
 # True where 0 means no limit (the longest). Other keys a stage lets change
-# change freely: an oracle, the folds to run, a test's batch size, and the
+# change freely: the folds to run, a test's batch size, and the
 # episodes of a test or an oracle (the stage refuses fewer than it answered).
 BUDGETS = {"steps": True, "minutes": True, "budget": False}
 

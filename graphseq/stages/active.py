@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -35,6 +35,7 @@ from ..io import read_json, write_json
 from .registry import stage
 
 ORACLES = ("simulated", "human", "file")
+EXISTING_FILE = Domain("empty, or the path of an existing file", lambda v: not v or Path(v).is_file())
 
 
 def _note_standard_split(check, **_) -> None:
@@ -85,7 +86,9 @@ def active_gcn(ctx, *, hidden: int = 16, epochs: int = 200, lr: float = 0.01,
                                           evaluate=evaluate)
 
 
-def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int):
+def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int,
+                columns: Tuple[str, str] = ("item", "label")):
+    """The oracle named ``kind``; ``columns``: the two columns of a labels file."""
     if not isinstance(kind, str):
         return kind  # An oracle object handed in through graphseq.run(..., oracle=...).
     if kind == "simulated":
@@ -94,8 +97,8 @@ def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int)
         return HumanOracle(sys.stdin, sys.stdout)
     if kind == "file":
         if not labels:
-            raise GraphseqError("--oracle file needs --labels F.csv (rows item,label)")
-        return FileOracle(labels)
+            raise GraphseqError(f"--oracle file needs --labels F.csv (rows {','.join(columns)})")
+        return FileOracle(labels, columns)
     raise GraphseqError(f"unknown oracle {kind!r}; choose one of {', '.join(ORACLES)}")
 
 
@@ -106,17 +109,13 @@ def check_human_streams() -> None:
     check_streams(sys.stdin, sys.stdout)
 
 
-def _check_active(check, *, budget: int, initial: int, oracle: str, labels: str, reference: bool, **_) -> None:
+def _check_active(check, *, budget: int, initial: int, oracle: str, reference: bool, **_) -> None:
     # What the stage would find only after the run folder is made.
     if budget < initial:  # The loop refuses it too, but only after labels.sqlite is made.
         raise GraphseqError(f"{check.section}.budget ({budget}) is smaller than the initial labelled set "
                             f"({check.section}.initial = {initial}); the budget counts the initial labels too")
-    kind = check.options.get("oracle", oracle)  # An oracle object handed to graphseq.run, or a name.
-    if kind == "human":
+    if check.options.get("oracle", oracle) == "human":  # (an oracle object handed to graphseq.run, or a name)
         check_human_streams()
-    if labels and getattr(kind, "source", kind) != "file":
-        raise GraphseqError(f"a labels file ({labels}) is answered only by oracle = \"file\" "
-                            f"(--oracle file), not {getattr(kind, 'source', kind)!r}")
     if reference and check.facts.get("standard_split") is False:
         raise GraphseqError(f"{check.section}.reference = true has no use here: this task has no standard training "
                             "split to compare with (active-polarity holds out test sentences only); "
@@ -125,13 +124,13 @@ def _check_active(check, *, budget: int, initial: int, oracle: str, labels: str,
 
 # The simulated oracle runs every strategy of compare; a person or a file answers for strategy alone.
 BY_ORACLE = {"compare": ("simulated",), "noise": ("simulated",), "strategy": ("human", "file"),
-             "initial_from_truth": ("human", "file")}
+             "initial_from_truth": ("human", "file"), "labels": ("file",)}
 
 
 @stage("active_learning", checks={
     "compare": each(one_of(*STRATEGIES), distinct=True), "strategy": one_of(*STRATEGIES), "budget": at_least(1),
     "initial": at_least(1), "batch_size": at_least(1), "oracle": one_of(*ORACLES), "noise": probability,
-    "labels": Domain("empty, or the path of an existing file", lambda v: not v or Path(v).is_file())},
+    "labels": EXISTING_FILE},
     options=("oracle", "labels"), resumes=STORE_NAME, resume_may_change=("budget",), precheck=_check_active,
     applies={key: {"oracle": oracles} for key, oracles in BY_ORACLE.items()},
     makes={"curves": "learning curves"}, needs={"data": "an active-learning pool", "model": "an active learner"})

@@ -498,5 +498,5 @@ def bert_pretrain(ctx, *, steps: int = 4000, batch_size: int = 64, lr: float = 1
                        steps=result.step, train_minutes=result.seconds / 60)
     pairs = (f", next-sentence accuracy {final['val_nsp_accuracy']:.4f}" if "val_nsp_accuracy" in final
              else " (no sentence pairs in the corpus: masked LM only)")
-    ctx.log.info(f"held-out masked-LM accuracy {final['val_mlm_accuracy']:.4f}{pairs} after {result.step} steps, "
-                 f"{result.seconds / 60:.1f} min")
+    ctx.log.info(f"held-out masked-LM accuracy {final['val_mlm_accuracy']:.4f}{pairs} after "
+                 f"{plural(result.step, 'step')}, {result.seconds / 60:.1f} min")

@@ -24,7 +24,7 @@ from ..data.text import Vocabulary
 from ..errors import GraphseqError
 from ..io import first_sentence, load_checkpoint, save_checkpoint, write_json
 from ..models.caption_search import MAX_CAPTION_WORDS, Generated, beam_search, greedy
-from ..models.captioner import DECODERS, MODEL_FILE, Captioner, ConvEncoder
+from ..models.captioner import DECODERS, MODEL_FILE, Captioner, ConvEncoder, colour_summary
 from ..seeding import MAX_SEED
 from ..training import CHECKPOINT, train_steps
 from ..pictures import draw_attention
@@ -398,6 +398,15 @@ def _check_eval_images(check, *, eval_images: int, **_) -> None:
         _check_decoder_started(folder)
 
 
+def image_range(data: CaptionSet, most: int = 1000) -> List[List[float]]:
+    """The lowest and highest :func:`colour_summary` of (up to ``most``,
+    evenly spread) training images: what ``graphseq caption`` compares an
+    image with."""
+    rows = torch.linspace(0, len(data) - 1, min(most, len(data))).long().unique().tolist()
+    summaries = torch.cat([colour_summary(data.load_images(rows[i:i + 250])) for i in range(0, len(rows), 250)])
+    return [summaries.min(0).values.tolist(), summaries.max(0).values.tolist()]
+
+
 @stage("train_captioner", checks={
     "steps": at_least(1), "batch_size": at_least(1), "lr": positive, "final_lr_fraction": probability,
     "clip": non_negative, "encoder_lr": positive, "eval_every": at_least(1), "eval_images": at_least(1),
@@ -458,6 +467,7 @@ def train_captioner(ctx, *, steps: int = 3000, batch_size: int = 64, lr: float =
                          eval_every=eval_every, select=("val_bleu4", "max"),
                          checkpoint_every=checkpoint_every, desc=f"train {model.config['decoder']}",
                          meta={"model_config": dict(model.config), "vocabulary": list(model.vocab.symbols)})
+    model.image_range = image_range(train)
     save_checkpoint(model.checkpoint(step=result.best.get("step", result.step)), ctx.out / MODEL_FILE)
     ctx.metrics.update(steps=result.step, train_minutes=result.seconds / 60,
                        best_step=result.best.get("step", result.step),

@@ -17,7 +17,7 @@ from torch import Tensor
 from .. import distributed
 from ..checks import at_least, fraction, non_negative, one_of, positive, probability
 from ..data.text import TextStreams, Vocabulary, load_tiny_shakespeare, split_stream
-from ..errors import GraphseqError
+from ..errors import GraphseqError, plural
 from ..io import atomic_write_text, read_utf8, write_json
 from ..models import evaluating
 from ..models.charlm import CELLS, CharLM, detach_state, nats_to_bits, sample
@@ -193,7 +193,7 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
     history = result.history
     if distributed.is_main():
         plot_history(history, ctx.out / "curves.png",
-                     f"{ctx.pipeline}: validation {val:.3f} nats/char after {result.step} steps",
+                     f"{ctx.pipeline}: validation {val:.3f} nats/char after {plural(result.step, 'step')}",
                      final=("validation (all characters)", result.step, val))
         write_json(ctx.out / "history.json", {"history": history, "final_step": result.step,
                                               "final_val_loss": val})
@@ -202,7 +202,7 @@ def tbptt(ctx, *, batch_size: int = 32, window: int = 64, lr: float = 2e-3,
                        train_minutes=result.seconds / 60, train_loss=train_loss)
     if distributed.is_main():
         ctx.log.info(f"validation: {val:.4f} nats/char = {nats_to_bits(val):.4f} bits/char "
-                     f"after {result.step} steps, {result.seconds / 60:.1f} min of training")
+                     f"after {plural(result.step, 'step')}, {result.seconds / 60:.1f} min of training")
 
 
 def _check_prime(check, *, prime: str, **_) -> None:

@@ -29,7 +29,7 @@ from ..checks import Domain, at_least, each, non_negative, one_of, positive, pro
 from ..data.episodes import EpisodeSampler, FewShotClasses
 from ..data.miniimagenet import SPLITS as MINIIMAGENET_SPLITS, find_miniimagenet, load_miniimagenet, read_split
 from ..data.omniglot import load_omniglot, omniglot_split
-from ..errors import GraphseqError, draw_bars
+from ..errors import GraphseqError, draw_bars, plural
 from ..active.loop import store_answer, undo_answer
 from ..active.oracles import QUIT, UNDO, FileOracle, Question
 from ..active.store import STORE_NAME, LabelStore
@@ -37,12 +37,11 @@ from ..io import first_sentence, load_checkpoint, read_json, write_json
 from ..models.fewshot import EMBEDDINGS, QUERY_MODES, UNKNOWN_LABELS, FewShotConfig, FewShotModel
 from ..training import CHECKPOINT, train_steps
 from ..pictures import image_blocks, side_by_side, terminal_width
-from .active import ORACLES, check_human_streams, make_oracle
+from .active import EXISTING_FILE, ORACLES, check_human_streams, make_oracle
 from .registry import stage, stage_params
 
 # A training's name suffixes its files and metrics: letters, digits, underscores.
 NAME = Domain("empty, or letters, digits and underscores", lambda v: v == "" or v.replace("_", "").isalnum())
-EXISTING_FILE = Domain("empty, or the path of an existing file", lambda v: not v or Path(v).is_file())
 
 # Validation and test episodes come from generators with these seeds (plus
 # the run's seed), the same for every model of a run, so that comparisons
@@ -355,7 +354,7 @@ def train_episodes(ctx, *, steps: int = 100000, batch_size: int = 300, lr: float
     if init and not (resume and (ctx.out / checkpoint).is_file()):
         _initialise(model, Path(init), ctx.log)
     episodes = train.episode_size
-    ctx.log.info(f"training{' ' + name if name else ''}: {steps} steps of {batch_size} episodes "
+    ctx.log.info(f"training{' ' + name if name else ''}: {plural(steps, 'step')} of {plural(batch_size, 'episode')} "
                  f"({episodes} nodes each{', labelled only' if labelled_only else ''}"
                  + (f", {per_support} to a support set" if per_support > 1 else "") + f"), Adam lr {lr}"
                  + (f" halved every {halve_every} steps" if halve_every > 0 else ""))
@@ -460,7 +459,7 @@ def test_episodes(ctx, *, episodes: int = 30000, batch_size: int = 100, labelled
         ctx.metrics.update({f"test_accuracy{key}": correct / total, f"test_ci95_low{key}": low,
                             f"test_ci95_high{key}": high, f"test_episodes{key}": total})
         ctx.log.info(f"test{key.replace('_', ' ')}: accuracy {correct / total:.4f} "
-                     f"(95% interval {low:.4f} - {high:.4f}) on {total} episodes of "
+                     f"(95% interval {low:.4f} - {high:.4f}) on {plural(total, 'episode')} of "
                      f"{data.ways}-way {data.shots}-shot"
                      + ("" if labelled_only or not data.unlabelled else f" + {data.unlabelled} unlabelled"))
     model.train()
@@ -484,6 +483,8 @@ def weights_digest(model: torch.nn.Module) -> str:
 ORACLE_SEED = 30_000_001
 # Which image the oracle was asked about in each episode, beside labels.sqlite.
 ORACLE_RECORD = "oracle-images.json"
+# The columns of a --labels file: an episode, counted from 0 (the prompt's "item"), and its class number.
+LABELS_COLUMNS = ("episode", "class")
 
 
 def oracle_episodes(sampler: EpisodeSampler, episodes: int, seed: int, device: torch.device) -> Data:
@@ -644,7 +645,7 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
         _check_training(check.section, training, check.facts["fewshot_trainings"],
                         check.facts.get("fewshot_training_models", {}))
     if oracle == "file":
-        answers = make_oracle(oracle, labels, torch.zeros(0), 0.0, 0)  # a missing or unreadable file
+        answers = make_oracle(oracle, labels, torch.zeros(0), 0.0, 0, LABELS_COLUMNS)  # a missing or unreadable file
         if "fewshot_ways" in check.facts:
             answers.check([str(way) for way in range(check.facts["fewshot_ways"])], torch.arange(episodes))
 
@@ -653,7 +654,7 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
                                   "noise": probability, "query": one_of(*QUERY_MODES), "training": NAME,
                                   "picture_width": at_least(8)},
         options=("oracle", "labels"),
-        resume_may_change=("episodes", "oracle", "labels", "noise", "picture_width"),  # the last: display only
+        resume_may_change=("episodes", "noise", "picture_width"),  # the last: display only
         resume_reads=(STORE_NAME, ORACLE_RECORD), precheck=_check_oracle,
         applies={"episodes": {"oracle": ORACLES}, "query": {"oracle": ORACLES}, "training": {"oracle": ORACLES},
                  "noise": {"oracle": ("simulated",)}, "labels": {"oracle": ("file",)},
@@ -668,8 +669,11 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
     The oracle is ``--oracle human`` (you, at the terminal: the images are
     drawn with block characters, ``picture_width`` columns each, and the
     text is wrapped to the terminal's width), ``file`` (``--labels F.csv``
-    of ``episode,class`` rows) or ``simulated`` (the true labels, flipped
-    with probability ``noise``); none (the default) skips the stage, and its
+    of ``episode,class`` rows, the episode counted from 0 as the prompt's
+    ``item`` and ``graphseq labels`` count it: the prompt's "episode 1" is
+    episode 0; a header ``episode,class`` or ``item,label`` is taken) or
+    ``simulated`` (the true labels, flipped with probability ``noise``);
+    none (the default) skips the stage, and its
     other keys have no use then (nor ``noise``, ``labels`` and
     ``picture_width`` with another oracle than their own). The
     model is that of the training named ``training`` (the pipeline's
@@ -701,7 +705,7 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
     asked = model.asked.clone()
     images = batch.image[asked].tolist()  # [episodes, 2]: the (class, drawing) of the test split asked about
     truth = batch.y[asked].cpu()
-    the_oracle = make_oracle(kind, labels, truth, noise, ctx.seed)
+    the_oracle = make_oracle(kind, labels, truth, noise, ctx.seed, LABELS_COLUMNS)
     names = [str(way) for way in range(data.ways)]
     if isinstance(the_oracle, FileOracle):
         the_oracle.check(names, torch.arange(episodes))  # Every row, before the first answer is stored.
@@ -772,4 +776,4 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
         ctx.metrics["oracle_answers_correct"] = float((answers.cpu()[given] == truth[given]).float().mean())
         ctx.metrics["oracle_query_accuracy_before"] = float((before.argmax(dim=1)[given] == target[given]).float().mean())
         ctx.metrics["oracle_query_accuracy_after"] = float((after[given] == target[given]).float().mean())
-    ctx.log.info(f"oracle: {count} answers stored in {ctx.out / STORE_NAME}")
+    ctx.log.info(f"oracle: {plural(count, 'answer')} stored in {ctx.out / STORE_NAME}")

@@ -17,7 +17,7 @@ from tqdm import tqdm
 from .. import distributed
 from ..checks import Domain, at_least, each, is_integer, non_negative, one_of, positive
 from ..data.neighbors import layerwise_inference, make_sampler, neighbor_loader
-from ..errors import GraphseqError, draw_bars
+from ..errors import GraphseqError, draw_bars, plural
 from ..io import save_checkpoint
 from .registry import stage
 
@@ -223,7 +223,7 @@ def fit_node_classifier(model: nn.Module, data: Data, *, lr: float, weight_decay
         "epoch_seconds": statistics.median(epoch_seconds),
     }
     if log is not None:
-        log.info(f"stopped after {epoch} epochs; kept model: val accuracy {kept_acc:.4f}")
+        log.info(f"stopped after {plural(epoch, 'epoch')}; kept model: val accuracy {kept_acc:.4f}")
     return figures
 
 

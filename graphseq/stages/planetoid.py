@@ -4,6 +4,7 @@ from __future__ import annotations
 from .. import distributed
 from ..checks import Domain, one_of
 from ..data.planetoid import NAMES, load_planetoid
+from ..graphs import to_csr
 from .registry import stage
 
 
@@ -24,5 +25,5 @@ def planetoid(ctx, *, name: str = "Cora", split: str = "public", normalize_featu
     ctx.num_features = data.num_features
     ctx.num_classes = int(data.y.max()) + 1
     if sparse_features:
-        data.x = data.x.to_sparse_csr()
+        data.x = to_csr(data.x)
     ctx.data = data.to(ctx.device)

@@ -74,7 +74,10 @@ def stage(name: str, *, checks: Dict[str, Domain] | None = None, options: Sequen
         options: run options the stage consumes (``"oracle"``, ``"labels"``).
             The runner refuses an option that no stage of the pipeline
             declares; an option named like a parameter of the stage sets
-            that parameter, so the run folder records it.
+            that parameter, so the run folder records it, and ``--resume``
+            keeps it once the run has one (another oracle or labels file
+            is refused): a stage that asks someone declares it here, and
+            is kept to one oracle without a word of its own.
         resumes: the file in the run folder the stage continues from when
             the run is resumed (``"checkpoint.pt"``). A pipeline none of
             whose stages declares one cannot be resumed.

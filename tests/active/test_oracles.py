@@ -117,6 +117,21 @@ def test_file_oracle_reads_names_and_numbers_and_skips_unknown_items(tmp_path):
     assert oracle.restrict(torch.tensor([4, 5, 6, 7])).tolist() == [5, 7]
 
 
+@pytest.mark.parametrize("header", ["episode,class\n", "item,label\n", ""])
+def test_a_few_shot_labels_file_reads_as_its_docstring_says(tmp_path, header):
+    # Its docstring said episode,class rows, yet that header was refused as a bad row.
+    from graphseq.stages.fewshot import LABELS_COLUMNS
+
+    path = tmp_path / "labels.csv"
+    path.write_text(header + "0,3\n4,1\n")
+    oracle = FileOracle(path, LABELS_COLUMNS)
+    oracle.check(["0", "1", "2", "3", "4"], torch.arange(5))
+    assert [oracle.ask(Question(e, ["0", "1", "2", "3", "4"])) for e in range(5)] == [3, SKIP, SKIP, SKIP, 1]
+    path.write_text(header + "0,3\nfirst,1\n")
+    with pytest.raises(GraphseqError, match="expected episode,class with a whole-number episode, got 'first,1'"):
+        FileOracle(path, LABELS_COLUMNS).check(["0", "1"], torch.arange(5))
+
+
 def test_file_oracle_names_a_bad_line(tmp_path):
     path = tmp_path / "labels.csv"
     path.write_text("item,label\n5,gen\nfive,Theory\n")

@@ -156,6 +156,19 @@ def test_a_byte_order_mark_and_bytes_that_are_no_utf8_keep_each_piped_answer_on_
     assert human_rows(out) == [(first, "Theory"), (second, "Neural_Networks")]
 
 
+@pytest.mark.slow
+def test_numbers_typed_with_stray_punctuation_store_no_label(tmp_path, data_root, mirror, monkeypatch, capsys):
+    # "-1", "_2" and "1-" were stored as classes 1, 2 and 1.
+    out = tmp_path / "run"
+    monkeypatch.setattr("sys.stdin", piped(b"-1\n_2\n1-\nq\n"))
+    assert main(["run", "active-cora", "--oracle", "human", "--quiet", "--out", str(out),
+                 "--data-root", str(data_root), "--data-mirror", str(mirror), *TINY]) == 0
+    printed = capsys.readouterr().out
+    assert all(f"{typo!r} is no class" in printed for typo in ("-1", "_2", "1-"))
+    assert "stored:" not in printed
+    assert human_rows(out) == []
+
+
 @pytest.mark.parametrize("closed, problem", [("stdin", "reads your answers from standard input, which is closed"),
                                              ("stdout", "shows its questions on standard output, which is closed")])
 def test_a_persons_run_with_a_closed_standard_stream_is_refused_before_any_file(
@@ -269,7 +282,7 @@ def test_resume_of_a_persons_run_with_other_flags_is_refused_and_changes_nothing
                    input=b"theory\nq\n", capture_output=True, timeout=600, check=True)
     before = folder_hash(out)
     common = ["--out", str(out), "--quiet", "--data-root", str(data_root), "--data-mirror", str(mirror)]
-    for extra, message in [(["--oracle", "simulated"], "active.oracle = 'simulated' (the run has 'human')"),
+    for extra, message in [(["--oracle", "simulated"], "--oracle simulated (the run has active.oracle = 'human')"),
                            (["--set", "active.strategy=entropy"], "active.strategy = 'entropy' (the run has 'margin')"),
                            (["--seed", "1"], "--seed 1 differs from the run's seed = 0")]:
         assert main(["run", "active-cora", "--resume", *common, *extra]) == 2
@@ -390,9 +403,9 @@ CHECKED = ["--quiet", "--set", "learner.epochs=1"]
     (["--set", "active.strategy=degree"],
      "active.strategy has no use when active.oracle = 'simulated': it applies only with 'human' or 'file'"),
     (["--oracle", "human", "--set", "active.noise=0.4"],
-     "active.noise has no use when active.oracle = 'human': it applies only with 'simulated'"),
+     "active.noise has no use with --oracle human: it applies only with --oracle simulated"),
     (["--oracle", "human", "--set", 'active.compare=["degree"]'],
-     "active.compare has no use when active.oracle = 'human': it applies only with 'simulated'"),
+     "active.compare has no use with --oracle human: it applies only with --oracle simulated"),
     (["--set", "active.initial_from_truth=true"],
      "active.initial_from_truth has no use when active.oracle = 'simulated'"),
     (["--set", 'active.compare=["random", "random"]'],
@@ -411,8 +424,8 @@ def test_a_setting_for_another_oracle_or_a_repeated_strategy_is_refused(args, me
 def test_a_labels_file_for_another_oracle_is_refused_before_the_run_folder_is_made(tmp_path, data_root, mirror):
     labels = tmp_path / "answers.csv"
     labels.write_text("item,label\n5,Theory\n")
-    with pytest.raises(graphseq.GraphseqError, match=r"a labels file \(.*answers.csv\) is answered only by "
-                                                     r"oracle = \"file\" \(--oracle file\), not 'simulated'"):
+    with pytest.raises(graphseq.GraphseqError, match="--labels has no use with --oracle simulated: it applies only "
+                                                     "with --oracle file"):
         graphseq.run("active-cora", out=tmp_path / "run", data_root=data_root, data_mirror=mirror, quiet=True,
                      oracle="simulated", labels=str(labels))
     assert not (tmp_path / "run").exists()

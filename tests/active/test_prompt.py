@@ -4,6 +4,12 @@ standard streams."""
 import io
 import os
 import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +17,7 @@ from graphseq.active.oracles import Question
 from graphseq.active.prompt import HumanOracle, parse_reply
 from graphseq.errors import GraphseqError
 
+REPO = Path(__file__).resolve().parents[2]
 CLASSES = ["Theory", "Reinforcement_Learning", "Genetic_Algorithms", "Rule_Learning"]
 
 
@@ -103,3 +110,63 @@ def test_closed_standard_streams_are_refused_by_name(input, output, problem):
 def test_a_class_name_may_be_typed_with_spaces_for_its_underscores(text):
     assert parse_reply(text, CLASSES + ["Neural_Networks"]) == 4
     assert parse_reply(text.replace(" ", "_"), ["Theory", "Neural Networks"]) == 1
+
+
+@pytest.mark.parametrize("typo", ["-1", "_2", "1-", "--0", "- 3", "+1", "2."])
+def test_a_number_with_stray_punctuation_is_no_class(typo):
+    # Stripping the hyphens and underscores made "-1" class 1: a typo stored as a label.
+    for names in (CLASSES, ["0", "1", "2", "3"]):  # a few-shot episode's classes are numbers
+        with pytest.raises(ValueError, match="is no class"):
+            parse_reply(typo, names)
+
+
+def test_a_typo_is_asked_again_and_the_class_stored_is_said(tmp_path):
+    from graphseq.active.loop import store_answer
+    from graphseq.active.store import LabelStore
+
+    output = io.StringIO()
+    oracle = HumanOracle(io.StringIO("-1\n_2\nrein\ns\n"), output)
+    with LabelStore(tmp_path / "labels.sqlite") as store:
+        for item in (5, 6):
+            store_answer(store, "margin", item, oracle.ask(question(item)), CLASSES, oracle, "test")
+        assert [(a.item, a.label) for a in store.answers("margin", skips=True)] == [
+            (5, "Reinforcement_Learning"), (6, None)]
+    text = output.getvalue()
+    assert "'-1' is no class" in text and "'_2' is no class" in text
+    assert re.findall(r"^  stored: (.*)$", text, re.M) == ["Reinforcement_Learning", "skipped (no label)"]
+
+
+@pytest.mark.slow
+def test_the_terminal_prompt_edits_lines_with_readline(tmp_path):
+    # At a terminal, Ctrl-A goes to the line's start, as in a shell; without readline it was a
+    # character of the answer (and the Up arrow "^[[A").
+    script = ("import sys; from graphseq.active.oracles import Question; "
+              "from graphseq.active.prompt import HumanOracle; "
+              "print('REPLY', HumanOracle(sys.stdin, sys.stdout, width=80).ask(Question(5, ['Theory', 'Rule'])))")
+    master, slave = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-c", script], stdin=slave, stdout=slave, stderr=slave,
+                               env={**os.environ, "TERM": "xterm"}, cwd=REPO)
+    os.close(slave)
+    try:
+        seen = read_until(master, "label> ")
+        os.write(master, b"heory\x01T\n")  # typed "heory", then Ctrl-A and the T it lacked
+        seen = read_until(master, "\n", seen="")
+        os.write(master, b"q\n")  # asked again where the line was not edited
+        assert "REPLY 0" in read_until(master, "REPLY", seen) + read_until(master, "\n", "")
+    finally:
+        process.kill()
+        process.wait()
+        os.close(master)
+
+
+def read_until(master, text, seen=""):
+    deadline = time.monotonic() + 60
+    while text not in seen:
+        assert time.monotonic() < deadline, f"no {text!r} in {seen!r}"
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if ready:
+            try:
+                seen += os.read(master, 4096).decode(errors="replace")
+            except OSError:  # the process ended
+                break
+    return seen

@@ -196,3 +196,12 @@ def test_fill_mask_gives_the_model_back_in_the_mode_it_had(tokenizer):
         model.train(training)
         fill_mask(model, tokenizer, "the [MASK] was wonderful")
         assert model.training == training and all(m.training == training for m in model.modules())
+
+
+def test_fill_mask_reads_the_mask_in_any_case_and_says_how_to_write_it(tokenizer):
+    # "[mask]" was lower-cased into three pieces, and the refusal gave no hint.
+    torch.manual_seed(0)
+    model = BertForPretraining(BertConfig(**{**CONFIG, "vocab_size": tokenizer.vocab_size}))
+    assert fill_mask(model, tokenizer, "the [mask] was [Mask]") == fill_mask(model, tokenizer, "the [MASK] was [MASK]")
+    with pytest.raises(GraphseqError, match=r"no \[MASK\] to fill: 'the mask was'; write \[MASK\] where"):
+        fill_mask(model, tokenizer, "the mask was")

@@ -364,3 +364,47 @@ def test_loaders_name_a_folder_in_their_files_place(tmp_path, loader, name):
             "tokenizer": WordPieceTokenizer.load}[loader]
     with pytest.raises(GraphseqError, match=f"{tmp_path / name} is a folder, not a file"):
         load(tmp_path / name if loader == "tokenizer" else tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shapes_captioner(tmp_path_factory):
+    """A run folder with an untrained captioner that knows the colours of 100 shapes training images."""
+    from graphseq.data.shapes import load_shapes
+    from graphseq.io import save_checkpoint
+    from graphseq.models.captioner import MODEL_FILE
+    from graphseq.stages.captioning import image_range
+
+    torch.manual_seed(0)
+    model = Captioner(caption_vocabulary([["a", "red", "circle"]]), "attention", channels=(4, 8, 8, 12),
+                      image_size=64, embedding_dim=6, hidden_size=8)
+    model.image_range = image_range(load_shapes("train", 100))
+    run = tmp_path_factory.mktemp("captioner")
+    save_checkpoint(model.checkpoint(), run / MODEL_FILE)
+    return run
+
+
+@pytest.mark.parametrize("image, unlike", [
+    ("shapes", ""),
+    ("black", "its colours are far from theirs"),
+    ("tiny", "it is 1x1 pixels, smaller than the 64x64 the model reads"),
+])
+def test_an_image_unlike_the_training_images_is_captioned_with_a_warning(shapes_captioner, tmp_path, capsys,
+                                                                          image, unlike):
+    # An all-black image came back as "a large red square", without a word of doubt.
+    from PIL import Image
+
+    from graphseq.cli import main
+    from graphseq.data.shapes import load_shapes
+
+    path = tmp_path / f"{image}.png"
+    if image == "shapes":
+        Image.fromarray(load_shapes("test", 1).images[0].permute(1, 2, 0).numpy()).save(path)
+    else:  # the tiny one in the background's grey: only its size is unlike
+        size, colour = ((64, 64), (0, 0, 0)) if image == "black" else ((1, 1), (40, 40, 40))
+        Image.new("RGB", size, colour).save(path)
+    assert main(["caption", str(shapes_captioner), str(path), "--max-length", "3"]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.strip()  # captioned all the same
+    warning = [line for line in printed.err.splitlines() if "warning" in line]
+    assert warning == ([f"graphseq: warning: {path} is unlike the images the model was trained on ({unlike}"
+                        f"); its caption may not describe it"] if unlike else [])

@@ -247,8 +247,12 @@ def picture(tmp_path_factory):
 def test_caption_prints_a_caption_of_an_image_file(attention_run, picture, capsys):
     out, _ = attention_run
     assert main(["caption", str(out), str(picture)]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    printed = capsys.readouterr()
+    lines = printed.out.splitlines()
     assert len(lines) == 1 and len(lines[0].split()) <= 20
+    assert "warning" not in printed.err  # a test image of the shapes it was trained on
+    low, high = load_checkpoint(out / "captioner.pt")["image_range"]  # what an image is compared with
+    assert len(low) == len(high) == 6 and all(a <= b for a, b in zip(low, high))
 
 
 def test_caption_draws_the_attention_of_each_word(attention_run, picture, tmp_path, capsys):

@@ -231,12 +231,12 @@ def test_an_oracle_that_could_not_ask_is_refused_before_the_training(tmp_path, d
 @pytest.mark.parametrize("options,overrides,message", [
     # --labels was silently ignored by the simulated (and the human) oracle.
     ({"oracle": "simulated", "labels": "answers.csv"}, {},
-     "oracle.labels has no use when oracle.oracle = 'simulated': it applies only with 'file'"),
+     "--labels has no use with --oracle simulated: it applies only with --oracle file"),
     ({}, {"oracle.noise": 0.1}, "oracle.noise has no use when oracle.oracle = '': it applies only with 'simulated'"),
     ({"oracle": "human"}, {"oracle.noise": 0.1},
-     "oracle.noise has no use when oracle.oracle = 'human': it applies only with 'simulated'"),
+     "oracle.noise has no use with --oracle human: it applies only with --oracle simulated"),
     ({"oracle": "simulated"}, {"oracle.picture_width": 30},
-     "oracle.picture_width has no use when oracle.oracle = 'simulated': it applies only with 'human'"),
+     "oracle.picture_width has no use with --oracle simulated: it applies only with --oracle human"),
     ({}, {"oracle.episodes": 3}, "oracle.episodes has no use when oracle.oracle = '': it applies only with "
                                  "'simulated' or 'human' or 'file'"),
     ({}, {"oracle.training": "random_trained"}, "oracle.training has no use when oracle.oracle = ''"),
@@ -326,6 +326,16 @@ def answered_run(tmp_path_factory, fake_omniglot):
     return out
 
 
+@pytest.fixture(scope="module")
+def hand_answered_run(tmp_path_factory, fake_omniglot):
+    """The same, its 3 episodes answered by a person (a script of class numbers): a resumed run keeps its oracle."""
+    out = tmp_path_factory.mktemp("answered-by-hand") / "run"
+    summary = graphseq.run("fewshot-omniglot-active", out=out, quiet=True, overrides=FAKE_ACTIVE,
+                           oracle=HumanOracle(io.StringIO("0\n1\n2\n"), io.StringIO()), **fake_omniglot)
+    assert summary["runs"][0]["oracle_answers"] == 3
+    return out
+
+
 def files_of(out):
     return {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
@@ -406,7 +416,7 @@ def test_answers_for_more_oracle_episodes_than_the_run_has_are_refused_before_a_
     settings = {key: value for key, value in FAKE_ACTIVE.items() if key != "oracle.episodes"}
     with pytest.raises(graphseq.GraphseqError, match=message):
         graphseq.run("fewshot-omniglot-active", out=out, quiet=True, resume=True, overrides=settings,
-                     oracle=HumanOracle(io.StringIO("q\n"), io.StringIO()), **fake_omniglot)
+                     oracle="simulated", **fake_omniglot)
     assert files_of(out) == before
     summary = graphseq.run("fewshot-omniglot-active", out=out, quiet=True, resume=True,
                            overrides={**settings, "oracle.episodes": 3}, **fake_omniglot)
@@ -415,9 +425,10 @@ def test_answers_for_more_oracle_episodes_than_the_run_has_are_refused_before_a_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("columns", [40, 60, 80])
-def test_the_human_prompt_fits_the_terminal_width(answered_run, fake_omniglot, tmp_path, monkeypatch, columns):
+def test_the_human_prompt_fits_the_terminal_width(hand_answered_run, fake_omniglot, tmp_path, monkeypatch,
+                                                  columns):
     monkeypatch.chdir(tmp_path)
-    shutil.copytree(answered_run, "run")
+    shutil.copytree(hand_answered_run, "run")
     monkeypatch.setenv("COLUMNS", str(columns))
     output = io.StringIO()
     graphseq.run("fewshot-omniglot-active", out="run", quiet=True, resume=True,

@@ -1,6 +1,8 @@
 """Smoke runs of the GAT pipelines for a few epochs, and gat-cora's accuracy
 on the real Cora graph."""
 import io
+import os
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -16,6 +18,21 @@ from graphseq.runner.config import available_pipelines
 from graphseq.stages.node_training import fit_node_classifier
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_main_command_prints_no_library_warning(tmp_path, mirror):
+    # Every run printed torch's "Sparse CSR tensor support is in beta state" UserWarning, and the first,
+    # on a fresh data root, PyG's "Processing..." and "Done!"; those two are log lines now.
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    environment.pop("PYTEST_CURRENT_TEST", None)  # PyG prints nothing while it is set
+    done = subprocess.run([sys.executable, "-m", "graphseq", "run", "gat-cora", "--set", "train.max_epochs=2",
+                           "--data-root", str(tmp_path / "data"), "--data-mirror", str(mirror),
+                           "--out", str(tmp_path / "run")], env=environment, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert not any(said in done.stderr for said in ("Warning", "Processing", "Done!")), done.stderr
+    assert "PyG: Processing..." in (tmp_path / "run" / "log.txt").read_text()
 
 
 @pytest.mark.parametrize("name", ["gat-cora", "gat-citeseer"])

@@ -77,6 +77,7 @@ def test_two_workers_take_the_step_of_one_on_the_whole_batch(tmp_path, ppi_mirro
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == \
         ["checkpoint.pt", "config.toml", "curves.png", "log.txt", "metrics.json"]
     assert (tmp_path / "two" / "log.txt").read_text().count("pipeline gat-ppi") == 1
+    assert f"out {tmp_path / 'two'}, 2 processes" in (tmp_path / "two" / "log.txt").read_text()
     assert done.stdout.count("gat-ppi: val_f1") == 1
 
 
@@ -131,6 +132,7 @@ def test_a_killed_worker_ends_the_run_clearly_and_the_checkpoint_resumes(tmp_pat
     assert launcher.returncode == 2
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("graphseq: error: worker 1 of 2") and "SIGKILL" in last and "--resume" in last
+    assert (out / "log.txt").read_text().splitlines()[-1].split(" ", 2)[2] == last.removeprefix("graphseq: error: ")
     stopped_at = load_checkpoint(out / "checkpoint.pt")["step"]
     assert 2 <= stopped_at < 120
     resumed = subprocess.run(command + ["--resume"], env=environment(), capture_output=True, text=True,

@@ -1,6 +1,6 @@
 """The few-shot oracle stage with a person at the prompt, on generated
 Omniglot: a closed standard input is refused before the run writes a file,
-and a resumed run may draw the pictures at another width."""
+a resumed run may draw the pictures at another width, and keeps its oracle."""
 import io
 
 import pytest
@@ -57,3 +57,44 @@ def test_a_resumed_persons_run_may_draw_the_pictures_at_another_width(omniglot, 
     assert summary["runs"][0]["oracle_answers"] == 3
     with LabelStore(out / STORE_NAME) as store:
         assert [(a.item, a.label) for a in store.answers("learned")] == [(0, "0"), (1, "1"), (2, "1")]
+
+
+@pytest.mark.parametrize("started, now, refused", [
+    ({"oracle": "human"}, {"oracle": "simulated"}, "--oracle simulated (the run has oracle.oracle = 'human')"),
+    ({"oracle": "human"}, {"oracle": "file", "labels": "/a.csv"}, "--labels /a.csv (the run has oracle.labels = '')"),
+    ({"oracle": "file", "labels": "/a.csv"}, {"oracle": "file", "labels": "/b.csv"},
+     "--labels /b.csv (the run has oracle.labels = '/a.csv')"),
+    ({}, {"oracle": "human"}, None),  # trained without an oracle: nobody answered yet
+    ({"oracle": "human"}, {"oracle": "human"}, None),
+])
+def test_a_resumed_run_keeps_its_oracle_and_labels_file(started, now, refused):
+    from graphseq.runner.run_folder import differences
+
+    section = {"stage": "fewshot_oracle"}
+    found = differences({"oracle": {**section, **started}}, {"oracle": {**section, **now}})
+    assert (refused is None and found == []) or refused in found[0]
+
+
+@pytest.mark.slow
+def test_a_persons_run_resumed_with_another_oracle_is_refused_and_changes_no_file(omniglot, tmp_path, monkeypatch,
+                                                                                 capsys):
+    # It ran on: the store then mixed human and simulated answers, and config.toml said simulated.
+    from graphseq.cli import main
+
+    out = tmp_path / "run"
+    monkeypatch.setattr("sys.stdin", io.StringIO("0\nq\n"))
+    graphseq.run("fewshot-omniglot-active", out=out, quiet=True, oracle="human", overrides=SMALL, **omniglot)
+    assert "oracle: 1 answer stored" in (out / "log.txt").read_text()  # was "1 answers"
+    labels = tmp_path / "answers.csv"
+    labels.write_text("item,label\n1,0\n")
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    common = ["run", "fewshot-omniglot-active", "--resume", "--quiet", "--out", str(out),
+              "--data-root", str(omniglot["data_root"]), "--data-mirror", str(omniglot["data_mirror"]),
+              *(f"--set={key}={value}" for key, value in SMALL.items())]
+    for flags, said in [(["--oracle", "simulated"], "--oracle simulated (the run has oracle.oracle = 'human')"),
+                        (["--labels", str(labels)], f"--labels {labels} (the run has oracle.labels = '')")]:
+        assert main([*common, *flags]) == 2
+        assert said in capsys.readouterr().err
+        assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
+    with LabelStore(out / STORE_NAME) as store:
+        assert [(a.item, a.source) for a in store.answers("learned")] == [(0, "human")]
