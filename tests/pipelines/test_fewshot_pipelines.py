@@ -25,6 +25,13 @@ def whole_fraction(value, total):
     return abs(value * total - round(value * total)) < 1e-6
 
 
+def tiny_start(**data):
+    """fewshot-omniglot-active's start run (its [start] section's overrides), made tiny; ``data``: the
+    settings of the start's own [data] section."""
+    settings = {**tiny(("train", "test")), **{f"data.{key}": value for key, value in data.items()}}
+    return {"start.overrides": [f"{key}={value}" for key, value in settings.items()]}
+
+
 def tiny(*tables, steps=2):
     """Overrides that make every training and test section of a pipeline tiny."""
     overrides = {}
@@ -125,7 +132,7 @@ def test_semi_supervised_compares_with_and_without_unlabelled_nodes(tmp_path, da
     assert "(26 nodes each)" in log and "(6 nodes each, labelled only)" in log
 
 
-ACTIVE = tiny(("train", "test"), ("train_random_trained", "test_random_trained"))
+ACTIVE = {**tiny(("train", "test"), ("train_random_trained", "test_random_trained")), **tiny_start()}
 ASKED = {**ACTIVE, "oracle.episodes": 5}  # with an oracle: the oracle's keys apply only then
 
 
@@ -304,7 +311,8 @@ def test_human_oracle_through_a_pipe_stores_exactly_the_accepted_answers(active_
 
 # On generated Omniglot (7 characters: 3 for training, 2 for validation, 2 = 8
 # classes with the rotations for test), trained in seconds.
-FAKE_ACTIVE = {**ASKED, "data.train_characters": 5, "data.val_characters": 2, "oracle.episodes": 3}
+FAKE_ACTIVE = {**ASKED, "data.train_characters": 5, "data.val_characters": 2, "oracle.episodes": 3,
+               **tiny_start(train_characters=5, val_characters=2)}
 
 
 @pytest.fixture(scope="module")
@@ -522,3 +530,18 @@ def test_miniimagenet_episodes_its_csvs_cannot_give_are_refused_before_decoding(
         graphseq.run("fewshot-miniimagenet-5w1s", out=tmp_path / "run", data_root=tmp_path / "data", quiet=True,
                      overrides={**tiny(("train", "test")), **overrides})
     assert not (tmp_path / "run").exists() and not (tmp_path / "data" / "mini-imagenet" / "processed").exists()
+
+
+def test_the_papers_schedule_of_the_active_pipeline_is_one_switch_away(fake_omniglot, tmp_path):
+    # fewshot-omniglot-active is the CPU recipe, which builds its own start; -paper is the paper's schedule.
+    from graphseq.runner.config import read_config, resolve_pipeline
+    paper, cpu = (read_config(resolve_pipeline(name)) for name in ("fewshot-omniglot-active-paper",
+                                                                   "fewshot-omniglot-active"))
+    assert paper["train"]["steps"] == paper["train_random_trained"]["steps"] == 80_000 and "start" not in paper
+    assert cpu["start"]["pipeline"] == "fewshot-omniglot-5w1s" and cpu["train"]["steps"] == 1_000
+    overrides = {**tiny(("train", "test"), ("train_random_trained", "test_random_trained")),
+                 "data.train_characters": 5, "data.val_characters": 2}
+    summary = graphseq.run("fewshot-omniglot-active-paper", out=tmp_path / "run", quiet=True, overrides=overrides,
+                           **fake_omniglot)
+    assert summary["runs"][0]["steps"] == summary["runs"][0]["steps_random_trained"] == 2
+    assert not (tmp_path / "run" / "start").exists()

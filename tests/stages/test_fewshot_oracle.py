@@ -18,8 +18,15 @@ def tiny(*tables):
     return overrides
 
 
+def tiny_start(**data):
+    """The [start] run's overrides, tiny, on the same data."""
+    settings = {**tiny(("train", "test")), **{f"data.{key}": value for key, value in data.items()}}
+    return {"start.overrides": [f"{key}={value}" for key, value in settings.items()]}
+
+
 SMALL = {**tiny(("train", "test"), ("train_random_trained", "test_random_trained")),
-         "data.train_characters": 5, "data.val_characters": 2, "oracle.episodes": 3}
+         "data.train_characters": 5, "data.val_characters": 2, "oracle.episodes": 3,
+         **tiny_start(train_characters=5, val_characters=2)}
 
 
 @pytest.fixture(scope="module")
