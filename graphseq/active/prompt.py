@@ -19,7 +19,10 @@ terminal's width: a longer one is wrapped at words, keeping its indent.
 """
 from __future__ import annotations
 
+import io
+import os
 import re
+import stat
 import sys
 import textwrap
 from typing import Optional, TextIO, Union
@@ -213,8 +216,9 @@ def _is_terminal(stream) -> bool:
 
 def check_streams(input: Optional[TextIO], output: Optional[TextIO]) -> None:
     """Refuses a person's oracle whose standard input or output is closed
-    (``<&-``, ``>&-``; Python then has no stream at all): found in the
-    run's checks, before any file of the run is written, not at the first
+    (``<&-``, ``>&-``; Python then has no stream at all), or whose input is
+    at its end already (``< /dev/null``, an empty file): found in the run's
+    checks, before any training or file of the run, not at the first
     question."""
     for stream, role, remedy in ((input, "reads your answers from standard input",
                                   "a terminal, a pipe or a file (< answers.txt)"),
@@ -222,6 +226,23 @@ def check_streams(input: Optional[TextIO], output: Optional[TextIO]) -> None:
                                   "a terminal or a file (> transcript.txt)")):
         if stream is None or getattr(stream, "closed", False):
             raise GraphseqError(f"the human oracle (--oracle human) {role}, which is closed; give it {remedy}")
+    if _at_its_end(input):
+        raise GraphseqError("the human oracle (--oracle human) reads your answers from standard input, which holds "
+                            "nothing to read (/dev/null or an empty file); give it a terminal, a pipe or a file of "
+                            "answers (< answers.txt)")
+
+
+def _at_its_end(stream: TextIO) -> bool:
+    """Whether ``stream`` is /dev/null, or a file read to its end: nothing a
+    person could answer will come. A pipe or a terminal may bring more later."""
+    try:
+        descriptor = stream.fileno()
+        found = os.fstat(descriptor)
+        if stat.S_ISREG(found.st_mode):
+            return os.lseek(descriptor, 0, os.SEEK_CUR) >= found.st_size
+        return stat.S_ISCHR(found.st_mode) and found.st_rdev == os.stat(os.devnull).st_rdev
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return False  # no descriptor (a test's StringIO), or nothing to tell
 
 
 def fit(line: str, width: int) -> list[str]:

@@ -170,3 +170,15 @@ def read_until(master, text, seen=""):
             except OSError:  # the process ended
                 break
     return seen
+
+
+def test_input_with_nothing_to_read_is_refused_before_any_training(tmp_path):
+    from graphseq.active.prompt import check_streams
+
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "answers.txt").write_text("1\nq\n")
+    for nothing in (os.devnull, tmp_path / "empty.txt"):
+        with open(nothing) as stream, pytest.raises(GraphseqError, match="holds nothing to read"):
+            check_streams(stream, io.StringIO())
+    with open(tmp_path / "answers.txt") as stream:
+        check_streams(stream, io.StringIO())  # answers to read: asked as piped
