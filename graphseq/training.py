@@ -299,7 +299,7 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Los
                 pace = (progress.seconds - paced[1]) / PACED_STEPS
                 left = (steps - progress.step) * pace / 60
                 log.info(f"{desc}: {pace:.2f} s a step here; the {steps - progress.step:,} steps left take about "
-                         f"{_minutes(left)}" + (": a long schedule (fewer steps: --set SECTION.steps=N)"
+                         f"{describe_minutes(left)}" + (": a long schedule (fewer steps: --set SECTION.steps=N)"
                                                 if left > LONG_MINUTES else ""))
             if eval_every > 0 and progress.step % eval_every == 0:
                 record()
@@ -328,7 +328,7 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Los
                        cpu_seconds=progress.cpu_seconds)
 
 
-def _minutes(minutes: float) -> str:
+def describe_minutes(minutes: float) -> str:
     """A duration as a person reads it: "40 seconds", "12 minutes", "3.5 hours"."""
     if minutes < 1:
         return f"{max(1, round(minutes * 60))} seconds"

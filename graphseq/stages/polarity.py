@@ -7,6 +7,7 @@ chosen on that fold's validation part, then tested on its test part.
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -20,11 +21,12 @@ from tqdm import tqdm
 from ..checks import Domain, at_least, between, non_negative, one_of, positive, probability
 from ..data.polarity import Fold, cv_folds, load_polarity
 from ..data.text import Vocabulary, tokenize
-from ..errors import GraphseqError, draw_bars
+from ..errors import GraphseqError, draw_bars, plural
 from ..graphs import chain, lengths_to_batch
 from ..io import read_json, save_checkpoint, write_json
 from ..models.sentence import POOLS, SentenceClassifier
 from ..seeding import MAX_SEED
+from ..training import LONG_MINUTES, describe_minutes
 from .registry import stage
 
 
@@ -259,6 +261,7 @@ def train_sentences(ctx, *, max_epochs: int = 10, patience: int = 3, batch_size:
             if (ctx.out / f"fold-{f['fold']}.pt").is_file()}
     write_json(ctx.out / FOLDS_FILE, list(done.values()))
     results = []
+    left = [i for i in data.test_folds if i not in done]
     for i in data.test_folds:
         if i in done:
             figures = done[i]
@@ -267,10 +270,18 @@ def train_sentences(ctx, *, max_epochs: int = 10, patience: int = 3, batch_size:
             fold = data.fold(i)
             torch.manual_seed((ctx.seed + 1_000_003 * i) % 2**63)  # Each fold's start, whichever folds run.
             model = make_model(len(fold.vocab), int(data.labels.max()) + 1).to(ctx.device)
+            started = time.perf_counter()
             figures = {"fold": i, **train_fold(
                 model, fold, device=ctx.device, seed=ctx.seed + i, max_epochs=max_epochs, patience=patience,
                 batch_size=batch_size, lr=lr, weight_decay=weight_decay, clip=clip, max_batches=max_batches,
                 quiet=ctx.quiet, desc=f"fold {i} ", log=ctx.log)}
+            if i == left[0] and len(left) > 1:  # the first fold trained here paces the rest
+                epoch = (time.perf_counter() - started) / figures["epochs_run"]
+                most = epoch * max_epochs * (len(left) - 1) / 60
+                ctx.log.info(f"{epoch:.1f} s an epoch here; at most about {describe_minutes(most)} for the "
+                             f"{plural(len(left) - 1, 'fold')} left ({max_epochs} epochs each)"
+                             + (": a long schedule (fewer folds: --set data.test_folds=[...])"
+                                if most > LONG_MINUTES else ""))
             if test:
                 figures["test_accuracy"] = accuracy(model, fold.test, fold.test_labels, ctx.device)
             save_checkpoint({"model": model.state_dict(), "model_config": dict(make_model.keywords),
