@@ -50,7 +50,8 @@ def test_every_numeric_stage_parameter_has_a_domain():
 def test_every_default_lies_in_its_domain():
     outside = [f"{name}.{key} = {stage_params(STAGES[name])[key]!r}"
                for name, spec in SPECS.items() for key, domain in spec.checks.items()
-               if not domain(stage_params(STAGES[name])[key])]
+               if stage_params(STAGES[name])[key] is not inspect.Parameter.empty  # a required key has none
+               and not domain(stage_params(STAGES[name])[key])]
     assert outside == []
 
 

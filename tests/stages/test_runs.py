@@ -4,12 +4,13 @@ where the run it names could not run."""
 import pytest
 
 import graphseq
+from graphseq.checks import at_least
 from graphseq.stages import stage
 
 CALLS = []
 
 
-@stage("test_inner_training")
+@stage("test_inner_training", checks={"steps": at_least(1)})
 def inner_training(ctx, *, steps: int = 1):
     """A training that stores its checkpoint and counts its runs."""
     CALLS.append(ctx.out)
