@@ -2,12 +2,14 @@
 an image's regions, each word's map beside the image (the figure of "Show,
 Attend and Tell"), and grey images drawn in the terminal with Unicode
 half-block characters (what a person labelling few-shot episodes at the
-prompt looks at), laid out in rows that fit the terminal. Figures are drawn
+prompt looks at), laid out in rows that fit the terminal, or as PNG bytes
+for a web page. Figures are drawn
 with matplotlib's object-oriented API onto an Agg canvas (no pyplot, no
 global backend) and written atomically.
 """
 from __future__ import annotations
 
+import io
 import math
 import shutil
 from pathlib import Path
@@ -191,3 +193,32 @@ def side_by_side(pictures: Sequence[List[str]], captions: Sequence[str], gap: in
         drawn = [k for k, row in enumerate(rows) if row.strip()]
         lines += rows[drawn[0]:drawn[-1] + 1] if drawn else []
     return lines
+
+
+# --------------------------------------------------------------------------- #
+# Images as PNG
+# --------------------------------------------------------------------------- #
+
+def png_bytes(image: Tensor) -> bytes:
+    """An image ``[height, width]`` or ``[channels (1 or 3), height, width]``
+    as the bytes of a PNG file: ``uint8`` pixels as they are, any other
+    values scaled to ``0-255`` by their own minimum and maximum (pixels that
+    are not finite are black; a constant image is black)."""
+    from PIL import Image
+
+    if not (image.dim() == 2 or (image.dim() == 3 and image.size(0) in (1, 3))) or image.numel() == 0:
+        raise ValueError(f"png_bytes expects an image [height, width] or [channels (1 or 3), height, width], "
+                         f"got shape {list(image.shape)}")
+    image = image.detach().cpu()
+    if image.dim() == 3:
+        image = image.permute(1, 2, 0) if image.size(0) == 3 else image[0]
+    if image.dtype != torch.uint8:
+        image = image.float()
+        finite = torch.isfinite(image)
+        low, high = (image[finite].min(), image[finite].max()) if finite.any() else (torch.zeros(()),) * 2
+        image = torch.where(finite, image, low) - low
+        scale = float(high - low)
+        image = (image * (255 / scale) if scale > 0 else image).round().to(torch.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(image.contiguous().numpy()).save(buffer, format="PNG")
+    return buffer.getvalue()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from graphseq.errors import GraphseqError
-from graphseq.pictures import draw_attention, image_blocks, side_by_side, terminal_width
+from graphseq.pictures import draw_attention, image_blocks, png_bytes, side_by_side, terminal_width
 
 
 @pytest.mark.parametrize("columns", [0, -1])
@@ -120,3 +120,31 @@ def test_image_blocks_draws_a_pixel_that_is_not_finite_as_paper(bad):
     expected = image_blocks(image, 4)
     image[0, 0] = bad
     assert image_blocks(image, 4) == expected == ["  \u2588\u2588"] * 2
+
+
+def _decoded(data):
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    return np.array(Image.open(io.BytesIO(data)))
+
+
+def test_png_bytes_keeps_uint8_pixels_and_channels():
+    grey = torch.arange(12, dtype=torch.uint8).view(1, 3, 4)
+    assert _decoded(png_bytes(grey)).tolist() == grey[0].tolist()
+    colour = torch.randint(0, 256, (3, 5, 2), dtype=torch.uint8)
+    assert _decoded(png_bytes(colour)).tolist() == colour.permute(1, 2, 0).tolist()
+
+
+def test_png_bytes_scales_other_values_by_their_range_and_draws_what_is_not_finite_black():
+    image = torch.tensor([[-1.0, 0.0], [float("nan"), 1.0]])
+    assert _decoded(png_bytes(image)).tolist() == [[0, 128], [0, 255]]
+    assert _decoded(png_bytes(torch.full((2, 2), 7.0))).tolist() == [[0, 0], [0, 0]]
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 3), (1, 1, 3, 3), (0, 4)])
+def test_png_bytes_refuses_shapes_that_are_no_image(shape):
+    with pytest.raises(ValueError, match="png_bytes expects an image"):
+        png_bytes(torch.zeros(shape))
