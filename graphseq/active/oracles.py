@@ -4,8 +4,9 @@ for news the loop wants a person to hear. A reply is a class index or one of
 the commands :data:`SKIP`, :data:`UNDO`, :data:`QUIT`.
 
 :class:`SimulatedOracle` answers from the ground truth, with label noise if
-asked; :class:`FileOracle` from a CSV file of ``item,label`` rows; the
-person at the terminal is :class:`graphseq.active.prompt.HumanOracle`.
+asked; :class:`FileOracle` from a CSV file of ``item,label`` rows; a
+person answers at the terminal (:class:`graphseq.active.prompt.HumanOracle`)
+or in the browser (:class:`graphseq.active.web.WebOracle`).
 """
 from __future__ import annotations
 
@@ -34,14 +35,32 @@ SKIP, UNDO, QUIT = Command.SKIP, Command.UNDO, Command.QUIT
 Reply = Union[int, Command]
 
 
+class Guess(str):
+    """A line of a question's details that gives the model's guess: a
+    terminal prints it as any line, a page shows it on request."""
+
+
+@dataclass
+class PictureRow:
+    """Images shown side by side under a heading, each with its caption."""
+
+    heading: str
+    images: List[Tensor]  # each [channels, height, width] or [height, width]; uint8 is shown as it is
+    captions: List[str]
+
+
 @dataclass
 class Question:
-    """What the loop asks about one item."""
+    """What the loop asks about one item. An oracle that shows images (the
+    web page) shows a question with ``pictures`` by them and its
+    :class:`Guess` lines: its other details are the same pictures drawn as
+    text, for the terminal."""
 
     item: int
     class_names: Sequence[str]
     details: List[str] = field(default_factory=list)  # What a person reads to decide.
     progress: str = ""                                # "entropy: 23 of 140 labels, round 3"
+    pictures: List[PictureRow] = field(default_factory=list)
 
 
 def quoted(text: str, most: int = 40) -> str:

@@ -24,6 +24,7 @@ from ..data.text import tfidf
 from ..errors import GraphseqError
 from ..graphs import knn
 from .loop import Task
+from .oracles import Guess
 
 # Cora's classes in Planetoid's label order. Planetoid ships indices only;
 # the names follow from the class sizes, which are all different (351 Theory,
@@ -31,6 +32,9 @@ from .loop import Task
 # 426 Probabilistic_Methods, 298 Case_Based, 180 Rule_Learning).
 CORA_CLASSES = ["Theory", "Reinforcement_Learning", "Genetic_Algorithms", "Neural_Networks",
                 "Probabilistic_Methods", "Case_Based", "Rule_Learning"]
+# What a person reading about a paper should know: Planetoid's copies of Cora,
+# CiteSeer and PubMed keep word indices, not the words, so the neighbourhood decides.
+NO_WORDS = "(Planetoid keeps no title or words of a paper: judge it by its neighbours)"
 
 
 def top_predictions(probabilities: Tensor, class_names, top: int = 3) -> str:
@@ -66,9 +70,9 @@ def cora_task(root: Path, mirror: Optional[Path] = None, name: str = "cora") -> 
     neighbours = adjacency_lists(data.edge_index, data.num_nodes)
 
     def describe(item: int, probabilities: Tensor, labelled: Mapping[int, int]) -> List[str]:
-        # Planetoid's Cora keeps no titles or words: a person decides from the neighbourhood.
-        return (neighbour_summary(item, neighbours, labelled, class_names, "papers it cites or that cite it")
-                + ([f"  model: {top_predictions(probabilities[item].cpu(), class_names)}"]
+        return ([f"  {NO_WORDS}"]
+                + neighbour_summary(item, neighbours, labelled, class_names, "papers it cites or that cite it")
+                + ([Guess(f"  model: {top_predictions(probabilities[item].cpu(), class_names)}")]
                    if probabilities is not None else []))
 
     return Task(class_names, pool, data.edge_index, describe), data
@@ -112,7 +116,7 @@ def polarity_task(root: Path, mirror: Optional[Path] = None, neighbours: int = 1
         # One line: the oracle wraps it to the terminal (a line wrapped here too comes out ragged).
         return ([f'  "{" ".join(sentences[item].split())}"']
                 + neighbour_summary(item, graph_neighbours, labelled, POLARITY_CLASSES, "similar sentences")
-                + ([f"  model: {top_predictions(probabilities[item].cpu(), POLARITY_CLASSES)}"]
+                + ([Guess(f"  model: {top_predictions(probabilities[item].cpu(), POLARITY_CLASSES)}")]
                    if probabilities is not None else []))
 
     return Task(list(POLARITY_CLASSES), (~test).nonzero().view(-1), edge_index, describe), data

@@ -1,6 +1,8 @@
 """The polarity task refuses sizes that leave no test set or no pool,
-before any sentence is read (a small fake corpus stands in for the data)."""
+before any sentence is read, and marks the model's line as its guess (a
+small fake corpus stands in for the data)."""
 import pytest
+import torch
 
 from graphseq.active import tasks
 from graphseq.errors import GraphseqError
@@ -62,3 +64,15 @@ def test_a_sentence_is_one_line_that_the_prompt_wraps_to_the_terminal(monkeypatc
     # Wrapped once, at 50 columns: every line but the last is full up to the next word.
     assert all(len(line) <= 50 and len(line) + 1 + len(after.split()[0]) > 50
                for line, after in zip(shown, shown[1:]))
+
+
+def test_the_models_line_is_marked_as_its_guess(monkeypatch):
+    from graphseq.active.oracles import Guess
+
+    sentences = [f"a film {WORDS[i % 6]} and {WORDS[(i + 1) % 6]}" for i in range(10)]
+    monkeypatch.setattr(tasks, "load_polarity", lambda root, mirror: (sentences, [i % 2 for i in range(10)]))
+    task, _ = tasks.polarity_task(None, neighbours=2)
+    item = int(task.pool[0])
+    details = task.describe(item, torch.tensor([[0.3, 0.7]] * 10), {})
+    assert [isinstance(line, Guess) for line in details] == [False, False, True]
+    assert details[-1] == "  model: positive 0.70, negative 0.30"  # printed at the terminal as before
