@@ -3,14 +3,15 @@
 Ctrl-C, a crash or a kill loses no answer.
 
 One row per answer: the strategy that asked, the item, the class name (NULL
-for a skip), where the answer came from (``human``, ``simulated``, ``file``
-or ``initial``) and the time (ISO 8601, UTC). Undo deletes the last row a
-person wrote. The test accuracy after each round is kept beside the answers,
-so that a resumed run continues its learning curve, and so are the questions
-of the round in progress, so that a resumed run finishes that round first
-and its curve has the points an uninterrupted run would have. Each round's
-end is kept too (the last answer of the round), so that undoing an answer of
-a finished round opens that round again and takes its point off the curve.
+for a skip), where the answer came from (``human`` at the terminal, ``web``
+in the browser, ``simulated``, ``file`` or ``initial``) and the time (ISO
+8601, UTC). Undo deletes the last row a person wrote. The test accuracy
+after each round is kept beside the answers, so that a resumed run continues
+its learning curve, and so are the questions of the round in progress, so
+that a resumed run finishes that round first and its curve has the points an
+uninterrupted run would have. Each round's end is kept too (the last answer
+of the round), so that undoing an answer of a finished round opens that
+round again and takes its point off the curve.
 
 A store that is damaged (truncated, overwritten, a table or a column gone)
 is a one-line error naming the file, which is left as it was. So is one that
@@ -41,7 +42,8 @@ from ..errors import GraphseqError
 from ..io import check_file_place, check_sqlite
 
 STORE_NAME = "labels.sqlite"
-SOURCES = ("human", "simulated", "file", "initial")
+SOURCES = ("human", "web", "simulated", "file", "initial")
+PERSONS = ("human", "web")  # the sources a person answers through: their answers may be undone
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (
@@ -49,7 +51,7 @@ CREATE TABLE IF NOT EXISTS answers (
     strategy TEXT    NOT NULL,
     item     INTEGER NOT NULL,
     label    TEXT,               -- the class name; NULL when the item was skipped
-    source   TEXT    NOT NULL,   -- human, simulated, file or initial
+    source   TEXT    NOT NULL,   -- human, web, simulated, file or initial
     time     TEXT    NOT NULL    -- ISO 8601, UTC
 );
 CREATE TABLE IF NOT EXISTS rounds (
@@ -222,8 +224,8 @@ class LabelStore:
         the reopened one are dropped, as that round was chosen by a model
         trained on the undone answer. All in one transaction."""
         row = self.connection.execute(
-            "SELECT id, item, label, source, time FROM answers WHERE strategy = ? AND source = 'human' "
-            "ORDER BY id DESC LIMIT 1", (strategy,)).fetchone()
+            "SELECT id, item, label, source, time FROM answers WHERE strategy = ? AND source IN (?, ?) "
+            "ORDER BY id DESC LIMIT 1", (strategy, *PERSONS)).fetchone()
         if row is None:
             return None
         ends = self.connection.execute("SELECT answer, labels FROM round_ends WHERE strategy = ? AND answer >= ?",
@@ -260,8 +262,8 @@ class LabelStore:
             "SELECT strategy FROM answers GROUP BY strategy ORDER BY MIN(id)")]
 
     def has_human_answers(self, strategy: str) -> bool:
-        return self.connection.execute("SELECT 1 FROM answers WHERE strategy = ? AND source = 'human'",
-                                       (strategy,)).fetchone() is not None
+        return self.connection.execute("SELECT 1 FROM answers WHERE strategy = ? AND source IN (?, ?)",
+                                       (strategy, *PERSONS)).fetchone() is not None
 
     def clear(self, strategy: str) -> None:
         """Forgets a strategy's answers, rounds and questions (a fresh run)."""

@@ -46,6 +46,16 @@ def test_undo_deletes_the_last_human_row_only(tmp_path):
         assert [a.item for a in store.answers("age", skips=True)] == [1]
 
 
+def test_answers_given_in_the_browser_are_a_persons_to_undo(tmp_path):
+    with LabelStore(tmp_path / STORE_NAME) as store:
+        store.add("age", 1, "Theory", "simulated")
+        assert not store.has_human_answers("age")
+        store.add("age", 2, "Theory", "web")
+        assert store.has_human_answers("age")  # a fresh run in the same --out is refused
+        assert store.undo("age").source == "web"
+        assert store.undo("age") is None
+
+
 def test_unknown_source_is_refused(tmp_path):
     with LabelStore(tmp_path / STORE_NAME) as store, pytest.raises(ValueError, match="source"):
         store.add("age", 1, "Theory", "guess")
