@@ -6,6 +6,7 @@ at once, and the model is retrained.
 - :mod:`.strategies` which items to ask about: ``(probabilities, pool, k, ...) -> indices``
 - :mod:`.oracles`    who answers: the ground truth (with noise), a CSV file
 - :mod:`.prompt`     a person at the terminal (or a pipe), never ``input()``
+- :mod:`.web`        a person in the browser: a page on 127.0.0.1 behind a token
 - :mod:`.store`      every answer in SQLite, committed before the next question
 - :mod:`.loop`       query, ask, store, retrain, until the budget is spent
 - :mod:`.learners`   fits the model retrained each round (:class:`graphseq.models.GCN`)
@@ -19,7 +20,8 @@ from .oracles import QUIT, SKIP, UNDO, FileOracle, Question, SimulatedOracle
 from .prompt import HumanOracle
 from .store import LabelStore, labels_csv
 from .strategies import STRATEGIES, get_strategy
+from .web import WebOracle
 
 __all__ = ["Task", "active_learning", "entropy", "margin", "least_confidence", "STRATEGIES",
-           "get_strategy", "SimulatedOracle", "FileOracle", "HumanOracle", "Question", "SKIP",
+           "get_strategy", "SimulatedOracle", "FileOracle", "HumanOracle", "WebOracle", "Question", "SKIP",
            "UNDO", "QUIT", "LabelStore", "labels_csv", "plot_learning_curves", "plot_run"]
