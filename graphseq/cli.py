@@ -46,9 +46,10 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                    help="continue the run stored in --out, with the settings it was started with")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bars or console log (what libraries print goes to log.txt)")
-    p.add_argument("--oracle", choices=["simulated", "human", "file"], default=None,
+    p.add_argument("--oracle", choices=["simulated", "human", "web", "file"], default=None,
                    help="who answers an active-learning pipeline's questions: the ground truth "
-                        "(default), you at the terminal (or a pipe), or --labels")
+                        "(default), you at the terminal (or a pipe), you in the browser (a page on "
+                        "127.0.0.1 whose address is printed), or --labels")
     p.add_argument("--labels", default=None, metavar="F.csv",
                    help="answers for --oracle file, rows item,label (implies --oracle file)")
     p.add_argument("--nproc-per-node", type=int, default=1, metavar="N",

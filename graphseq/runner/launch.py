@@ -32,9 +32,10 @@ def check_processes(pipeline: str, config: Dict[str, Any], options: Dict[str, An
     (a batch size) that does not divide by their number."""
     if processes <= 1:
         return
-    if _asks_a_person(options.get("oracle")):
-        raise GraphseqError("--oracle human asks you at this terminal, which one process alone can do; "
-                            "run it without --nproc-per-node (or torchrun)")
+    person = _asks_a_person(options.get("oracle"))
+    if person:
+        raise GraphseqError(f"--oracle {person} asks you {PERSON_ORACLES[person]}, which one process alone can do; "
+                            f"run it without --nproc-per-node (or torchrun)")
     tables = {}
     for name, table in sections(config).items():
         kind = table.get("stage", name)
@@ -63,8 +64,14 @@ def _parallel_with(data_parallel: Any, settings: Dict[str, Any]) -> bool:
     return bool(data_parallel)
 
 
-def _asks_a_person(oracle: Any) -> bool:
-    return oracle == "human" or type(oracle).__name__ == "HumanOracle"
+# The oracles that ask a person, and where.
+PERSON_ORACLES = {"human": "at this terminal", "web": "on one page in the browser"}
+
+
+def _asks_a_person(oracle: Any) -> Optional[str]:
+    """The person's oracle that ``oracle`` is (a name, or an oracle object), or None."""
+    source = oracle if isinstance(oracle, str) else getattr(oracle, "source", None)
+    return source if source in PERSON_ORACLES else None
 
 
 def launch(args: Sequence[str], nproc_per_node: int, plan: Any) -> int:

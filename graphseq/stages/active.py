@@ -4,18 +4,18 @@ each query strategy, plot the learning curves.
 
 The oracle is ``simulated`` unless the run says otherwise: the TOML keys
 ``active.oracle`` and ``active.labels``, which ``graphseq run ... --oracle
-human|file --labels F.csv`` set (the stage declares both run options), so
-that the run's config.toml records who answers and ``--resume`` keeps it.
-``human`` reads standard input; the Python API may hand an oracle object
-instead (``graphseq.run(..., oracle=...)``), which reaches the stage as
-``ctx.options["oracle"]``.
+human|web|file --labels F.csv`` set (the stage declares both run options),
+so that the run's config.toml records who answers and ``--resume`` keeps
+it. ``human`` reads standard input; ``web`` serves a page on 127.0.0.1; the
+Python API may hand an oracle object instead (``graphseq.run(...,
+oracle=...)``), which reaches the stage as ``ctx.options["oracle"]``.
 """
 from __future__ import annotations
 
 import contextlib
 import sys
 from pathlib import Path
-from typing import List, Tuple
+from typing import Callable, List, Tuple
 
 import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -26,15 +26,16 @@ from ..active.learners import GCNLearner
 from ..active.loop import active_learning as run_loop
 from ..active.oracles import FileOracle, SimulatedOracle
 from ..active.prompt import HumanOracle, check_streams
-from ..active.store import STORE_NAME, LabelStore
+from ..active.store import PERSONS, STORE_NAME, LabelStore
 from ..active.strategies import STRATEGIES
+from ..active.web import WebOracle, check_can_serve
 from ..checks import Domain, at_least, each, non_negative, one_of, positive, probability
 from ..data.planetoid import NAMES
-from ..errors import GraphseqError, draw_bars
+from ..errors import GraphseqError, draw_bars, tell
 from ..io import read_json, write_json
 from .registry import stage
 
-ORACLES = ("simulated", "human", "file")
+ORACLES = ("simulated", "human", "web", "file")
 EXISTING_FILE = Domain("empty, or the path of an existing file", lambda v: not v or Path(v).is_file())
 
 
@@ -87,14 +88,17 @@ def active_gcn(ctx, *, hidden: int = 16, epochs: int = 200, lr: float = 0.01,
 
 
 def make_oracle(kind, labels: str, truth: torch.Tensor, noise: float, seed: int,
-                columns: Tuple[str, str] = ("item", "label")):
-    """The oracle named ``kind``; ``columns``: the two columns of a labels file."""
+                columns: Tuple[str, str] = ("item", "label"), announce: Callable[[str], None] = tell):
+    """The oracle named ``kind``; ``columns``: the two columns of a labels
+    file; ``announce``: where the web oracle gives its page's address."""
     if not isinstance(kind, str):
         return kind  # An oracle object handed in through graphseq.run(..., oracle=...).
     if kind == "simulated":
         return SimulatedOracle(truth, noise, seed)
     if kind == "human":
         return HumanOracle(sys.stdin, sys.stdout)
+    if kind == "web":
+        return WebOracle(announce)
     if kind == "file":
         if not labels:
             raise GraphseqError(f"--oracle file needs --labels F.csv (rows {','.join(columns)})")
@@ -109,13 +113,50 @@ def check_human_streams() -> None:
     check_streams(sys.stdin, sys.stdout)
 
 
+def check_person(oracle) -> None:
+    """That a person's oracle (``--oracle human`` or ``web``) can ask, in a
+    precheck, before any training: open standard streams for the terminal;
+    for the browser, an address to serve the page on, and standard error
+    to say it on."""
+    if oracle == "human":
+        check_human_streams()
+    elif oracle == "web":
+        check_can_serve()
+        if sys.stderr is None or getattr(sys.stderr, "closed", False):
+            raise GraphseqError("the web oracle (--oracle web) prints its page's address on standard error, "
+                                "which is closed; give it a terminal or a file (2> address.txt)")
+
+
+def announcer(ctx) -> Callable[[str], None]:
+    """How a stage's web oracle gives its page's address: whole on the
+    console, a quiet run's too (the person needs it to answer), and in
+    log.txt without its token, as other users may read the run's folder."""
+    def announce(line: str) -> None:
+        console = sys.__stderr__ if ctx.quiet else sys.stderr  # a quiet run's sys.stderr goes to log.txt
+        try:
+            console.write(line + "\n")
+            console.flush()
+        except (AttributeError, OSError, ValueError):  # no console (2>&-), or a closed one
+            pass
+        ctx.log.debug(f"{line.split('?token=')[0]} (its token is printed on the terminal only)")
+    return announce
+
+
+def closing(oracle, kind):
+    """Closes, when the stage ends, an oracle it made that holds something
+    open (the web oracle's server); one handed in through ``graphseq.run``
+    is left to its owner."""
+    if isinstance(kind, str) and callable(getattr(oracle, "close", None)):
+        return contextlib.closing(oracle)
+    return contextlib.nullcontext()
+
+
 def _check_active(check, *, budget: int, initial: int, oracle: str, reference: bool, **_) -> None:
     # What the stage would find only after the run folder is made.
     if budget < initial:  # The loop refuses it too, but only after labels.sqlite is made.
         raise GraphseqError(f"{check.section}.budget ({budget}) is smaller than the initial labelled set "
                             f"({check.section}.initial = {initial}); the budget counts the initial labels too")
-    if check.options.get("oracle", oracle) == "human":  # (an oracle object handed to graphseq.run, or a name)
-        check_human_streams()
+    check_person(check.options.get("oracle", oracle))  # (an oracle object handed to graphseq.run, or a name)
     if reference and check.facts.get("standard_split") is False:
         raise GraphseqError(f"{check.section}.reference = true has no use here: this task has no standard training "
                             "split to compare with (active-polarity holds out test sentences only); "
@@ -123,8 +164,8 @@ def _check_active(check, *, budget: int, initial: int, oracle: str, reference: b
 
 
 # The simulated oracle runs every strategy of compare; a person or a file answers for strategy alone.
-BY_ORACLE = {"compare": ("simulated",), "noise": ("simulated",), "strategy": ("human", "file"),
-             "initial_from_truth": ("human", "file"), "labels": ("file",)}
+BY_ORACLE = {"compare": ("simulated",), "noise": ("simulated",), "strategy": ("human", "web", "file"),
+             "initial_from_truth": ("human", "web", "file"), "labels": ("file",)}
 
 
 @stage("active_learning", checks={
@@ -143,7 +184,7 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
 
     With the simulated oracle every strategy in ``compare`` is run from the
     same ``initial`` random labels, taken from the dataset. A person
-    (``human``) or a labels file (``file``, ``labels``) answers for
+    (``human``, ``web``) or a labels file (``file``, ``labels``) answers for
     ``strategy`` alone, and is asked about the ``initial`` random items too,
     so that every label of the run is theirs (unless ``initial_from_truth``).
     Each of these keys applies to its oracles only (``BY_ORACLE``): one set
@@ -163,7 +204,7 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
             raise GraphseqError(f"{ctx.section}.{key} = {value} is more than the {size} items of the pool, which the "
                                 f"run would run out of; set it to {size} at most")
     kind = ctx.options.get("oracle", oracle)  # An oracle object handed to graphseq.run, or a name.
-    the_oracle = make_oracle(kind, labels, data.y, noise, ctx.seed)
+    the_oracle = make_oracle(kind, labels, data.y, noise, ctx.seed, announce=announcer(ctx))
     if isinstance(the_oracle, FileOracle):
         the_oracle.check(task.class_names, task.pool)  # Every row, before the first label is stored.
     names = list(compare) if the_oracle.source == "simulated" else [strategy]
@@ -177,10 +218,11 @@ def active_learning(ctx, *, compare: List[str] = ("random", "entropy", "margin",
         first = {i: int(data.y[i]) for i in first}
 
     curves = {}
-    progress = the_oracle.source != "human" and draw_bars(ctx.quiet)
+    # No bar for a person: the prompt is on the terminal, the page shows the progress.
+    progress = the_oracle.source not in PERSONS and draw_bars(ctx.quiet)
     # The loop logs each point of the curve while its bar is drawn: the lines go above the bar, not
     # through it. Without a bar there is nothing to keep them off (and a quiet run's stderr is the log).
-    with LabelStore(Path(ctx.out) / STORE_NAME) as store, \
+    with closing(the_oracle, kind), LabelStore(Path(ctx.out) / STORE_NAME) as store, \
             logging_redirect_tqdm(loggers=[ctx.log]) if progress else contextlib.nullcontext():
         for name in names:
             learner = make_learner()

@@ -31,13 +31,13 @@ from ..data.miniimagenet import SPLITS as MINIIMAGENET_SPLITS, find_miniimagenet
 from ..data.omniglot import load_omniglot, omniglot_split
 from ..errors import GraphseqError, draw_bars, plural
 from ..active.loop import store_answer, undo_answer
-from ..active.oracles import QUIT, UNDO, FileOracle, Question
+from ..active.oracles import QUIT, UNDO, FileOracle, Guess, PictureRow, Question
 from ..active.store import STORE_NAME, LabelStore
 from ..io import first_sentence, load_checkpoint, read_json, write_json
 from ..models.fewshot import EMBEDDINGS, QUERY_MODES, UNKNOWN_LABELS, FewShotConfig, FewShotModel
 from ..training import CHECKPOINT, train_steps
 from ..pictures import image_blocks, side_by_side, terminal_width
-from .active import EXISTING_FILE, ORACLES, check_human_streams, make_oracle
+from .active import EXISTING_FILE, ORACLES, announcer, check_person, closing, make_oracle
 from .registry import stage, stage_params
 
 # A training's name suffixes its files and metrics: letters, digits, underscores.
@@ -562,25 +562,26 @@ def _wrapped(text: str, width: int, indent: str = "") -> List[str]:
                          break_long_words=False, break_on_hyphens=False)
 
 
+def _episode_nodes(batch, episode: int, ways: int) -> Tuple[List[Tuple[int, int]], int]:
+    """The labelled nodes of an episode with their class, class by class,
+    and its query node."""
+    nodes = range(int(batch.ptr[episode]), int(batch.ptr[episode + 1]))
+    labelled = [(node, way) for way in range(ways) for node in nodes
+                if bool(batch.labelled[node]) and int(batch.y[node]) == way]
+    return labelled, next(node for node in nodes if bool(batch.query[node]))
+
+
 def _describe_episode(batch, episode: int, asked: int, before: torch.Tensor, ways: int,
                       picture_width: int, width: int) -> List[str]:
-    """What a person sees, in lines of at most ``width`` columns: the
-    labelled images of each class, the image the model asks about, the
-    query, and the model's answer for the query so far."""
-    start, end = int(batch.ptr[episode]), int(batch.ptr[episode + 1])
-    nodes = range(start, end)
+    """What a person sees at the terminal, in lines of at most ``width``
+    columns: the labelled images of each class, the image the model asks
+    about, the query, and the model's answer for the query so far (a
+    :class:`Guess`, which the prompt wraps)."""
+    labelled, query = _episode_nodes(batch, episode, ways)
     picture_width = min(picture_width, width)
-    pictures, captions = [], []
-    for way in range(ways):
-        for node in nodes:
-            if bool(batch.labelled[node]) and int(batch.y[node]) == way:
-                pictures.append(image_blocks(batch.x[node], picture_width))
-                captions.append(f"class {way}")
-    query = next(node for node in nodes if bool(batch.query[node]))
-    probabilities = before.softmax(dim=-1)
-    guess = int(probabilities.argmax())
+    pictures = [image_blocks(batch.x[node], picture_width) for node, _ in labelled]
     lines = _wrapped("The labelled images of each class:", width)
-    lines += side_by_side(pictures, captions, width=width)
+    lines += side_by_side(pictures, [f"class {way}" for _, way in labelled], width=width)
     pair = side_by_side([image_blocks(batch.x[asked], picture_width), image_blocks(batch.x[query], picture_width)],
                         ["which class is this?", "query"], width=width)
     # Its first line holds the captions of the first row: both where the two fit beside each other.
@@ -588,9 +589,31 @@ def _describe_episode(batch, episode: int, asked: int, before: torch.Tensor, way
         ("upper image", "the lower one")
     lines += [""] + _wrapped(f"The model asks about the {first}; {second} is the query it must classify:", width)
     lines += pair
-    lines += _wrapped(f"The model's answer for the query without your label: class {guess} "
-                      f"(probability {float(probabilities[guess]):.2f})", width)
-    return lines
+    return lines + [_guess(before)]
+
+
+def _guess(before: torch.Tensor) -> Guess:
+    probabilities = before.softmax(dim=-1)
+    guess = int(probabilities.argmax())
+    return Guess(f"The model's answer for the query without your label: class {guess} "
+                 f"(probability {float(probabilities[guess]):.2f})")
+
+
+def _episode_pictures(batch, episode: int, asked: int, ways: int, images: Tensor) -> List[PictureRow]:
+    """The same episode as images for a page: the labelled images of each
+    class, then the image the model asks about beside the query, as the
+    split's ``images`` ``[classes, per_class, channels, height, width]``
+    hold them (the model's inputs are normalised)."""
+    labelled, query = _episode_nodes(batch, episode, ways)
+
+    def image(node: int) -> Tensor:
+        kind, drawing = batch.image[node].tolist()
+        return images[kind, drawing]
+
+    return [PictureRow("The labelled images of each class", [image(node) for node, _ in labelled],
+                       [f"class {way}" for _, way in labelled]),
+            PictureRow("The model asks about the image on the left; the right one is the query it must classify",
+                       [image(asked), image(query)], ["which class is this?", "the query"])]
 
 
 def _check_training(table: str, training: str, trainings: Dict[str, bool], models: Dict[str, str] = {}) -> None:
@@ -634,8 +657,7 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
     ``--resume``, stored answers the run cannot hold."""
     if not oracle and "oracle" not in check.options:
         return  # No oracle: the stage is skipped.
-    if check.options.get("oracle", oracle) == "human":
-        check_human_streams()
+    check_person(check.options.get("oracle", oracle))
     for folder in check.resumed:  # the run's folders that --resume continues
         if (folder / STORE_NAME).is_file():
             _stored_answers(check.section, folder / STORE_NAME, query, episodes, check.facts.get("fewshot_ways"))
@@ -705,19 +727,19 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
     asked = model.asked.clone()
     images = batch.image[asked].tolist()  # [episodes, 2]: the (class, drawing) of the test split asked about
     truth = batch.y[asked].cpu()
-    the_oracle = make_oracle(kind, labels, truth, noise, ctx.seed, LABELS_COLUMNS)
-    names = [str(way) for way in range(data.ways)]
-    if isinstance(the_oracle, FileOracle):
-        the_oracle.check(names, torch.arange(episodes))  # Every row, before the first answer is stored.
     strategy = query
     width = terminal_width()
-
     path, record = ctx.out / STORE_NAME, ctx.out / ORACLE_RECORD
     stored = {}
     if ctx.resume and path.is_file():  # Checked before anything is written (and before the run, by the precheck).
         stored = _stored_answers(ctx.section, path, strategy, episodes, data.ways)
         _check_asked(record, stored, images, strategy, training)
-    with LabelStore(path) as store:
+
+    the_oracle = make_oracle(kind, labels, truth, noise, ctx.seed, LABELS_COLUMNS, announcer(ctx))
+    names = [str(way) for way in range(data.ways)]
+    if isinstance(the_oracle, FileOracle):
+        the_oracle.check(names, torch.arange(episodes))  # Every row, before the first answer is stored.
+    with closing(the_oracle, kind), LabelStore(path) as store:
         if not ctx.resume:
             if store.has_human_answers(strategy):
                 raise GraphseqError(f"{store.path} already holds answers a person gave; continue them with "
@@ -738,7 +760,8 @@ def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "
             e = queue.pop(0)
             question = Question(e, names, _describe_episode(batch, e, int(asked[e]), before[e], data.ways,
                                                             picture_width, width),
-                                f"episode {e + 1} of {episodes}")
+                                f"episode {e + 1} of {episodes}",
+                                _episode_pictures(batch, e, int(asked[e]), data.ways, data.splits["test"].images))
             reply = the_oracle.ask(question)
             if reply is QUIT:
                 the_oracle.tell("\n".join(_wrapped(f"stopped; your answers are stored in {store.path}; "

@@ -401,7 +401,7 @@ CHECKED = ["--quiet", "--set", "learner.epochs=1"]
 
 @pytest.mark.parametrize("args, message", [
     (["--set", "active.strategy=degree"],
-     "active.strategy has no use when active.oracle = 'simulated': it applies only with 'human' or 'file'"),
+     "active.strategy has no use when active.oracle = 'simulated': it applies only with 'human' or 'web' or 'file'"),
     (["--oracle", "human", "--set", "active.noise=0.4"],
      "active.noise has no use with --oracle human: it applies only with --oracle simulated"),
     (["--oracle", "human", "--set", 'active.compare=["degree"]'],

@@ -228,6 +228,33 @@ def test_no_loopback_address_is_refused_before_anything_runs(monkeypatch):
         check_can_serve()
 
 
+@pytest.mark.parametrize("pipeline", ["active-cora", "fewshot-omniglot-active"])
+@pytest.mark.parametrize("trouble, said", [
+    ("bind", "the web oracle (--oracle web) serves its page on 127.0.0.1, but cannot bind to it here"),
+    ("stderr", "the web oracle (--oracle web) prints its page's address on standard error, which is closed"),
+])
+def test_a_web_run_that_could_not_ask_is_refused_before_its_folder_is_written(pipeline, trouble, said, tmp_path,
+                                                                               monkeypatch):
+    import graphseq
+
+    if trouble == "bind":
+        monkeypatch.setattr(socket.socket, "bind", no_address)
+    else:
+        monkeypatch.setattr("sys.stderr", None)  # what Python makes of `2>&-`
+    with pytest.raises(GraphseqError) as refused:
+        graphseq.run(pipeline, out=tmp_path / "run", oracle="web", quiet=True, data_root=tmp_path / "data")
+    assert said in str(refused.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_browser_page_refuses_several_processes():
+    from graphseq.runner.launch import check_processes
+
+    with pytest.raises(GraphseqError, match="--oracle web asks you on one page in the browser, which one process "
+                                            "alone can do"):
+        check_processes("active-cora", {}, {"oracle": "web"}, 2)
+
+
 # --------------------------------------------------------------------------- #
 # In the loop: stored before the next question, undo, quit, resume
 # --------------------------------------------------------------------------- #

@@ -245,7 +245,7 @@ def test_an_oracle_that_could_not_ask_is_refused_before_the_training(tmp_path, d
     ({"oracle": "simulated"}, {"oracle.picture_width": 30},
      "oracle.picture_width has no use with --oracle simulated: it applies only with --oracle human"),
     ({}, {"oracle.episodes": 3}, "oracle.episodes has no use when oracle.oracle = '': it applies only with "
-                                 "'simulated' or 'human' or 'file'"),
+                                 "'simulated' or 'human' or 'web' or 'file'"),
     ({}, {"oracle.training": "random_trained"}, "oracle.training has no use when oracle.oracle = ''"),
 ])
 def test_oracle_settings_the_run_would_ignore_are_refused(tmp_path, monkeypatch, options, overrides, message):
