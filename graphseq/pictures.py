@@ -161,11 +161,12 @@ def image_blocks(image: Tensor, width: int = 20, ink_is_dark: bool = True,
             for row in range(0, height, 2)]
 
 
-def terminal_width(least: int = 40) -> int:
+def terminal_width(least: int = 20) -> int:
     """The terminal's width in columns (``COLUMNS`` if set; 80 where it
     cannot be read, as when the output is a pipe), at least ``least``: on a
     narrower terminal lines are laid out for ``least`` columns, and the
-    terminal folds them (text cut any narrower would be hard to read)."""
+    terminal folds them (text cut any narrower would be hard to read).
+    Pictures drawn to this width fit it, so they never fold into noise."""
     return max(least, shutil.get_terminal_size((80, 24)).columns)
 
 

@@ -70,11 +70,13 @@ def test_side_by_side_fits_the_terminal_width(monkeypatch):
     assert side_by_side(pictures, captions, width=44) == lines
 
 
-def test_terminal_width_reads_columns_with_a_floor_of_40(monkeypatch):
+def test_terminal_width_reads_columns_with_a_floor_of_20(monkeypatch):
     monkeypatch.setenv("COLUMNS", "100")
     assert terminal_width() == 100
-    monkeypatch.setenv("COLUMNS", "20")
-    assert terminal_width() == 40
+    monkeypatch.setenv("COLUMNS", "30")  # a narrow terminal: its own width, so pictures do not fold
+    assert terminal_width() == 30
+    monkeypatch.setenv("COLUMNS", "12")
+    assert terminal_width() == 20
 
 
 def _attention_overlays(monkeypatch, tmp_path, attention):

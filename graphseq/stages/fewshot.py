@@ -683,14 +683,16 @@ def _check_oracle(check, *, episodes: int, oracle: str, labels: str, training: s
                  "picture_width": {"oracle": ("human",)}},
        needs={"data": "a few-shot dataset", "trained": "a trained few-shot model"})
 def fewshot_oracle(ctx, *, episodes: int = 20, oracle: str = "", labels: str = "", noise: float = 0.0,
-                   query: str = "learned", training: str = "", picture_width: int = 20) -> None:
+                   query: str = "learned", training: str = "", picture_width: int = 28) -> None:
     """An active model asks, in each of ``episodes`` test episodes, for the
     label of the image its query head chooses; the oracle answers and the
     model's answer for the query is shown before and after.
 
     The oracle is ``--oracle human`` (you, at the terminal: the images are
-    drawn with block characters, ``picture_width`` columns each, and the
-    text is wrapped to the terminal's width), ``file`` (``--labels F.csv``
+    drawn with block characters, ``picture_width`` columns each (28, one
+    column a pixel of Omniglot's images; narrower where the terminal is),
+    and the text is wrapped to the terminal's width), ``--oracle web`` (a
+    page in your browser), ``file`` (``--labels F.csv``
     of ``episode,class`` rows, the episode counted from 0 as the prompt's
     ``item`` and ``graphseq labels`` count it: the prompt's "episode 1" is
     episode 0; a header ``episode,class`` or ``item,label`` is taken) or
