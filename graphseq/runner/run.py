@@ -412,7 +412,7 @@ def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, float]]:
 
 
 # The keys that say how long a stage works, as an outline of the run names them.
-BUDGET_KEYS = ("steps", "pretrain_steps", "max_epochs", "epochs", "episodes", "budget")
+BUDGET_KEYS = ("steps", "pretrain_steps", "max_epochs", "epochs", "episodes", "budget", "patience")
 
 
 def outline(config: Dict[str, Any]) -> str:
@@ -422,8 +422,8 @@ def outline(config: Dict[str, Any]) -> str:
     for name, table in sections(config).items():
         kind = table.get("stage", name)
         settings = {**stage_params(get_stage(kind)), **table}
-        budgets = [f"{settings[key]:,} {key.replace('_', ' ')}" for key in BUDGET_KEYS
-                   if isinstance(settings.get(key), int) and not isinstance(settings[key], bool)]
+        budgets = [f"{key} {settings[key]:,}" if key == "patience" else f"{settings[key]:,} {key.replace('_', ' ')}"
+                   for key in BUDGET_KEYS if isinstance(settings.get(key), int) and not isinstance(settings[key], bool)]
         parts.append(f"[{name}] {kind}" + (f", {', '.join(budgets)}" if budgets else ""))
     return "; ".join(parts)
 
