@@ -120,7 +120,7 @@ def test_file_oracle_reads_names_and_numbers_and_skips_unknown_items(tmp_path):
 @pytest.mark.parametrize("header", ["episode,class\n", "item,label\n", ""])
 def test_a_few_shot_labels_file_reads_as_its_docstring_says(tmp_path, header):
     # Its docstring said episode,class rows, yet that header was refused as a bad row.
-    from graphseq.stages.fewshot import LABELS_COLUMNS
+    from graphseq.stages.fewshot_oracle import LABELS_COLUMNS
 
     path = tmp_path / "labels.csv"
     path.write_text(header + "0,3\n4,1\n")
